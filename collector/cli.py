@@ -1,2 +1,163 @@
-def main():
-    print("hi")
+"""The ``agentfunnel`` command line: serve, ingest and sql (more commands join as stages land)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, Settings, load_settings
+
+DEFAULT_DB = Path("agentfunnel.duckdb")
+
+
+def _settings(args: argparse.Namespace, overrides: dict[tuple[str, ...], Any] | None = None) -> Settings:
+    flat = {("store", "path"): getattr(args, "db", None), **(overrides or {})}
+    return load_settings(getattr(args, "config", None), flat)
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import Endpoints, serve_forever
+
+    settings = _settings(args, {
+        ("receivers", "host"): args.host,
+        ("receivers", "grpc_port"): args.grpc_port,
+        ("receivers", "http_port"): args.http_port,
+    })
+
+    def announce(ep: Endpoints) -> None:
+        print(f"agentfunnel serving db={settings.store.path} grpc={ep.grpc or '-'} http={ep.http or '-'} "
+              f"sql={ep.admin}", flush=True)
+
+    try:
+        asyncio.run(serve_forever(settings, announce))
+    except OSError as exc:
+        print(f"agentfunnel: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------- ingest
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    from .ingest import ingest_files
+
+    settings = _settings(args)
+    paths = [Path(p) for p in args.files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        print(f"agentfunnel ingest: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    total = sum(p.stat().st_size for p in paths)
+    console = Console(stderr=True)
+    show = console.is_terminal and (total > 4 * 1024 * 1024 or len(paths) > 20)
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), console=console, disable=not show) as progress:
+        task = progress.add_task("ingesting", total=total)
+        report = ingest_files(paths, settings, args.signal, on_progress=lambda n: progress.advance(task, n))
+    where = "the running server" if report.via == "server" else str(settings.store.path)
+    print(f"ingested {report.files} file(s) into {where}: {report.spans} spans, {report.logs} log records"
+          f" ({report.duplicates} already stored, {report.rejected} refused)")
+    for err in report.errors:
+        print(f"error: {err}", file=sys.stderr)
+    return 1 if report.errors else 0
+
+
+# ---------------------------------------------------------------------------- sql
+
+
+def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*["" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for v in r])
+    Console(width=max(120, Console().width)).print(table)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .query import QueryError, query
+
+    settings = _settings(args)
+    try:
+        result = query(settings.store.path, args.query)
+    except QueryError as exc:
+        print(f"agentfunnel sql: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps([dict(zip(result.columns, r)) for r in result.rows], ensure_ascii=False))
+    elif args.format == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(result.columns)
+        for r in result.rows:
+            w.writerow(["" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r])
+        sys.stdout.write(buf.getvalue())
+    else:
+        _print_table(result.columns, result.rows)
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentfunnel", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", type=Path, default=None, help=f"DuckDB file (default {DEFAULT_DB})")
+        p.add_argument("--config", type=Path, default=None, help="config file (TOML or YAML)")
+
+    p = sub.add_parser("serve", help="receive OTLP over gRPC and HTTP and store it")
+    common(p)
+    p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=int, default=None, help="OTLP/gRPC port (default 4317; 0 = any free)")
+    p.add_argument("--http-port", type=int, default=None, help="OTLP/HTTP port (default 4318; 0 = any free)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("ingest", help="store OTLP files (protobuf, OTLP/JSON, Collector JSON lines)")
+    common(p)
+    p.add_argument("--signal", choices=["auto", "traces", "logs"], default="auto",
+                   help="what protobuf files hold (default: logs if the name says so, else traces)")
+    p.add_argument("files", nargs="+", help="files to ingest")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("sql", help="run read-only SQL (works while a server writes the file)")
+    common(p)
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("query", help="SQL to run")
+    p.set_defaults(func=cmd_sql)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"agentfunnel: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

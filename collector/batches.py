@@ -1,0 +1,249 @@
+"""Decoded OTLP data in columns, ready to become Arrow tables.
+
+Decoders (protobuf and JSON) append rows through one method per signal, so id validation and
+the column layout live in exactly one place. Attribute values are kept both as JSON text (what
+the store writes) and as plain Python dicts (what the semconv stage reads).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+STATUS_CODES = ("UNSET", "OK", "ERROR")
+SEVERITIES = (
+    "UNSPECIFIED", "TRACE", "TRACE2", "TRACE3", "TRACE4", "DEBUG", "DEBUG2", "DEBUG3", "DEBUG4",
+    "INFO", "INFO2", "INFO3", "INFO4", "WARN", "WARN2", "WARN3", "WARN4",
+    "ERROR", "ERROR2", "ERROR3", "ERROR4", "FATAL", "FATAL2", "FATAL3", "FATAL4",
+)
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+MAX_REJECT_MESSAGES = 5
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON text for a decoded AnyValue tree (non-finite floats already made strings)."""
+    return _dumps(value)
+
+
+@dataclass(slots=True)
+class Rejections:
+    """Spans or records refused inside an otherwise good request (OTLP partial success)."""
+
+    count: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_REJECT_MESSAGES:
+            self.messages.append(f"{where}: {why}")
+
+    def message(self) -> str:
+        more = self.count - len(self.messages)
+        return "; ".join(self.messages) + (f"; and {more} more" if more > 0 else "")
+
+
+def hex_id(raw: bytes, size: int, what: str, *, optional: bool = False) -> str | None:
+    """Lowercase hex of an OTLP id, or a ValueError naming what is wrong with it."""
+    if not raw:
+        if optional:
+            return None
+        raise ValueError(f"{what} is empty")
+    if len(raw) != size:
+        raise ValueError(f"{what} has {len(raw)} bytes, expected {size}")
+    if optional and not any(raw):
+        return None
+    if not any(raw):
+        raise ValueError(f"{what} is all zeros")
+    return raw.hex()
+
+
+@dataclass(slots=True)
+class SpanBatch:
+    """Spans of one request (or one file chunk), column by column."""
+
+    trace_id: list[str] = field(default_factory=list)
+    span_id: list[str] = field(default_factory=list)
+    parent_span_id: list[str | None] = field(default_factory=list)
+    trace_state: list[str | None] = field(default_factory=list)
+    flags: list[int] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    start_ns: list[int] = field(default_factory=list)
+    end_ns: list[int] = field(default_factory=list)
+    status_code: list[str] = field(default_factory=list)
+    status_message: list[str | None] = field(default_factory=list)
+    service_name: list[str | None] = field(default_factory=list)
+    scope_name: list[str | None] = field(default_factory=list)
+    scope_version: list[str | None] = field(default_factory=list)
+    attributes: list[str] = field(default_factory=list)
+    resource_attributes: list[str] = field(default_factory=list)
+    events: list[str | None] = field(default_factory=list)
+    links: list[str | None] = field(default_factory=list)
+    # Python views for the semconv stage (not stored as such).
+    attrs: list[dict[str, Any]] = field(default_factory=list)
+    resource_attrs: list[dict[str, Any]] = field(default_factory=list)
+    event_list: list[list[dict[str, Any]]] = field(default_factory=list)
+    rejected: Rejections = field(default_factory=Rejections)
+    payload_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+    def add(
+        self,
+        where: str,
+        trace_id: bytes,
+        span_id: bytes,
+        parent_span_id: bytes,
+        trace_state: str,
+        flags: int,
+        name: str,
+        kind: int,
+        start_ns: int,
+        end_ns: int,
+        status_code: int,
+        status_message: str,
+        resource: "ResourceContext",
+        attrs: dict[str, Any],
+        events: list[dict[str, Any]],
+        links: list[dict[str, Any]],
+    ) -> None:
+        """Validate and append one span; invalid ones are counted as rejected, not raised."""
+        try:
+            tid = hex_id(trace_id, 16, "trace_id")
+            sid = hex_id(span_id, 8, "span_id")
+            pid = hex_id(parent_span_id, 8, "parent_span_id", optional=True)
+            if not 0 <= kind < len(SPAN_KINDS):
+                raise ValueError(f"kind {kind} is not a SpanKind")
+            if not 0 <= status_code < len(STATUS_CODES):
+                raise ValueError(f"status.code {status_code} is not a StatusCode")
+            attrs_json = to_json(attrs)
+            events_json = to_json(events) if events else None
+            links_json = to_json(links) if links else None
+        except (ValueError, TypeError) as exc:
+            self.rejected.add(where, str(exc))
+            return
+        self.trace_id.append(tid)  # type: ignore[arg-type]
+        self.span_id.append(sid)  # type: ignore[arg-type]
+        self.parent_span_id.append(pid)
+        self.trace_state.append(trace_state or None)
+        self.flags.append(flags)
+        self.name.append(name)
+        self.kind.append(SPAN_KINDS[kind])
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.status_code.append(STATUS_CODES[status_code])
+        self.status_message.append(status_message or None)
+        self.service_name.append(resource.service_name)
+        self.scope_name.append(resource.scope_name)
+        self.scope_version.append(resource.scope_version)
+        self.attributes.append(attrs_json)
+        self.resource_attributes.append(resource.attributes_json)
+        self.events.append(events_json)
+        self.links.append(links_json)
+        self.attrs.append(attrs)
+        self.resource_attrs.append(resource.attributes)
+        self.event_list.append(events)
+
+
+@dataclass(slots=True)
+class ResourceContext:
+    """What every span or record under one resource and scope shares; JSON made once."""
+
+    attributes: dict[str, Any]
+    attributes_json: str
+    service_name: str | None
+    scope_name: str | None = None
+    scope_version: str | None = None
+
+    @classmethod
+    def of(cls, attributes: dict[str, Any]) -> "ResourceContext":
+        service = attributes.get("service.name")
+        return cls(attributes, to_json(attributes), service if isinstance(service, str) else None)
+
+    def with_scope(self, name: str | None, version: str | None) -> "ResourceContext":
+        return ResourceContext(self.attributes, self.attributes_json, self.service_name,
+                               name or None, version or None)
+
+
+@dataclass(slots=True)
+class LogBatch:
+    """Log records of one request, column by column."""
+
+    record_id: list[str] = field(default_factory=list)
+    trace_id: list[str | None] = field(default_factory=list)
+    span_id: list[str | None] = field(default_factory=list)
+    time_ns: list[int | None] = field(default_factory=list)
+    observed_ns: list[int | None] = field(default_factory=list)
+    severity: list[str | None] = field(default_factory=list)
+    severity_number: list[int] = field(default_factory=list)
+    event_name: list[str | None] = field(default_factory=list)
+    body: list[str | None] = field(default_factory=list)
+    attributes: list[str] = field(default_factory=list)
+    resource_attributes: list[str] = field(default_factory=list)
+    service_name: list[str | None] = field(default_factory=list)
+    scope_name: list[str | None] = field(default_factory=list)
+    attrs: list[dict[str, Any]] = field(default_factory=list)
+    body_value: list[Any] = field(default_factory=list)
+    rejected: Rejections = field(default_factory=Rejections)
+    payload_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.record_id)
+
+    def add(
+        self,
+        where: str,
+        trace_id: bytes,
+        span_id: bytes,
+        time_ns: int,
+        observed_ns: int,
+        severity_number: int,
+        severity_text: str,
+        event_name: str,
+        body: Any,
+        resource: ResourceContext,
+        attrs: dict[str, Any],
+    ) -> None:
+        """Validate and append one log record; ids are optional on logs but must be well formed."""
+        import hashlib
+
+        try:
+            tid = hex_id(trace_id, 16, "trace_id", optional=True)
+            sid = hex_id(span_id, 8, "span_id", optional=True)
+            attrs_json = to_json(attrs)
+            body_json = None if body is None else to_json(body)
+        except (ValueError, TypeError) as exc:
+            self.rejected.add(where, str(exc))
+            return
+        if severity_text:
+            severity = severity_text
+        elif 0 < severity_number < len(SEVERITIES):
+            severity = SEVERITIES[severity_number]
+        else:
+            severity = None
+        # Logs carry no id of their own: the content is the identity, so a retried export is
+        # recognised and stored once.
+        identity = "\x1f".join(
+            (tid or "", sid or "", str(time_ns), str(observed_ns), str(severity_number),
+             severity_text, event_name, body_json or "", attrs_json, resource.attributes_json,
+             resource.scope_name or "")
+        )
+        self.record_id.append(hashlib.blake2b(identity.encode(), digest_size=16).hexdigest())
+        self.trace_id.append(tid)
+        self.span_id.append(sid)
+        self.time_ns.append(time_ns or None)
+        self.observed_ns.append(observed_ns or None)
+        self.severity.append(severity)
+        self.severity_number.append(severity_number)
+        self.event_name.append(event_name or None)
+        self.body.append(body_json)
+        self.attributes.append(attrs_json)
+        self.resource_attributes.append(resource.attributes_json)
+        self.service_name.append(resource.service_name)
+        self.scope_name.append(resource.scope_name)
+        self.attrs.append(attrs)
+        self.body_value.append(body)

@@ -1,0 +1,131 @@
+"""Settings for the processor: one frozen pydantic model per stage, defaults that work.
+
+Resolution order: command-line flag > environment variable (``AGENTFUNNEL_*``, for the few
+settings operators set per deployment) > config file (TOML or YAML) > default. Unknown keys are
+errors that name the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MiB = 1024 * 1024
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TLSSettings(_Model):
+    """Serve both receivers over TLS with this certificate chain and key (PEM files)."""
+
+    cert_file: Path
+    key_file: Path
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> "TLSSettings":
+        for name in ("cert_file", "key_file"):
+            if not getattr(self, name).is_file():
+                raise ValueError(f"{name} {getattr(self, name)} does not exist")
+        return self
+
+
+class ReceiverSettings(_Model):
+    """OTLP receivers (gRPC and HTTP) and their limits."""
+
+    host: str = Field("127.0.0.1", description="Interface to bind; listening beyond loopback is explicit.")
+    grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port; 0 picks a free one.")
+    http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port; 0 picks a free one.")
+    grpc_enabled: bool = True
+    http_enabled: bool = True
+    max_request_bytes: int = Field(64 * MiB, gt=0, description="Largest request body, after decompression.")
+    max_bytes_in_flight: int = Field(
+        256 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
+    )
+    retry_after_seconds: float = Field(1.0, ge=0, description="Delay suggested to clients when pushing back.")
+    bearer_token: str | None = Field(None, description="Require `Authorization: Bearer <token>` on every request.")
+    tls: TLSSettings | None = None
+
+
+class StoreSettings(_Model):
+    """The DuckDB file and how it is written."""
+
+    path: Path = Field(Path("agentfunnel.duckdb"), description="DuckDB database file.")
+    max_batch_spans: int = Field(50_000, gt=0, description="Most spans one group commit holds.")
+    dedupe_window_seconds: float = Field(
+        3600.0, gt=0, description="Retries arriving within this window of the original are recognised."
+    )
+    dedupe_max_keys: int = Field(2_000_000, gt=0, description="Bound on keys held for duplicate detection.")
+    admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
+
+
+class Settings(_Model):
+    """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
+
+    receivers: ReceiverSettings = ReceiverSettings()
+    store: StoreSettings = StoreSettings()
+
+
+class ConfigError(Exception):
+    """A config file, variable or flag that cannot be used; the message names the field."""
+
+
+ENV_VARS = {
+    "AGENTFUNNEL_DB": ("store", "path"),
+    "AGENTFUNNEL_HOST": ("receivers", "host"),
+    "AGENTFUNNEL_BEARER_TOKEN": ("receivers", "bearer_token"),
+}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _set(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def load_settings(config_file: Path | None = None, overrides: dict[tuple[str, ...], Any] | None = None,
+                  environ: dict[str, str] | None = None) -> Settings:
+    """Merge file, environment and flags into validated Settings, or raise ConfigError."""
+    data = _read_file(config_file) if config_file else {}
+    env = os.environ if environ is None else environ
+    for var, path in ENV_VARS.items():
+        if env.get(var):
+            _set(data, path, env[var])
+    for path, value in (overrides or {}).items():
+        if value is not None:
+            _set(data, path, value)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(config_file or "settings"))) from None

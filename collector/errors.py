@@ -1,0 +1,63 @@
+"""The two kinds of failure on the ingest path, and nothing else.
+
+    IngestError
+     ├── PermanentError      the payload is wrong; retrying it cannot help
+     │    ├── PayloadTooLarge     over a size limit (before or after decompression)
+     │    └── UnsupportedMedia    a content type we do not speak
+     └── RetryableError      we cannot take it right now; the same payload may succeed later
+          └── Saturated           admission control or the store's queue is full
+
+Receivers map these once, in ``receivers/status.py``, to HTTP statuses and gRPC codes.
+"""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """Base of every error the receivers turn into an OTLP response."""
+
+    reason = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class PermanentError(IngestError):
+    """Malformed or invalid input: 400 / INVALID_ARGUMENT."""
+
+    reason = "malformed"
+
+
+class PayloadTooLarge(PermanentError):
+    """Body larger than a configured limit: 413 / RESOURCE_EXHAUSTED without RetryInfo."""
+
+    reason = "too_large"
+
+
+class UnsupportedMedia(PermanentError):
+    """Unknown content type or encoding: 415."""
+
+    reason = "unsupported_media_type"
+
+
+class UnauthorizedError(PermanentError):
+    """Missing or wrong bearer token: 401 / UNAUTHENTICATED."""
+
+    reason = "unauthorized"
+
+
+class RetryableError(IngestError):
+    """Temporary refusal: 503 / UNAVAILABLE, with a retry delay."""
+
+    reason = "unavailable"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Saturated(RetryableError):
+    """Bytes in flight or the store queue are at their limit: push back instead of growing."""
+
+    reason = "saturated"

@@ -1,0 +1,112 @@
+"""The ingest path shared by live receivers and offline files: decode, admit, store.
+
+Receivers own the transport (headers, compression, status codes); this module owns what happens
+to a body once it is known to be OTLP, so gRPC, HTTP and ``agentfunnel ingest`` give identical
+results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Literal
+
+from .batches import LogBatch, SpanBatch
+from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
+from .errors import IngestError, Saturated
+from .store.writer import CommitResult, Store
+from .telemetry import Metrics
+
+Signal = Literal["traces", "logs"]
+Encoding = Literal["protobuf", "json"]
+
+DECODERS: dict[tuple[Signal, Encoding], Callable[[bytes], SpanBatch | LogBatch]] = {
+    ("traces", "protobuf"): decode_traces_protobuf,
+    ("traces", "json"): decode_traces_json,
+    ("logs", "protobuf"): decode_logs_protobuf,
+    ("logs", "json"): decode_logs_json,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """What to tell the client: how many items were refused and why (OTLP partial success)."""
+
+    accepted: int
+    rejected: int
+    message: str
+    duplicates: int = 0
+
+
+class Admission:
+    """Bytes in flight, bounded: the memory guard that runs before a body is read or decoded."""
+
+    def __init__(self, limit: int, retry_after_s: float, metrics: Metrics) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.metrics = metrics
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def acquire(self, nbytes: int, receiver: str) -> None:
+        with self._lock:
+            if self._in_flight and self._in_flight + nbytes > self.limit:
+                self.metrics.inc("pushed_back", label=f"{receiver}:bytes_in_flight")
+                raise Saturated(
+                    f"{self._in_flight} bytes in flight, limit {self.limit}; retry after {self.retry_after_s:g}s",
+                    self.retry_after_s,
+                )
+            self._in_flight += nbytes
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self._in_flight -= nbytes
+
+
+class Pipeline:
+    """Decode and store; one per process."""
+
+    def __init__(self, store: Store, metrics: Metrics, admission: Admission) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.admission = admission
+
+    def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
+        """Decode a body; raises PermanentError for one that is not OTLP."""
+        batch = DECODERS[(signal, encoding)](body)
+        kind = "spans" if signal == "traces" else "logs"
+        self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
+        if batch.rejected.count:
+            self.metrics.inc(f"{kind}_rejected", batch.rejected.count, label="invalid")
+        return batch
+
+    def submit(self, batch: SpanBatch | LogBatch, receiver: str) -> Future:
+        """Hand a batch to the store; the future resolves to an ExportResult after COMMIT."""
+        try:
+            commit = self.store.submit(batch)
+        except Saturated:
+            self.metrics.inc("pushed_back", label=f"{receiver}:store_queue")
+            raise
+        out: Future = Future()
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            result: CommitResult = f.result()
+            out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
+                                        result.duplicates))
+
+        commit.add_done_callback(done)
+        return out
+
+    def count_refusal(self, signal: Signal, exc: IngestError) -> None:
+        """A whole request refused: count its reason (spans unknown when it could not be decoded)."""
+        self.metrics.inc("requests", label=f"{signal}:{exc.reason}")

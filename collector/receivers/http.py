@@ -1,0 +1,152 @@
+"""OTLP/HTTP: ``POST /v1/traces`` and ``/v1/logs``, protobuf or JSON, optionally gzip.
+
+The body is bounded before anything is decoded: Content-Length above the limit is refused
+unread, admission control reserves the bytes first, and gzip is inflated with a cap so a small
+body that expands past the limit is a 413, not an out-of-memory. A request is acknowledged only
+after its spans are committed. Health and metrics live on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from ..config import ReceiverSettings
+from ..errors import IngestError, PayloadTooLarge, PermanentError, UnsupportedMedia
+from ..pipeline import Encoding, ExportResult, Pipeline, Signal
+from ..telemetry import Metrics
+from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
+
+CONTENT_TYPES: dict[str, Encoding] = {"application/x-protobuf": "protobuf", "application/json": "json"}
+READ_CHUNK = 256 * 1024
+
+
+def inflate_gzip(body: bytes, limit: int) -> bytes:
+    """Inflate a gzip body, refusing output beyond ``limit`` and truncated or corrupt streams."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise PermanentError(f"Content-Encoding is gzip but the body is not a valid gzip stream: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLarge(f"gzip body inflates past the limit of {limit} bytes")
+    if not inflater.eof:
+        raise PermanentError("gzip stream is truncated: it ended before the gzip trailer")
+    return out
+
+
+def success_body(signal: Signal, encoding: Encoding, result: ExportResult) -> bytes:
+    if encoding == "json":
+        doc: dict[str, object] = {}
+        if result.rejected or result.message:
+            key = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
+            doc["partialSuccess"] = {key: str(result.rejected), "errorMessage": result.message}
+        return json.dumps(doc).encode()
+    return export_response(signal, result.rejected, result.message)
+
+
+def error_response(exc: IngestError, encoding: Encoding | None) -> web.Response:
+    status = rpc_status(exc)
+    headers = {}
+    retry = retry_after_header(exc)
+    if retry:
+        headers["Retry-After"] = retry
+    if encoding == "protobuf":
+        return web.Response(status=http_status(exc), body=status.SerializeToString(),
+                            content_type="application/x-protobuf", headers=headers)
+    body = json.dumps({"code": status.code, "message": status.message})
+    return web.Response(status=http_status(exc), text=body, content_type="application/json", headers=headers)
+
+
+class HttpReceiver:
+    """The aiohttp application behind the OTLP/HTTP port."""
+
+    def __init__(self, settings: ReceiverSettings, pipeline: Pipeline, metrics: Metrics,
+                 run_blocking: Callable[..., Awaitable]) -> None:
+        self.settings = settings
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.run_blocking = run_blocking
+        self.ready = False
+        self.app = web.Application(client_max_size=settings.max_request_bytes)
+        self.app.router.add_post("/v1/traces", self._traces)
+        self.app.router.add_post("/v1/logs", self._logs)
+        self.app.router.add_get("/healthz", self._healthz)
+        self.app.router.add_get("/readyz", self._readyz)
+        self.app.router.add_get("/metrics", self._metrics)
+
+    async def _traces(self, request: web.Request) -> web.Response:
+        return await self._export(request, "traces")
+
+    async def _logs(self, request: web.Request) -> web.Response:
+        return await self._export(request, "logs")
+
+    async def _export(self, request: web.Request, signal: Signal) -> web.StreamResponse:
+        limit = self.settings.max_request_bytes
+        encoding: Encoding | None = None
+        reserved = 0
+        try:
+            check_bearer(request.headers.get("Authorization"), self.settings.bearer_token)
+            ctype = request.content_type.lower()
+            if ctype not in CONTENT_TYPES:
+                raise UnsupportedMedia(
+                    f"Content-Type {request.headers.get('Content-Type', '(none)')!r} is not supported; "
+                    "use application/x-protobuf or application/json"
+                )
+            encoding = CONTENT_TYPES[ctype]
+            content_encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+            if content_encoding not in ("identity", "gzip", ""):
+                raise UnsupportedMedia(f"Content-Encoding {content_encoding!r} is not supported; use gzip or none")
+            declared = request.content_length
+            if declared is not None and declared > limit:
+                raise PayloadTooLarge(f"body of {declared} bytes exceeds the limit of {limit} bytes")
+            reserved = declared if declared is not None else READ_CHUNK
+            self.pipeline.admission.acquire(reserved, "http")
+            body = await self._read_body(request, limit)
+            if content_encoding == "gzip":
+                body = inflate_gzip(body, limit)
+            if len(body) > reserved:
+                self.pipeline.admission.acquire(len(body) - reserved, "http")
+                reserved = len(body)
+            batch = await self.run_blocking(self.pipeline.decode, signal, encoding, body)
+            del body
+            result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "http"))
+        except IngestError as exc:
+            self.pipeline.count_refusal(signal, exc)
+            return error_response(exc, encoding)
+        finally:
+            if reserved:
+                self.pipeline.admission.release(reserved)
+        self.metrics.inc("requests", label=f"{signal}:ok")
+        ctype_out = "application/json" if encoding == "json" else "application/x-protobuf"
+        return web.Response(body=success_body(signal, encoding, result), content_type=ctype_out)
+
+    @staticmethod
+    async def _read_body(request: web.Request, limit: int) -> bytes:
+        chunks = []
+        size = 0
+        async for chunk in request.content.iter_chunked(READ_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        if request.content_length is not None and size != request.content_length:
+            raise PermanentError(f"body ended after {size} of {request.content_length} bytes")
+        return b"".join(chunks)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.json_response({"status": "not ready"}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if "json" in request.query.get("format", "") or "application/json" in request.headers.get("Accept", ""):
+            return web.json_response(self.metrics.snapshot())
+        return web.Response(text=self.metrics.prometheus(), content_type="text/plain")

@@ -1,0 +1,65 @@
+"""Recognise retried spans and log records without a database index.
+
+A primary key on (trace_id, span_id) makes DuckDB maintain an ART index on every insert, which
+costs more than the rest of the write path together. Retries arrive within seconds or minutes of
+the original, so a bounded window of recent keys catches them; on start the window is seeded
+from the rows received within it, so a client retrying across a crash is still recognised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+
+class DedupeWindow:
+    """Insertion-ordered keys with a time and a count bound."""
+
+    def __init__(self, window_seconds: float, max_keys: int, clock=time.monotonic) -> None:
+        self.window_seconds = window_seconds
+        self.max_keys = max_keys
+        self._clock = clock
+        self._keys: dict[str, float] = {}
+        self.evicted_by_size = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def fresh_mask(self, keys: list[str]) -> list[bool]:
+        """True for keys neither in the window nor earlier in ``keys`` itself."""
+        seen = self._keys
+        batch: set[str] = set()
+        mask = []
+        for key in keys:
+            new = key not in seen and key not in batch
+            mask.append(new)
+            if new:
+                batch.add(key)
+        return mask
+
+    def add(self, keys: Iterable[str], at: float | None = None) -> None:
+        now = self._clock() if at is None else at
+        store = self._keys
+        for key in keys:
+            store[key] = now
+        self._evict(now)
+
+    def _evict(self, now: float) -> None:
+        store = self._keys
+        horizon = now - self.window_seconds
+        it = iter(store)
+        stale = []
+        for key in it:
+            if store[key] >= horizon:
+                break
+            stale.append(key)
+        for key in stale:
+            del store[key]
+        excess = len(store) - self.max_keys
+        if excess > 0:
+            for key in [k for _, k in zip(range(excess), iter(store))]:
+                del store[key]
+            self.evicted_by_size += excess

@@ -1,0 +1,298 @@
+"""The single writer: group commits of span and log batches into DuckDB.
+
+Receivers hand decoded batches to ``Store.submit`` and wait on the returned future; the writer
+thread takes everything queued, appends it as Arrow tables in one transaction, commits, and only
+then resolves the futures. So an acknowledged span is a committed span, and many requests share
+one commit. The queue is bounded in payload bytes: when it is full, ``submit`` raises
+``Saturated`` and the receiver pushes back instead of growing.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ..batches import LogBatch, SpanBatch
+from ..config import StoreSettings
+from ..errors import PermanentError, RetryableError, Saturated
+from ..telemetry import Metrics
+from .dedupe import DedupeWindow
+from .schema import migrate
+
+log = logging.getLogger(__name__)
+
+_SPAN_COLUMNS = (
+    "trace_id", "span_id", "parent_span_id", "name", "kind", "status_code", "status_message",
+    "service_name", "scope_name", "scope_version", "attributes", "resource_attributes", "events",
+    "links", "trace_state",
+)
+_LOG_COLUMNS = (
+    "record_id", "trace_id", "span_id", "severity", "severity_number", "event_name", "body",
+    "attributes", "resource_attributes", "service_name", "scope_name",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What the store did with one submitted batch."""
+
+    written: int
+    duplicates: int
+
+
+@dataclass(slots=True)
+class _Item:
+    batch: SpanBatch | LogBatch
+    future: Future
+    nbytes: int
+
+
+def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection with the session settings every agentfunnel connection uses."""
+    con = duckdb.connect(str(path), read_only=read_only)
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def _utcnow() -> datetime:
+    """Naive UTC, the convention of every TIMESTAMP column."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _select(values: list[Any], mask: list[bool] | None) -> list[Any]:
+    return values if mask is None else [v for v, keep in zip(values, mask) if keep]
+
+
+class Store:
+    """Owns the DuckDB file for writing; one instance per process."""
+
+    def __init__(self, settings: StoreSettings, metrics: Metrics, max_queue_bytes: int = 256 * 1024 * 1024) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.max_queue_bytes = max_queue_bytes
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._queue_bytes = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.dedupe = DedupeWindow(settings.dedupe_window_seconds, settings.dedupe_max_keys)
+        metrics.gauge("queue_bytes", lambda: self._queue_bytes)
+        metrics.gauge("queue_requests", lambda: self._queue.qsize())
+        metrics.gauge("dedupe_keys", lambda: len(self.dedupe))
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> "Store":
+        path = self.settings.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = connect(path)
+        migrate(self.con)
+        self._seed_dedupe()
+        self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
+        self._thread.start()
+        return self
+
+    def _seed_dedupe(self) -> None:
+        assert self.con is not None
+        since = _utcnow() - timedelta(seconds=self.settings.dedupe_window_seconds)
+        limit = self.settings.dedupe_max_keys
+        rows = self.con.execute(
+            "SELECT k FROM (SELECT trace_id || span_id AS k, received_at FROM spans WHERE received_at >= ? "
+            " UNION ALL SELECT record_id, received_at FROM logs WHERE received_at >= ?) "
+            "ORDER BY received_at LIMIT ?",
+            [since, since, limit],
+        ).fetchall()
+        self.dedupe.add(r[0] for r in rows)
+
+    def close(self) -> None:
+        """Commit what is queued, then close the file."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._queue.put(None)
+        if self._thread:
+            self._thread.join()
+        if self.con is not None:
+            try:
+                self.con.execute("CHECKPOINT")
+            finally:
+                self.con.close()
+                self.con = None
+
+    # ------------------------------------------------------------------ submit
+    @property
+    def queue_bytes(self) -> int:
+        return self._queue_bytes
+
+    def submit(self, batch: SpanBatch | LogBatch) -> Future:
+        """Queue a batch for the next group commit; the future resolves after COMMIT."""
+        fut: Future = Future()
+        nbytes = max(batch.payload_bytes, 1)
+        with self._lock:
+            if self._closed:
+                raise RetryableError("the store is shutting down")
+            if self._queue_bytes and self._queue_bytes + nbytes > self.max_queue_bytes:
+                raise Saturated(
+                    f"store queue holds {self._queue_bytes} bytes (limit {self.max_queue_bytes}); retry later"
+                )
+            self._queue_bytes += nbytes
+        self._queue.put(_Item(batch, fut, nbytes))
+        return fut
+
+    # ------------------------------------------------------------------ writer thread
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                break
+            items = [first]
+            spans = len(first.batch)
+            while spans < self.settings.max_batch_spans:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                items.append(nxt)
+                spans += len(nxt.batch)
+            self._commit_group(items)
+
+    def _commit_group(self, items: list[_Item]) -> None:
+        try:
+            results = self._write(items)
+        except duckdb.Error as exc:
+            self.metrics.inc("commit_errors")
+            if len(items) > 1:
+                # One bad batch must not keep failing the others: retry each on its own.
+                for item in items:
+                    self._commit_group([item])
+                return
+            item = items[0]
+            log.warning("store write failed: %s", exc)
+            err: Exception
+            if isinstance(exc, (duckdb.ConversionException, duckdb.InvalidInputException)):
+                err = PermanentError(f"the store refused this request's data: {exc}")
+            else:
+                err = RetryableError(f"the store could not commit: {exc}")
+            self._finish(item, exc=err)
+            return
+        for item, result in zip(items, results):
+            self._finish(item, result=result)
+
+    def _finish(self, item: _Item, result: CommitResult | None = None, exc: Exception | None = None) -> None:
+        with self._lock:
+            self._queue_bytes -= item.nbytes
+        if exc is not None:
+            item.future.set_exception(exc)
+        else:
+            item.future.set_result(result)
+
+    def _write(self, items: list[_Item]) -> list[CommitResult]:
+        assert self.con is not None
+        con = self.con
+        received_at = _utcnow()
+        span_parts: list[tuple[SpanBatch, list[bool] | None]] = []
+        log_parts: list[tuple[LogBatch, list[bool] | None]] = []
+        results: list[CommitResult] = []
+        new_keys: list[str] = []
+        pending: set[str] = set()
+        for item in items:
+            b = item.batch
+            if isinstance(b, SpanBatch):
+                keys = [t + s for t, s in zip(b.trace_id, b.span_id)]
+            else:
+                keys = list(b.record_id)
+            mask = [k not in pending and flag for k, flag in zip(keys, self.dedupe.fresh_mask(keys))]
+            fresh = [k for k, keep in zip(keys, mask) if keep]
+            pending.update(fresh)
+            new_keys.extend(fresh)
+            dup = len(keys) - len(fresh)
+            results.append(CommitResult(written=len(fresh), duplicates=dup))
+            part_mask = None if dup == 0 else mask
+            if isinstance(b, SpanBatch):
+                span_parts.append((b, part_mask))
+            else:
+                log_parts.append((b, part_mask))
+
+        t0 = time.perf_counter()
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if span_parts:
+                spans_tbl = self._span_table(span_parts, received_at)  # noqa: F841 (read by DuckDB)
+                if spans_tbl.num_rows:
+                    con.execute("INSERT INTO spans BY NAME SELECT * FROM spans_tbl")
+            if log_parts:
+                logs_tbl = self._log_table(log_parts, received_at)  # noqa: F841
+                if logs_tbl.num_rows:
+                    con.execute("INSERT INTO logs BY NAME SELECT * FROM logs_tbl")
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise
+        self.dedupe.add(new_keys)
+        self.metrics.inc("commits")
+        evicted = self.dedupe.evicted_by_size
+        if evicted:
+            self.metrics.inc("dedupe_evictions", evicted)
+            self.dedupe.evicted_by_size = 0
+        for item, result in zip(items, results):
+            kind = "spans" if isinstance(item.batch, SpanBatch) else "logs"
+            self.metrics.inc(f"{kind}_committed", result.written)
+            if result.duplicates:
+                self.metrics.inc(f"{kind}_duplicate", result.duplicates)
+        log.debug("committed %d requests in %.1f ms", len(items), (time.perf_counter() - t0) * 1000)
+        return results
+
+    @staticmethod
+    def _span_table(parts: list[tuple[SpanBatch, list[bool] | None]], received_at: datetime) -> pa.Table:
+        cols: dict[str, list[Any]] = {c: [] for c in _SPAN_COLUMNS}
+        start: list[int] = []
+        end: list[int] = []
+        flags: list[int] = []
+        for b, mask in parts:
+            for c in _SPAN_COLUMNS:
+                cols[c].extend(_select(getattr(b, c), mask))
+            start.extend(_select(b.start_ns, mask))
+            end.extend(_select(b.end_ns, mask))
+            flags.extend(_select(b.flags, mask))
+        n = len(start)
+        arrays = {c: pa.array(v, pa.string()) for c, v in cols.items()}
+        arrays["start_time"] = pa.array(start, pa.int64()).cast(pa.timestamp("ns"))
+        arrays["end_time"] = pa.array(end, pa.int64()).cast(pa.timestamp("ns"))
+        arrays["flags"] = pa.array(flags, pa.uint32())
+        arrays["received_at"] = pa.array([received_at] * n, pa.timestamp("us"))
+        return pa.table(arrays)
+
+    @staticmethod
+    def _log_table(parts: list[tuple[LogBatch, list[bool] | None]], received_at: datetime) -> pa.Table:
+        cols: dict[str, list[Any]] = {c: [] for c in _LOG_COLUMNS}
+        times: list[int | None] = []
+        observed: list[int | None] = []
+        for b, mask in parts:
+            for c in _LOG_COLUMNS:
+                cols[c].extend(_select(getattr(b, c), mask))
+            times.extend(_select(b.time_ns, mask))
+            observed.extend(_select(b.observed_ns, mask))
+        n = len(times)
+        arrays = {c: pa.array(v, pa.int32() if c == "severity_number" else pa.string()) for c, v in cols.items()}
+        arrays["time"] = pa.array(times, pa.int64()).cast(pa.timestamp("ns"))
+        arrays["observed_time"] = pa.array(observed, pa.int64()).cast(pa.timestamp("ns"))
+        arrays["received_at"] = pa.array([received_at] * n, pa.timestamp("us"))
+        return pa.table(arrays)

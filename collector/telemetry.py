@@ -1,0 +1,95 @@
+"""Self-metrics: what came in, what was committed, what was refused and why.
+
+Counters are exposed in the Prometheus text format on ``/metrics`` and as JSON for the CLI; every
+drop or refusal increments a counter with a reason, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import Callable
+
+# name -> help; the label, when there is one, is in braces in the key used by ``inc``.
+DESCRIPTIONS = {
+    "spans_received": "Spans decoded from export requests (before deduplication).",
+    "spans_committed": "Spans committed to the store (new rows).",
+    "spans_duplicate": "Spans recognised as already stored (retries) and not written again.",
+    "spans_rejected": "Spans refused, by reason (partial success or whole request).",
+    "logs_received": "Log records decoded from export requests.",
+    "logs_committed": "Log records committed to the store.",
+    "logs_duplicate": "Log records recognised as already stored.",
+    "logs_rejected": "Log records refused, by reason.",
+    "requests": "Export requests handled, by receiver and result.",
+    "pushed_back": "Requests answered with a retryable refusal (429/503/UNAVAILABLE), by reason.",
+    "commits": "Store transactions committed (each holds one or more requests).",
+    "commit_errors": "Store transactions that failed.",
+    "dedupe_evictions": "Keys dropped from the duplicate window because it reached its size bound.",
+}
+GAUGES = {
+    "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
+    "queue_requests": "Requests waiting for the store.",
+    "dedupe_keys": "Span and log keys held in the duplicate window.",
+    "uptime_seconds": "Seconds since the process started.",
+}
+
+
+class Metrics:
+    """Thread-safe counters with an optional label, and gauges read from callbacks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counters: dict[tuple[str, str], int] = defaultdict(int)
+        self._gauges: dict[str, Callable[[], float]] = {}
+        self._started = time.monotonic()
+        self.gauge("uptime_seconds", lambda: time.monotonic() - self._started)
+
+    def inc(self, name: str, value: int = 1, label: str = "") -> None:
+        if name not in DESCRIPTIONS:
+            raise KeyError(f"unknown counter {name}")
+        with self._lock:
+            self._counters[(name, label)] += value
+
+    def gauge(self, name: str, read: Callable[[], float]) -> None:
+        if name not in GAUGES:
+            raise KeyError(f"unknown gauge {name}")
+        self._gauges[name] = read
+
+    def get(self, name: str, label: str | None = None) -> int:
+        with self._lock:
+            if label is not None:
+                return self._counters.get((name, label), 0)
+            return sum(v for (n, _), v in self._counters.items() if n == name)
+
+    def snapshot(self) -> dict[str, object]:
+        """Counters (a number, or a dict by label) and gauges, for JSON."""
+        out: dict[str, object] = {}
+        with self._lock:
+            items = list(self._counters.items())
+        for (name, label), value in sorted(items):
+            if label:
+                out.setdefault(name, {})[label] = value  # type: ignore[index]
+            else:
+                out[name] = value
+        for name, read in self._gauges.items():
+            out[name] = round(read(), 3)
+        return out
+
+    def prometheus(self) -> str:
+        """The Prometheus text exposition format."""
+        lines = []
+        with self._lock:
+            items = sorted(self._counters.items())
+        for name, help_text in DESCRIPTIONS.items():
+            metric = f"agentfunnel_{name}_total"
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+            rows = [(label, v) for (n, label), v in items if n == name]
+            if not rows:
+                lines.append(f"{metric} 0")
+            for label, value in rows:
+                lines.append(f'{metric}{{reason="{label}"}} {value}' if label else f"{metric} {value}")
+        for name, read in self._gauges.items():
+            metric = f"agentfunnel_{name}"
+            lines += [f"# HELP {metric} {GAUGES[name]}", f"# TYPE {metric} gauge", f"{metric} {read():g}"]
+        return "\n".join(lines) + "\n"
