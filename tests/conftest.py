@@ -1,0 +1,116 @@
+"""Shared fixtures: a real ``agentfunnel serve`` process on free ports, and SQL against its file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+READY = re.compile(r"agentfunnel serving db=(\S+) grpc=(\S+) http=(\S+) sql=(\S+)")
+
+
+def agentfunnel_cmd() -> list[str]:
+    return [sys.executable, "-m", "agentfunnel.collector.cli"]
+
+
+@dataclass
+class ServerProcess:
+    """A running ``agentfunnel serve``; ``stop()`` is graceful, ``kill()`` is kill -9."""
+
+    db: Path
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen | None = None
+    grpc: str = ""
+    http: str = ""
+    admin: str = ""
+    log_path: Path | None = None
+
+    def start(self, timeout: float = 30.0) -> "ServerProcess":
+        self.log_path = self.db.with_suffix(f".serve{int(time.time() * 1000) % 100000}.log")
+        log = open(self.log_path, "w")
+        cmd = agentfunnel_cmd() + ["serve", "--db", str(self.db), "--grpc-port", "0", "--http-port", "0", *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     env={**os.environ, **(self.env or {})})
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            m = READY.search(line)
+            if m:
+                _, self.grpc, self.http, self.admin = m.groups()
+                return self
+        self.proc.kill()
+        raise RuntimeError(f"server did not start: {self.log_path.read_text()[-3000:]}")
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http}"
+
+    def stop(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def logs(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
+
+
+def run_cli(*args: str, check: bool = True, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run(agentfunnel_cmd() + list(args), capture_output=True, text=True, input=input, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"agentfunnel {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def sql(db: Path, query: str) -> list[dict[str, Any]]:
+    """Rows as dicts, through the real ``agentfunnel sql`` command (server or file)."""
+    out = run_cli("sql", "--db", str(db), "--format", "json", query).stdout
+    return json.loads(out)
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    """Start a server on a fresh database; extra args via ``server_factory`` instead."""
+    srv = ServerProcess(tmp_path / "af.duckdb").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path):
+    started: list[ServerProcess] = []
+
+    def make(args: list[str] | None = None, db: Path | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+        srv = ServerProcess(db or tmp_path / "af.duckdb", args or [], env).start()
+        started.append(srv)
+        return srv
+
+    yield make
+    for srv in started:
+        if srv.proc and srv.proc.poll() is None:
+            srv.stop()
