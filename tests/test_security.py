@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import grpc
+
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
@@ -32,7 +34,10 @@ def test_bearer_token_required_on_both_receivers(server_factory):
     assert sorted(r["name"] for r in sql(srv.db, "select name from spans")) == ["ok-grpc", "ok-http"]
 
 
-def test_tls_on_both_receivers(server_factory, tmp_path):
+def test_tls_on_both_receivers(server_factory, tmp_path, monkeypatch):
+    # requests prefers a CA bundle named in the environment over the exporter's certificate_file
+    for var in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
@@ -42,8 +47,8 @@ def test_tls_on_both_receivers(server_factory, tmp_path):
     srv = server_factory(["--config", str(cfg)])
     http_exp = HttpSpanExporter(endpoint=f"https://{srv.http}/v1/traces", certificate_file=str(cert))
     assert http_exp.export([_span("tls-http")]) == SpanExportResult.SUCCESS
-    grpc_exp = GrpcSpanExporter(endpoint=f"https://{srv.grpc}", credentials=None, insecure=False,
-                                certificate_file=str(cert))
+    grpc_exp = GrpcSpanExporter(endpoint=f"https://{srv.grpc}", insecure=False,
+                                credentials=grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()))
     assert grpc_exp.export([_span("tls-grpc")]) == SpanExportResult.SUCCESS
     plain = HttpSpanExporter(endpoint=f"http://{srv.http}/v1/traces", timeout=3)
     assert plain.export([_span("plain")]) == SpanExportResult.FAILURE

@@ -1,0 +1,644 @@
+"""End-to-end ingest throughput of ``agentfunnel serve``, next to a parse-and-count reference.
+
+What it measures: spans per second that a real ``agentfunnel serve`` process acknowledges over
+loopback, where a request counts only once its response has arrived (the server answers only
+after the spans are committed to DuckDB). The same prebuilt GenAI-shaped requests (512 spans
+each, distinct span ids) are sent by C concurrent clients in this process, over OTLP/gRPC (raw
+unary Export calls, one channel per client) and OTLP/HTTP (protobuf POSTs, one keep-alive
+connection per client). Each transport gets its own server on a fresh temporary database, so
+both runs start from an empty file; afterwards the stored row count is checked through
+``agentfunnel sql`` against the spans sent.
+
+The same clients then drive a reference server, run in a separate process by this script
+(``--reference-server``): it only parses each body with ``ExportTraceServiceRequest.FromString``,
+counts the spans and answers an empty response. The ratio agentfunnel / reference says how much
+of the ceiling of a Python OTLP server the full pipeline (decode, group commit) keeps. Server CPU
+time is sampled with psutil around the timed window, giving spans per CPU-second (per core used).
+Push-backs (HTTP 503 / gRPC UNAVAILABLE) are retried after a short sleep and counted.
+
+This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
+
+    python bench/ingest.py                          # 400 requests (~200k spans), 4 clients, both transports
+    python bench/ingest.py --requests 200 --concurrency 8 --transport grpc --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import http.client
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+EXPORT_METHOD = f"/{TRACE_SERVICE}/Export"
+SPANS_PER_REQUEST = 512
+MAX_MESSAGE = 64 * 1024 * 1024
+CALL_TIMEOUT = 120.0          # one request, server side included
+PUSHBACK_DEADLINE = 300.0     # give up on a request pushed back for this long
+WARMUP_PER_CLIENT = 1         # untimed requests per client before the clock starts (own span ids)
+AF_READY = re.compile(r"agentfunnel serving db=(\S+) grpc=(\S+) http=(\S+) sql=(\S+)")
+REF_READY = re.compile(r"reference serving grpc=(\S+) http=(\S+)")
+
+
+# ============================================================================ reference server
+
+
+def reference_server() -> int:
+    """Parse and count, nothing else: gRPC and HTTP on free loopback ports, one asyncio loop."""
+    import asyncio
+
+    import grpc
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
+                                                                          ExportTraceServiceResponse)
+
+    empty = ExportTraceServiceResponse().SerializeToString()
+    counts = {"requests": 0, "spans": 0}
+
+    def count(body: bytes) -> None:
+        req = ExportTraceServiceRequest.FromString(body)
+        counts["spans"] += sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+        counts["requests"] += 1
+
+    async def grpc_export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        count(body)
+        return empty
+
+    async def http_export(request: web.Request) -> web.Response:
+        count(await request.read())
+        return web.Response(body=empty, content_type="application/x-protobuf")
+
+    async def http_count(request: web.Request) -> web.Response:
+        return web.json_response(counts)
+
+    async def main() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE),
+                                          ("grpc.max_send_message_length", MAX_MESSAGE)])
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            TRACE_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(grpc_export)}),))
+        grpc_port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        app = web.Application(client_max_size=MAX_MESSAGE)
+        app.router.add_post("/v1/traces", http_export)
+        app.router.add_get("/count", http_count)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"reference serving grpc=127.0.0.1:{grpc_port} http=127.0.0.1:{http_port}", flush=True)
+        await stop.wait()
+        await server.stop(1)
+        await runner.cleanup()
+
+    asyncio.run(main())
+    return 0
+
+
+# ============================================================================ child processes
+
+
+class Child:
+    """A server process: started, waited for its ready line, always stopped (see ``cleanup``)."""
+
+    running: list["Child"] = []
+
+    def __init__(self, name: str, cmd: list[str], ready: re.Pattern[str], log_path: Path) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.ready = ready
+        self.log_path = log_path
+        self.proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    def start(self, timeout: float = 60.0) -> re.Match[str]:
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        log.close()
+        Child.running.append(self)
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            m = self.ready.search(line)
+            if m:
+                return m
+        self.stop()
+        raise RuntimeError(f"{self.name} did not start:\n{self.logs()[-3000:]}")
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        assert self.proc is not None
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self in Child.running:
+            Child.running.remove(self)
+        return self.proc.returncode
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text()
+        except OSError:
+            return ""
+
+    @classmethod
+    def cleanup(cls) -> None:
+        for child in list(cls.running):
+            child.stop(timeout=10.0)
+
+
+# ============================================================================ clients
+
+
+class Sender:
+    """One client's connection; ``send`` returns rejected spans, or None when pushed back."""
+
+    def send(self, body: bytes) -> int | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _rejected(response: bytes) -> int:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    return ExportTraceServiceResponse.FromString(response).partial_success.rejected_spans
+
+
+class GrpcSender(Sender):
+    def __init__(self, addr: str) -> None:
+        import grpc
+
+        self._grpc = grpc
+        # A local subchannel pool gives each client its own HTTP/2 connection.
+        self.channel = grpc.insecure_channel(addr, options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.max_receive_message_length", MAX_MESSAGE),
+            ("grpc.use_local_subchannel_pool", 1),
+        ])
+        self.call = self.channel.unary_unary(EXPORT_METHOD)  # no (de)serializers: bytes in, bytes out
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+
+    def send(self, body: bytes) -> int | None:
+        try:
+            return _rejected(self.call(body, timeout=CALL_TIMEOUT))
+        except self._grpc.RpcError as exc:
+            if exc.code() == self._grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+                return None
+            raise RuntimeError(f"gRPC {exc.code().name}: {exc.details()}") from None  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class HttpSender(Sender):
+    def __init__(self, addr: str) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=CALL_TIMEOUT)  # HTTP/1.1 keep-alive
+
+    def send(self, body: bytes) -> int | None:
+        self.conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"})
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if resp.status == 200:
+            return _rejected(data)
+        if resp.status == 503:
+            return None
+        raise RuntimeError(f"HTTP {resp.status}: {data[:300]!r}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+SENDERS: dict[str, Callable[[str], Sender]] = {"grpc": GrpcSender, "http": HttpSender}
+
+
+@dataclass
+class Drive:
+    """What the clients saw during the timed window."""
+
+    requests: int = 0
+    spans: int = 0
+    seconds: float = 0.0
+    pushbacks: int = 0
+    rejected: int = 0
+    latencies: list[float] = field(default_factory=list)
+    server_cpu: float = 0.0
+    client_cpu: float = 0.0
+
+
+def drive(transport: str, addr: str, bodies: list[bytes], warmup: list[bytes], concurrency: int,
+          retry_sleep: float, server: Child) -> Drive:
+    """Warm each client up, then send every body once with ``concurrency`` clients; time to last ack."""
+    import psutil
+
+    me = psutil.Process()
+    lock = threading.Lock()
+    next_index = iter(range(len(bodies)))
+    start = threading.Barrier(concurrency + 1)
+    failed: list[BaseException] = []
+    out = Drive()
+    ends: list[float] = []
+
+    def deliver(sender: Sender, body: bytes) -> tuple[int, int]:
+        pushed = 0
+        deadline = time.monotonic() + PUSHBACK_DEADLINE
+        while True:
+            rejected = sender.send(body)
+            if rejected is not None:
+                return pushed, rejected
+            pushed += 1
+            if failed or time.monotonic() > deadline:
+                raise RuntimeError(f"request still pushed back after {pushed} tries")
+            time.sleep(retry_sleep)
+
+    def client(k: int) -> None:
+        sender: Sender | None = None
+        lat: list[float] = []
+        pushed = rejected = 0
+        try:
+            sender = SENDERS[transport](addr)
+            for body in warmup[k::concurrency]:
+                deliver(sender, body)
+            start.wait()
+            while not failed:
+                with lock:
+                    i = next(next_index, None)
+                if i is None:
+                    break
+                t0 = time.perf_counter()
+                p, r = deliver(sender, bodies[i])
+                lat.append(time.perf_counter() - t0)
+                pushed += p
+                rejected += r
+            end = time.perf_counter()
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            failed.append(exc)
+            start.abort()
+            return
+        finally:
+            if sender is not None:
+                sender.close()
+        with lock:
+            out.latencies.extend(lat)
+            out.requests += len(lat)
+            out.pushbacks += pushed
+            out.rejected += rejected
+            ends.append(end)
+
+    threads = [threading.Thread(target=client, args=(k,), name=f"client-{k}", daemon=True)
+               for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    try:
+        start.wait(timeout=300)
+    except threading.BrokenBarrierError:
+        pass
+    cpu0, me0 = server.cpu_seconds(), me.cpu_times()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    if failed:
+        raise RuntimeError(f"{transport} client failed: {failed[0]!r}") from failed[0]
+    cpu1, me1 = server.cpu_seconds(), me.cpu_times()
+    out.seconds = max(ends) - t0
+    out.spans = out.requests * SPANS_PER_REQUEST
+    out.server_cpu = cpu1 - cpu0
+    out.client_cpu = (me1.user + me1.system) - (me0.user + me0.system)
+    return out
+
+
+# ============================================================================ runs
+
+
+@dataclass
+class Run:
+    server: str               # "agentfunnel" or "reference"
+    transport: str
+    drive: Drive
+    stored: int               # spans the server says it has, after the run
+    expected: int             # spans sent, warm-up included
+    metrics: dict[str, Any] | None = None
+    db: Path | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.drive.spans / self.drive.seconds if self.drive.seconds else 0.0
+
+    @property
+    def per_core(self) -> float:
+        return self.drive.spans / self.drive.server_cpu if self.drive.server_cpu else float("nan")
+
+    @property
+    def cores(self) -> float:
+        return self.drive.server_cpu / self.drive.seconds if self.drive.seconds else 0.0
+
+
+def agentfunnel_cmd() -> list[str]:
+    return [sys.executable, "-m", "agentfunnel.collector.cli"]
+
+
+def stored_spans(db: Path) -> int:
+    """``select count(*)`` through the real CLI: the running server owns the file."""
+    proc = subprocess.run(agentfunnel_cmd() + ["sql", "--db", str(db), "--format", "json",
+                                               "select count(*) as n from spans"],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"agentfunnel sql failed ({proc.returncode}): {proc.stderr.strip()}")
+    return int(json.loads(proc.stdout)[0]["n"])
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def run_agentfunnel(transport: str, bodies: list[bytes], warmup: list[bytes], args: argparse.Namespace,
+                    workdir: Path, say: Callable[[str], None]) -> Run:
+    db = workdir / f"agentfunnel-{transport}.duckdb"
+    child = Child(f"agentfunnel serve ({transport})",
+                  agentfunnel_cmd() + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0"],
+                  AF_READY, workdir / f"agentfunnel-{transport}.log")
+    m = child.start()
+    _, grpc_addr, http_addr, _ = m.groups()
+    try:
+        d = drive(transport, grpc_addr if transport == "grpc" else http_addr, bodies, warmup,
+                  args.concurrency, args.retry_sleep, child)
+        expected = (len(bodies) + len(warmup)) * SPANS_PER_REQUEST
+        stored = stored_spans(db)
+        metrics = get_json(f"http://{http_addr}/metrics?format=json")
+    except Exception:
+        say(f"[red]agentfunnel ({transport}) log tail:[/]\n{child.logs()[-3000:]}")
+        raise
+    finally:
+        rc = child.stop()
+    if rc != 0:
+        say(f"[yellow]agentfunnel serve ({transport}) exited with {rc}[/]\n{child.logs()[-2000:]}")
+    return Run("agentfunnel", transport, d, stored, expected, metrics, db)
+
+
+def run_reference(transport: str, bodies: list[bytes], warmup: list[bytes], args: argparse.Namespace,
+                  workdir: Path, say: Callable[[str], None]) -> Run:
+    child = Child(f"reference ({transport})", [sys.executable, str(Path(__file__).resolve()), "--reference-server"],
+                  REF_READY, workdir / f"reference-{transport}.log")
+    grpc_addr, http_addr = child.start().groups()
+    try:
+        d = drive(transport, grpc_addr if transport == "grpc" else http_addr, bodies, warmup,
+                  args.concurrency, args.retry_sleep, child)
+        stored = int(get_json(f"http://{http_addr}/count")["spans"])
+    except Exception:
+        say(f"[red]reference ({transport}) log tail:[/]\n{child.logs()[-3000:]}")
+        raise
+    finally:
+        child.stop()
+    return Run("reference", transport, d, stored, (len(bodies) + len(warmup)) * SPANS_PER_REQUEST)
+
+
+# ============================================================================ report
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _flatten(metrics: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if isinstance(value, dict):
+            for label, v in value.items():
+                flat[f"{name}{{{label}}}"] = v
+        else:
+            flat[name] = value
+    return flat
+
+
+def report(console: Any, runs: list[Run], args: argparse.Namespace, machine: dict[str, str]) -> None:
+    from rich.table import Table
+
+    by = {(r.server, r.transport): r for r in runs}
+    transports = [t for t in ("grpc", "http") if ("agentfunnel", t) in by]
+
+    t = Table(title=f"Ingest over loopback: {args.requests} requests × {SPANS_PER_REQUEST} spans, "
+                    f"{args.concurrency} clients", title_justify="left",
+              caption="spans/s: acknowledged (committed) spans over the timed window; ratio = agentfunnel / "
+                      "reference; spans/s/core = spans / server CPU-seconds; cores = server CPU-seconds / wall "
+                      "seconds", caption_justify="left")
+    for col in ("transport", "agentfunnel spans/s", "reference spans/s", "ratio", "push-backs",
+                "agentfunnel spans/s/core", "reference spans/s/core", "agentfunnel cores", "count check"):
+        t.add_column(col, justify="left" if col in ("transport", "count check") else "right")
+    for tr in transports:
+        af, ref = by[("agentfunnel", tr)], by.get(("reference", tr))
+        ok = [r.stored == r.expected for r in (af, ref) if r]
+        t.add_row(
+            tr,
+            f"{af.rate:,.0f}",
+            f"{ref.rate:,.0f}" if ref else "-",
+            f"{af.rate / ref.rate:.2f}" if ref and ref.rate else "-",
+            f"{af.drive.pushbacks}" + (f" (ref {ref.drive.pushbacks})" if ref else ""),
+            f"{af.per_core:,.0f}",
+            f"{ref.per_core:,.0f}" if ref else "-",
+            f"{af.cores:.2f}",
+            "[green]ok[/]" if all(ok) else "[red]MISMATCH[/]",
+        )
+    console.print(t)
+
+    d = Table(title="Per run (timed window; stored spans include the untimed warm-up requests)",
+              title_justify="left")
+    for col in ("server", "transport", "requests", "spans", "wall s", "spans/s", "push-backs", "rejected",
+                "server CPU s", "server cores", "client cores", "p50 ms", "p99 ms", "stored spans"):
+        d.add_column(col, justify="left" if col in ("server", "transport") else "right")
+    for r in runs:
+        x = r.drive
+        d.add_row(r.server, r.transport, str(x.requests), f"{x.spans:,}", f"{x.seconds:.2f}", f"{r.rate:,.0f}",
+                  str(x.pushbacks), str(x.rejected), f"{x.server_cpu:.2f}", f"{r.cores:.2f}",
+                  f"{x.client_cpu / x.seconds if x.seconds else 0:.2f}",
+                  f"{_pct(x.latencies, 0.5) * 1000:.1f}", f"{_pct(x.latencies, 0.99) * 1000:.1f}",
+                  f"{r.stored:,}" if r.stored == r.expected else f"[red]{r.stored:,} ≠ {r.expected:,} sent[/]")
+    console.print(d)
+
+    mt = Table(title="Machine", title_justify="left", show_header=False)
+    mt.add_column("fact")
+    mt.add_column("value")
+    for k, v in machine.items():
+        mt.add_row(k, v)
+    console.print(mt)
+
+    af_runs = [r for r in runs if r.server == "agentfunnel" and r.metrics]
+    if af_runs:
+        flats = [_flatten(r.metrics or {}) for r in af_runs]
+        keys = sorted({k for f in flats for k in f})
+        m = Table(title="agentfunnel /metrics?format=json at the end of each run", title_justify="left")
+        m.add_column("metric")
+        for r in af_runs:
+            m.add_column(f"{r.transport} server", justify="right")
+        for k in keys:
+            m.add_row(k, *[str(f.get(k, "")) for f in flats])
+        console.print(m)
+
+
+def machine_facts() -> dict[str, str]:
+    import aiohttp
+    import duckdb
+    import grpc
+    from google.protobuf.internal import api_implementation
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 0
+    return {
+        "nproc (usable / online)": f"{usable} / {os.cpu_count()}",
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": platform.python_version(),
+        "grpcio / aiohttp / duckdb": f"{grpc.__version__} / {aiohttp.__version__} / {duckdb.__version__}",
+        "protobuf backend": api_implementation.Type(),
+    }
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+# ============================================================================ main
+
+
+def build_bodies(n: int, seed0: int, console: Any, what: str) -> list[bytes]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from payloads import genai_request_bytes
+
+    out = []
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task(f"building {what}", total=n)
+        for i in range(n):
+            out.append(genai_request_bytes(SPANS_PER_REQUEST, seed=seed0 + i))
+            progress.advance(task)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=400,
+                   help=f"timed requests per run, {SPANS_PER_REQUEST} spans each (default 400 ≈ 200k spans)")
+    p.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
+    p.add_argument("--transport", choices=["grpc", "http", "both"], default="both")
+    p.add_argument("--keep", action="store_true", help="keep the databases and server logs, and print where")
+    p.add_argument("--no-reference", action="store_true", help="skip the parse-and-count reference server")
+    p.add_argument("--retry-sleep", type=float, default=0.05,
+                   help="seconds to wait before resending a pushed-back request (default 0.05)")
+    p.add_argument("--reference-server", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.requests < 1 or args.concurrency < 1:
+        p.error("--requests and --concurrency must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.reference_server:
+        return reference_server()
+
+    from rich.console import Console
+
+    console = Console(width=max(150, Console().width))  # wide tables even when piped
+    say = console.print
+    atexit.register(Child.cleanup)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through the finally below
+    workdir = Path(tempfile.mkdtemp(prefix="agentfunnel-bench-"))
+    transports = ["grpc", "http"] if args.transport == "both" else [args.transport]
+    runs: list[Run] = []
+    ok = False
+    try:
+        load_before = loadavg()
+        t0 = time.perf_counter()
+        bodies = build_bodies(args.requests, 0, console, f"{args.requests} requests")
+        warmup = build_bodies(args.concurrency * WARMUP_PER_CLIENT, 10_000_000, console, "warm-up requests")
+        size = statistics.mean(len(b) for b in bodies)
+        say(f"built {len(bodies)} requests × {SPANS_PER_REQUEST} spans ({size / 1024:.0f} KiB each) "
+            f"in {time.perf_counter() - t0:.1f}s; load average {load_before}")
+        for tr in transports:
+            runners = [("agentfunnel", run_agentfunnel)]
+            if not args.no_reference:
+                runners.append(("reference", run_reference))
+            for name, fn in runners:
+                r = fn(tr, bodies, warmup, args, workdir, say)
+                runs.append(r)
+                mark = "[green]ok[/]" if r.stored == r.expected else "[red]MISMATCH[/]"
+                say(f"{tr:4} {name:11}: {r.rate:10,.0f} spans/s  {r.drive.seconds:6.2f}s  "
+                    f"push-backs {r.drive.pushbacks}  server cores {r.cores:.2f}  "
+                    f"stored {r.stored:,}/{r.expected:,} {mark}")
+        machine = machine_facts()
+        machine["load average before / after (1 5 15 min)"] = f"{load_before} / {loadavg()}"
+        say()
+        report(console, runs, args, machine)
+        ok = all(r.stored == r.expected for r in runs)
+        if not ok:
+            say("[red]stored span count differs from spans sent[/]")
+    finally:
+        Child.cleanup()
+        if args.keep:
+            say(f"kept databases and logs in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
