@@ -65,11 +65,27 @@ class StoreSettings(_Model):
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
 
 
+class SessionSettings(_Model):
+    """How traces become sessions."""
+
+    idle_timeout_seconds: float = Field(
+        30.0, gt=0, description="A trace is assembled when no span has arrived for it for this long."
+    )
+    max_open_traces: int = Field(
+        100_000, gt=0, description="Bound on traces held open; beyond it the least recently seen close early."
+    )
+    check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
+    session_keys: list[str] = Field(
+        default_factory=list, description="Extra attribute keys that carry a session id, after the built-in ones."
+    )
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
     receivers: ReceiverSettings = ReceiverSettings()
     store: StoreSettings = StoreSettings()
+    sessions: SessionSettings = SessionSettings()
 
 
 class ConfigError(Exception):

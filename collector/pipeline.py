@@ -72,10 +72,12 @@ class Admission:
 class Pipeline:
     """Decode and store; one per process."""
 
-    def __init__(self, store: Store, metrics: Metrics, admission: Admission) -> None:
+    def __init__(self, store: Store, metrics: Metrics, admission: Admission,
+                 on_spans_committed: Callable[[list[str]], None] | None = None) -> None:
         self.store = store
         self.metrics = metrics
         self.admission = admission
+        self.on_spans_committed = on_spans_committed
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
@@ -101,6 +103,8 @@ class Pipeline:
                 out.set_exception(exc)
                 return
             result: CommitResult = f.result()
+            if self.on_spans_committed is not None and isinstance(batch, SpanBatch) and len(batch):
+                self.on_spans_committed(batch.trace_id)
             out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
                                         result.duplicates))
 

@@ -26,6 +26,7 @@ from .query import QueryError, remove_sidecar, run_query, write_sidecar
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
+from .sessions import SessionService
 from .errors import UnauthorizedError
 from .store.writer import Store
 from .telemetry import Metrics
@@ -50,7 +51,9 @@ class Server:
                            max_queue_bytes=settings.receivers.max_bytes_in_flight)
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
                                    settings.receivers.retry_after_seconds, self.metrics)
-        self.pipeline = Pipeline(self.store, self.metrics, self.admission)
+        self.sessions = SessionService(settings.sessions, self.store, self.metrics)
+        self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe)
+        self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-sql")
         self._runners: list[web.AppRunner] = []
@@ -72,6 +75,10 @@ class Server:
     async def start(self) -> Endpoints:
         rs = self.settings.receivers
         self.store.open()
+        reopened = self.sessions.recover()
+        if reopened:
+            log.info("reopened %d traces that were stored but not assembled", reopened)
+        self._session_task = asyncio.get_running_loop().create_task(self.sessions.run())
         grpc_addr = http_addr = None
         if rs.grpc_enabled:
             self.grpc = GrpcReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
@@ -107,7 +114,17 @@ class Server:
         app = web.Application()
         app.router.add_post("/sql", self._sql)
         app.router.add_get("/metrics", self._metrics_json)
+        app.router.add_post("/flush", self._flush)
         return app
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        """Assemble every open trace now, without waiting for the idle timeout."""
+        try:
+            check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
+        except UnauthorizedError as exc:
+            return web.json_response({"error": exc.message}, status=401)
+        assembled = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.flush)
+        return web.json_response({"traces": len(assembled)})
 
     async def _sql(self, request: web.Request) -> web.Response:
         try:
@@ -142,8 +159,15 @@ class Server:
             await self.grpc.server.stop(grace)
         for runner in self._runners:
             await runner.cleanup()
+        if self._session_task is not None:
+            self._session_task.cancel()
         self._decode_pool.shutdown(wait=True)
         self._query_pool.shutdown(wait=True)
+        if self.store.con is not None:
+            try:
+                self.sessions.flush()
+            except Exception:  # noqa: BLE001 - the traces stay unassembled and are reopened on start
+                log.exception("could not assemble open traces at shutdown")
         self.store.close()
 
 

@@ -26,11 +26,15 @@ DESCRIPTIONS = {
     "commits": "Store transactions committed (each holds one or more requests).",
     "commit_errors": "Store transactions that failed.",
     "dedupe_evictions": "Keys dropped from the duplicate window because it reached its size bound.",
+    "traces_assembled": "Traces assembled into sessions (idle timeout, flush, shutdown or early close).",
+    "sessions_finalized_early": "Open traces closed before their idle timeout because max_open_traces was reached.",
+    "assembly_errors": "Assembly jobs that failed (their traces stay open and are retried).",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span and log keys held in the duplicate window.",
+    "open_traces": "Traces received and not yet assembled into sessions.",
     "uptime_seconds": "Seconds since the process started.",
 }
 

@@ -88,3 +88,33 @@ def migrate(con: Any, migrations: list[Migration] | None = None,
         if on_apply:
             on_apply(name)
     return done
+
+MIGRATIONS.append((
+    "0002_tool_calls",
+    """
+    CREATE TABLE tool_calls (
+        session_id VARCHAR,
+        trace_id VARCHAR NOT NULL,
+        span_id VARCHAR NOT NULL,
+        tool_name VARCHAR,
+        call_id VARCHAR,
+        arguments JSON,
+        result JSON,
+        error VARCHAR,
+        status_code VARCHAR,
+        step VARCHAR,
+        args_valid BOOLEAN,
+        start_time TIMESTAMP_NS,
+        duration_ms DOUBLE,
+        dialect VARCHAR,
+        server VARCHAR
+    );
+    CREATE TABLE trace_index (
+        trace_id VARCHAR PRIMARY KEY,
+        first_received TIMESTAMP,
+        span_count INTEGER,
+        session_ids VARCHAR[],
+        assembled_at TIMESTAMP
+    );
+    """,
+))

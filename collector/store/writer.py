@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
@@ -52,9 +52,10 @@ class CommitResult:
 
 @dataclass(slots=True)
 class _Item:
-    batch: SpanBatch | LogBatch
+    batch: SpanBatch | LogBatch | None
     future: Future
     nbytes: int
+    job: Callable[[duckdb.DuckDBPyConnection], Any] | None = None
 
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -150,15 +151,33 @@ class Store:
         self._queue.put(_Item(batch, fut, nbytes))
         return fut
 
+    def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any]) -> Future:
+        """Run ``job(con)`` on the writer thread inside its own transaction; the future gets its return value.
+
+        Jobs (session assembly, rescoring) share the single write connection with ingest, in
+        arrival order, so they never race a commit and need no lock of their own.
+        """
+        fut: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RetryableError("the store is shutting down")
+        self._queue.put(_Item(None, fut, 0, job))
+        return fut
+
     # ------------------------------------------------------------------ writer thread
     def _run(self) -> None:
-        stop = False
-        while not stop:
-            first = self._queue.get()
+        pending_job: _Item | None = None
+        while True:
+            stop = False
+            first = pending_job or self._queue.get()
+            pending_job = None
             if first is None:
                 break
+            if first.job is not None:
+                self._run_job(first)
+                continue
             items = [first]
-            spans = len(first.batch)
+            spans = len(first.batch)  # type: ignore[arg-type]
             while spans < self.settings.max_batch_spans:
                 try:
                     nxt = self._queue.get_nowait()
@@ -167,9 +186,31 @@ class Store:
                 if nxt is None:
                     stop = True
                     break
+                if nxt.job is not None:
+                    pending_job = nxt  # data first, then the job, in arrival order
+                    break
                 items.append(nxt)
-                spans += len(nxt.batch)
+                spans += len(nxt.batch)  # type: ignore[arg-type]
             self._commit_group(items)
+            if stop:  # draining met the close marker (never together with a pending job)
+                break
+
+    def _run_job(self, item: _Item) -> None:
+        assert self.con is not None and item.job is not None
+        con = self.con
+        try:
+            con.execute("BEGIN TRANSACTION")
+            result = item.job(con)
+            con.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
+            log.exception("store job failed")
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            item.future.set_exception(exc)
+            return
+        item.future.set_result(result)
 
     def _commit_group(self, items: list[_Item]) -> None:
         try:

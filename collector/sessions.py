@@ -1,0 +1,79 @@
+"""The session stage's lifecycle: note traces as spans commit, assemble them when they go idle.
+
+Assembly runs as a job on the store's writer thread, off the ingest path: a request is
+acknowledged as soon as its spans are committed, and the session work follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from concurrent.futures import Future
+from datetime import datetime, timedelta
+
+from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
+from .config import SessionSettings
+from .store.writer import Store
+from .store.writer import _utcnow as utcnow
+from .telemetry import Metrics
+
+log = logging.getLogger(__name__)
+RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it
+
+
+class SessionService:
+    def __init__(self, settings: SessionSettings, store: Store, metrics: Metrics) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
+        metrics.gauge("open_traces", lambda: len(self.tracker))
+
+    def recover(self) -> int:
+        """After a restart: reopen the traces whose spans were stored but never assembled."""
+        found = self.store.submit_job(open_traces_from_store).result()
+        for tid, since in found.items():
+            self.tracker.observe([tid], since)
+        return len(found)
+
+    def observe(self, trace_ids: Iterable[str]) -> None:
+        """Spans of these traces were just committed."""
+        evicted = self.tracker.observe(set(trace_ids), utcnow() - RECEIVED_SLACK)
+        if evicted:
+            self._assemble(self.tracker.take(evicted))
+
+    def _assemble(self, traces: dict[str, datetime]) -> Future:
+        fut = self.store.submit_job(assemble_job(traces, tuple(self.settings.session_keys)))
+
+        def done(f: Future) -> None:
+            if f.exception() is not None:
+                self.metrics.inc("assembly_errors")
+                for tid, since in traces.items():  # keep them open; the next pass retries
+                    self.tracker.observe([tid], since)
+            else:
+                self.metrics.inc("traces_assembled", len(f.result()))
+
+        fut.add_done_callback(done)
+        return fut
+
+    def assemble_idle(self) -> Future | None:
+        traces = self.tracker.take(idle_only=True)
+        return self._assemble(traces) if traces else None
+
+    def flush(self) -> list[AssembledTrace]:
+        """Assemble every open trace now and wait for it (``ingest`` end, shutdown, explicit flush)."""
+        traces = self.tracker.take()
+        return self._assemble(traces).result() if traces else []
+
+    async def run(self) -> None:
+        """Assemble idle traces until cancelled."""
+        while True:
+            await asyncio.sleep(self.settings.check_interval_seconds)
+            fut = self.assemble_idle()
+            if fut is not None:
+                try:
+                    await asyncio.wrap_future(fut)
+                except Exception:  # noqa: BLE001 - counted in done(); keep the loop alive
+                    log.exception("assembly failed")
+

@@ -1,0 +1,31 @@
+"""Google ADK: its own tool attributes, and merged parallel tool spans."""
+
+from __future__ import annotations
+
+from ..attributes import ADK_TOOL_ARGS, ADK_TOOL_RESPONSE
+from ..records import SpanView
+from .base import Fields, parse_json
+
+
+class GoogleADK:
+    name = "google_adk"
+
+    def matches(self, span: SpanView) -> bool:
+        return span.scope_name == "gcp.vertex.agent" or any(k.startswith("gcp.vertex.agent.") for k in span.attributes)
+
+    def extract(self, span: SpanView) -> Fields:
+        a = span.attributes
+        out: Fields = {"provider": None}  # hard-coded gcp.gemini even for other models
+        if span.name == "call_llm":
+            out["kind"] = "llm"
+        if span.name.startswith("execute_tool"):
+            out["kind"] = "tool"
+            if "(merged" in span.name:
+                out["ignored"] = "merged_tool_span"
+        if ADK_TOOL_ARGS in a:
+            out["arguments"] = parse_json(a[ADK_TOOL_ARGS])
+        if ADK_TOOL_RESPONSE in a:
+            out["result"] = parse_json(a[ADK_TOOL_RESPONSE])
+        if span.name == "invocation" or span.name.startswith("agent_run"):
+            out["kind"] = "agent"
+        return out

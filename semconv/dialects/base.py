@@ -1,0 +1,112 @@
+"""The dialect protocol and the small readers every dialect shares.
+
+A dialect recognises its spans (``matches``) and returns the normalized fields it can read
+(``extract``), leaving out what it does not know; the normalizer merges the dialects that match,
+first one wins per field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from ..attributes import EVENT_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE
+from ..records import SpanView
+
+Fields = dict[str, Any]
+
+
+class Dialect(Protocol):
+    name: str
+
+    def matches(self, span: SpanView) -> bool: ...
+
+    def extract(self, span: SpanView) -> Fields: ...
+
+
+def parse_json(value: Any) -> Any:
+    """Attributes typed ``any`` arrive as JSON strings or as structured values: accept both."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s[:1] in ("{", "[", '"') or s in ("true", "false", "null"):
+            try:
+                return json.loads(s)
+            except ValueError:
+                return value
+    return value
+
+
+def first(attrs: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def after_prefix(name: str, *prefixes: str) -> str | None:
+    """``execute_tool search`` → ``search``: names parsed from span names."""
+    for prefix in prefixes:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):].strip() or None
+    return None
+
+
+def exception(span: SpanView) -> tuple[str | None, str | None]:
+    """Type and message of the last exception event, if any."""
+    for event in reversed(span.events):
+        if event.get("name") == EVENT_EXCEPTION:
+            attrs = event.get("attributes") or {}
+            return attrs.get(EXCEPTION_TYPE), attrs.get(EXCEPTION_MESSAGE)
+    return None, None
+
+
+def message_text(message: Any) -> str | None:
+    """Text parts of one GenAI message (``{role, parts:[{type:text, content}]}``) joined."""
+    if not isinstance(message, dict):
+        return None
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+                 and isinstance(p.get("content"), str)]
+        return "".join(texts) if texts else None
+    content = message.get("content")
+    return content if isinstance(content, str) else None
+
+
+def last_assistant_text(messages: Any) -> str | None:
+    messages = parse_json(messages)
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") in ("assistant", "model", None):
+            text = message_text(message)
+            if text:
+                return text
+    return None
+
+
+FINISH_REASONS = {"tool_calls": "tool_call", "tool_use": "tool_call", "tool-calls": "tool_call",
+                  "function_call": "tool_call", "max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"}
+
+
+def finish_reason(value: Any) -> str | None:
+    """One vocabulary: stop, length, tool_call, content_filter, error, or the lowercased original."""
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    if not isinstance(value, str) or not value:
+        return None
+    v = value.lower()
+    return FINISH_REASONS.get(v, v)

@@ -1,0 +1,41 @@
+"""Langfuse SDK attributes (``langfuse.observation.*``, ``langfuse.trace.*``)."""
+
+from __future__ import annotations
+
+from ..attributes import (LANGFUSE_OBSERVATION_INPUT, LANGFUSE_OBSERVATION_LEVEL, LANGFUSE_OBSERVATION_MODEL,
+                          LANGFUSE_OBSERVATION_OUTPUT, LANGFUSE_OBSERVATION_TYPE, LANGFUSE_TRACE_OUTPUT,
+                          LANGFUSE_USAGE_DETAILS)
+from ..records import SpanView
+from .base import Fields, as_int, parse_json
+
+KINDS = {"generation": "llm", "tool": "tool", "agent": "agent"}
+
+
+class Langfuse:
+    name = "langfuse"
+
+    def matches(self, span: SpanView) -> bool:
+        return any(k.startswith("langfuse.") for k in span.attributes)
+
+    def extract(self, span: SpanView) -> Fields:
+        a = span.attributes
+        out: Fields = {}
+        obs = a.get(LANGFUSE_OBSERVATION_TYPE)
+        if obs is not None:
+            out["kind"] = KINDS.get(str(obs), "other")
+        if out.get("kind") == "tool":
+            out["tool_name"] = a.get("gen_ai.tool.name") or span.name
+            out["arguments"] = parse_json(a.get(LANGFUSE_OBSERVATION_INPUT))
+            out["result"] = parse_json(a.get(LANGFUSE_OBSERVATION_OUTPUT))
+        if out.get("kind") == "llm":
+            out["model"] = a.get(LANGFUSE_OBSERVATION_MODEL)
+            usage = parse_json(a.get(LANGFUSE_USAGE_DETAILS))
+            if isinstance(usage, dict):
+                out["input_tokens"] = as_int(usage.get("input"))
+                out["output_tokens"] = as_int(usage.get("output"))
+        if a.get(LANGFUSE_OBSERVATION_LEVEL) == "ERROR":
+            out["error"] = a.get("langfuse.observation.status_message") or "ERROR"
+        trace_output = a.get(LANGFUSE_TRACE_OUTPUT)
+        if isinstance(trace_output, str) and trace_output:
+            out["final_answer"] = trace_output
+        return out

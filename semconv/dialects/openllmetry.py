@@ -1,0 +1,58 @@
+"""OpenLLMetry (Traceloop): ``traceloop.*`` entities and the LangChain wrappers around tool I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..attributes import (GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, LLM_REQUEST_TYPE,
+                          TRACELOOP_ENTITY_INPUT, TRACELOOP_ENTITY_NAME, TRACELOOP_ENTITY_OUTPUT,
+                          TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME)
+from ..records import SpanView
+from .base import Fields, parse_json
+from .openinference import langchain_final_text, unwrap_tool_message
+
+KINDS = {"tool": "tool", "agent": "agent", "workflow": "agent", "task": "other"}
+
+
+def unwrap_input(value: Any) -> Any:
+    """Traceloop wraps inputs: ``{"args": [...], "kwargs": {...}}`` or LangChain's ``{"inputs": {...}}``."""
+    if isinstance(value, dict):
+        if isinstance(value.get("inputs"), dict):
+            return value["inputs"]
+        if "kwargs" in value and "args" in value and not value.get("args"):
+            return value["kwargs"]
+    return value
+
+
+def unwrap_output(value: Any) -> Any:
+    if isinstance(value, dict) and "output" in value and len(value) <= 2:
+        return unwrap_tool_message(value["output"])
+    return unwrap_tool_message(value)
+
+
+class OpenLLMetry:
+    name = "openllmetry"
+
+    def matches(self, span: SpanView) -> bool:
+        a = span.attributes
+        return TRACELOOP_SPAN_KIND in a or TRACELOOP_WORKFLOW_NAME in a or LLM_REQUEST_TYPE in a
+
+    def extract(self, span: SpanView) -> Fields:
+        a = span.attributes
+        out: Fields = {}
+        kind = KINDS.get(str(a.get(TRACELOOP_SPAN_KIND, "")))
+        if kind is None and a.get(LLM_REQUEST_TYPE) in ("chat", "completion"):
+            kind = "llm"
+        if kind:
+            out["kind"] = kind
+        if kind == "tool":
+            out["tool_name"] = a.get("gen_ai.tool.name") or a.get(TRACELOOP_ENTITY_NAME)
+            raw_in = a.get(GEN_AI_TOOL_CALL_ARGUMENTS, a.get(TRACELOOP_ENTITY_INPUT))
+            raw_out = a.get(GEN_AI_TOOL_CALL_RESULT, a.get(TRACELOOP_ENTITY_OUTPUT))
+            out["arguments"] = unwrap_input(parse_json(raw_in))
+            out["result"] = unwrap_output(parse_json(raw_out))
+        elif kind == "agent":
+            out["agent_name"] = a.get(TRACELOOP_ENTITY_NAME) or a.get(TRACELOOP_WORKFLOW_NAME)
+            output = parse_json(a.get(TRACELOOP_ENTITY_OUTPUT))
+            out["final_answer"] = output if isinstance(output, str) and output else langchain_final_text(output)
+        return out

@@ -1,0 +1,114 @@
+"""One record per span, whatever dialect wrote it.
+
+Every dialect that recognises the span contributes the fields it can read, in registry order;
+the first value for a field wins, so a framework's own reading beats the generic GenAI one.
+Fields every dialect shares (errors, session and user keys, case attribution, the step-cap
+signal) are read here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNEL_RUN_ID, ERROR_TYPE,
+                         GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, SESSION_KEYS, USER_KEYS,
+                         WEAK_SESSION_KEYS)
+from .dialects import REGISTRY, Dialect
+from .dialects.base import exception
+from .records import SpanRecord, SpanView
+
+# Exception types and messages frameworks raise when their own step/turn/request cap is hit.
+STEP_LIMIT_SIGNALS = (
+    "UsageLimitExceeded",  # Pydantic AI
+    "GraphRecursionError", "Recursion limit of",  # LangGraph
+    "MaxTurnsExceeded", "Max turns",  # OpenAI Agents SDK
+    "LlmCallsLimitExceededError", "Max number of llm calls",  # Google ADK
+    "max_iterations", "Agent stopped due to iteration limit",  # LangChain AgentExecutor
+    "limit_turns",  # Strands stop reason
+)
+_FIELDS = set(SpanRecord.__slots__)  # type: ignore[attr-defined]
+
+
+def _session_key(attrs: dict[str, Any], extra_keys: Sequence[str]) -> tuple[str | None, str | None, bool]:
+    for key in (*SESSION_KEYS, *extra_keys):
+        value = attrs.get(key)
+        if value not in (None, ""):
+            return str(value), key, False
+    for key in WEAK_SESSION_KEYS:
+        value = attrs.get(key)
+        if value not in (None, ""):
+            return str(value), key, True
+    return None, None, False
+
+
+def _error(span: SpanView, fields: dict[str, Any]) -> str | None:
+    a = span.attributes
+    exc_type, exc_message = exception(span)
+    if span.status_code == "ERROR":
+        return span.status_message or exc_message or a.get(ERROR_TYPE) or exc_type or "error"
+    if fields.get("error"):
+        return fields["error"]
+    if a.get(ERROR_TYPE) not in (None, ""):
+        return str(a[ERROR_TYPE])
+    if a.get(GEN_AI_TOOL_STATUS) == "error" or a.get(PYDANTIC_TOOL_FAILURE_STAGE):
+        return exc_message or "error"
+    return None
+
+
+def _step_limit(span: SpanView, error: str | None, fields: dict[str, Any]) -> str | None:
+    if fields.get("step_limit"):
+        return fields["step_limit"]
+    exc_type, exc_message = exception(span)
+    for text in (exc_type, error, exc_message):
+        if text and any(signal in text for signal in STEP_LIMIT_SIGNALS):
+            return str(text)[:200]
+    return None
+
+
+def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
+              session_keys: Sequence[str] = ()) -> SpanRecord:
+    """The normalized record of one span; never raises on unknown or odd input."""
+    fields: dict[str, Any] = {}
+    name = "unknown"
+    for dialect in dialects:
+        try:
+            if not dialect.matches(span):
+                continue
+            found = dialect.extract(span)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue  # a dialect that cannot read this span leaves it to the others
+        if name == "unknown":
+            name = dialect.name
+        for key, value in found.items():
+            if key in _FIELDS and value is not None and fields.get(key) is None:
+                fields[key] = value
+            elif key == "provider" and value is None and key not in fields:
+                fields[key] = None  # a dialect that knows the provider attribute is misleading
+    attrs = span.attributes
+    error = _error(span, fields)
+    key, source, weak = _session_key(attrs, session_keys)
+    user = next((str(attrs[k]) for k in USER_KEYS if attrs.get(k) not in (None, "")), None)
+    if user is None and span.resource_attributes.get("user.id"):
+        user = str(span.resource_attributes["user.id"])
+    fields.update(
+        error=error,
+        step_limit=_step_limit(span, error, fields),
+        session_key=key, session_key_source=source, weak_session_key=weak,
+        user_id=user,
+        case_id=_str(attrs.get(AGENTFUNNEL_CASE_ID) or span.resource_attributes.get(AGENTFUNNEL_CASE_ID)),
+        experiment=_str(attrs.get(AGENTFUNNEL_EXPERIMENT) or span.resource_attributes.get(AGENTFUNNEL_EXPERIMENT)),
+        run_id=_str(attrs.get(AGENTFUNNEL_RUN_ID) or span.resource_attributes.get(AGENTFUNNEL_RUN_ID)),
+    )
+    if fields.get("kind") not in ("llm", "tool", "agent", "other"):
+        fields["kind"] = "other"
+    if fields["kind"] == "tool" and not fields.get("tool_name"):
+        fields["kind"] = "other"
+    return SpanRecord(
+        trace_id=span.trace_id, span_id=span.span_id, parent_span_id=span.parent_span_id, name=span.name,
+        dialect=name, status_code=span.status_code, start_ns=span.start_ns, end_ns=span.end_ns, **fields,
+    )
+
+
+def _str(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)

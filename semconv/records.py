@@ -1,0 +1,82 @@
+"""The shared data model: a span as decoded (``SpanView``) and as understood (``SpanRecord``).
+
+``semconv`` imports nothing else from this project; the collector hands it ``SpanView`` objects
+and gets ``SpanRecord`` objects back, whatever telemetry dialect the span was written in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["llm", "tool", "agent", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanView:
+    """A decoded span: OTLP fields plus attributes, resource attributes and events as Python values."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    attributes: dict[str, Any]
+    resource_attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    span_kind: str = "INTERNAL"
+    status_code: str = "UNSET"
+    status_message: str | None = None
+    scope_name: str | None = None
+    start_ns: int = 0
+    end_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One span, normalized: the same fields whatever framework emitted it.
+
+    ``ignored`` names why a span that looks like a tool call is not one (structured output,
+    a protocol message, a pending-span placeholder, the second view of a call already counted);
+    such spans stay in storage but are not agent activity.
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    dialect: str
+    kind: Kind
+    session_key: str | None = None
+    session_key_source: str | None = None
+    weak_session_key: bool = False
+    tool_name: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    result: Any = None
+    error: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    agent_name: str | None = None
+    user_id: str | None = None
+    final_answer: str | None = None
+    finish_reason: str | None = None
+    step_limit: str | None = None  # the framework's own "hit the step cap" signal, as text
+    mcp_method: str | None = None
+    ignored: str | None = None
+    case_id: str | None = None
+    experiment: str | None = None
+    run_id: str | None = None
+    status_code: str = "UNSET"
+    start_ns: int = 0
+    end_ns: int = 0
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.kind == "tool" and self.ignored is None and bool(self.tool_name)
+
+    @property
+    def is_agent_activity(self) -> bool:
+        """Model calls, agent spans and tool calls make sessions; handshakes and listings do not."""
+        return self.ignored is None and self.kind in ("llm", "agent", "tool")
