@@ -85,13 +85,35 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+_LOG_QUERY = """
+SELECT span_id, event_name, epoch_ns(coalesce(time, observed_time)) AS t, attributes, body
+FROM logs WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id IN (SELECT unnest(?::VARCHAR[]))
+ORDER BY t
+"""
+
+
+def _log_events(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime) -> dict[str, list[dict]]:
+    """Log records tied to a span, shaped like span events: instrumentations put message content,
+    exceptions and evaluations in either place, and the dialects read both the same way."""
+    out: dict[str, list[dict]] = {}
+    for span_id, event_name, t, attrs, body in con.execute(_LOG_QUERY, [since, list(trace_ids)]).fetchall():
+        attributes = _loads(attrs) or {}
+        if body is not None:
+            attributes.setdefault("body", _loads(body))
+        out.setdefault(span_id, []).append({"name": event_name or "log", "time_unix_nano": t or 0,
+                                            "attributes": attributes, "from_log": True})
+    return out
+
+
 def read_views(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime) -> dict[str, list[SpanView]]:
     views: dict[str, list[SpanView]] = {}
+    log_events = _log_events(con, trace_ids, since)
     for row in con.execute(_SPAN_QUERY, [since, list(trace_ids)]).fetchall():
         (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
         views.setdefault(tid, []).append(SpanView(
             trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
-            resource_attributes=_loads(res) or {}, events=_loads(events) or [], span_kind=kind or "INTERNAL",
+            resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),
+            span_kind=kind or "INTERNAL",
             status_code=status or "UNSET", status_message=message, scope_name=scope,
             start_ns=start or 0, end_ns=end or 0))
     return views

@@ -73,11 +73,11 @@ class Pipeline:
     """Decode and store; one per process."""
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
-                 on_spans_committed: Callable[[list[str]], None] | None = None) -> None:
+                 on_committed: Callable[[list[str]], None] | None = None) -> None:
         self.store = store
         self.metrics = metrics
         self.admission = admission
-        self.on_spans_committed = on_spans_committed
+        self.on_committed = on_committed
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
@@ -103,8 +103,11 @@ class Pipeline:
                 out.set_exception(exc)
                 return
             result: CommitResult = f.result()
-            if self.on_spans_committed is not None and isinstance(batch, SpanBatch) and len(batch):
-                self.on_spans_committed(batch.trace_id)
+            if self.on_committed is not None and len(batch):
+                # a log record tied to a span can change what its trace says: reassemble it too
+                traces = batch.trace_id if isinstance(batch, SpanBatch) else [t for t in batch.trace_id if t]
+                if traces:
+                    self.on_committed(traces)
             out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
                                         result.duplicates))
 

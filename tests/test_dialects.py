@@ -126,3 +126,32 @@ def test_unknown_dialect_never_crashes_and_is_kept(tmp_path):
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_exceptions_and_content_in_log_records_are_joined_to_their_spans(tmp_path):
+    """Since semconv v1.40 exceptions may come as log records, and content as operation-details events."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from otlp_build import kvs, trace_request
+
+    tid, agent, tool = bytes(range(1, 17)), b"\x0a" * 8, b"\x0b" * 8
+    spans = trace_request([
+        {"trace_id": tid, "span_id": agent, "name": "invoke_agent shop",
+         "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-logs"}},
+        {"trace_id": tid, "span_id": tool, "parent_span_id": agent, "name": "execute_tool complete_checkout",
+         "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "complete_checkout"}},
+    ])
+    logs = ExportLogsServiceRequest()
+    records = logs.resource_logs.add().scope_logs.add().log_records
+    exc = records.add(trace_id=tid, span_id=tool, event_name="gen_ai.client.operation.exception")
+    exc.attributes.extend(kvs({"exception.type": "PaymentRequired", "exception.message": "card declined"}))
+    details = records.add(trace_id=tid, span_id=agent, event_name="gen_ai.client.inference.operation.details")
+    details.attributes.extend(kvs({"gen_ai.output.messages": [
+        {"role": "assistant", "parts": [{"type": "text", "content": "Sorry, the card was declined."}]}]}))
+    db = tmp_path / "logs.duckdb"
+    run_cli("ingest", "--db", str(db), str(_write(tmp_path / "t.binpb", spans.SerializeToString())),
+            str(_write(tmp_path / "t.logs.binpb", logs.SerializeToString())))
+    call = read_db(db, "SELECT * FROM tool_calls")[0]
+    assert call["error"] == "card declined" and call["session_id"] == "conv-logs"
+    views = {v.span_id: v for v in views_of(tmp_path / "t.binpb")}
+    assert views[tool.hex()].events == []  # the error is not on the span itself

@@ -64,13 +64,26 @@ def after_prefix(name: str, *prefixes: str) -> str | None:
     return None
 
 
+EXCEPTION_EVENTS = (EVENT_EXCEPTION, "gen_ai.client.operation.exception")
+
+
 def exception(span: SpanView) -> tuple[str | None, str | None]:
-    """Type and message of the last exception event, if any."""
+    """Type and message of the last exception, from a span event or a log record (v1.40+)."""
     for event in reversed(span.events):
-        if event.get("name") == EVENT_EXCEPTION:
+        if event.get("name") in EXCEPTION_EVENTS:
             attrs = event.get("attributes") or {}
             return attrs.get(EXCEPTION_TYPE), attrs.get(EXCEPTION_MESSAGE)
     return None, None
+
+
+def event_attribute(span: SpanView, event_name: str, key: str) -> Any:
+    """An attribute of the last event (span event or joined log record) with this name."""
+    for event in reversed(span.events):
+        if event.get("name") == event_name:
+            value = (event.get("attributes") or {}).get(key)
+            if value is not None:
+                return value
+    return None
 
 
 def message_text(message: Any) -> str | None:

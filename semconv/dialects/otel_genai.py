@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..attributes import (GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGATED_OUTPUT_TOKENS,
+from ..attributes import (EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGATED_OUTPUT_TOKENS,
                           GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
                           GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_SYSTEM, GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_ID,
@@ -10,7 +10,7 @@ from ..attributes import (GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN
                           GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS,
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
 from ..records import SpanView
-from .base import Fields, after_prefix, as_int, finish_reason, first, last_assistant_text, parse_json
+from .base import Fields, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text, parse_json
 
 UNKNOWN_MODELS = {"unknown", ""}
 
@@ -37,6 +37,11 @@ class OtelGenAI:
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes
+        if GEN_AI_OUTPUT_MESSAGES not in a:
+            # content may come only in the operation-details event (a span event or a log record)
+            details = event_attribute(span, EVENT_OPERATION_DETAILS, GEN_AI_OUTPUT_MESSAGES)
+            if details is not None:
+                a = {**a, GEN_AI_OUTPUT_MESSAGES: details}
         kind = genai_kind(a.get(GEN_AI_OPERATION_NAME), a)
         out: Fields = {"kind": kind}
         model = first(a, GEN_AI_RESPONSE_MODEL, GEN_AI_REQUEST_MODEL)
