@@ -118,3 +118,82 @@ MIGRATIONS.append((
     );
     """,
 ))
+
+MIGRATIONS.append((
+    "0003_sessions",
+    """
+    CREATE TABLE sessions (
+        session_id VARCHAR PRIMARY KEY,
+        status VARCHAR,
+        version INTEGER,
+        first_seen TIMESTAMP_NS,
+        last_seen TIMESTAMP_NS,
+        trace_count INTEGER,
+        span_count INTEGER,
+        trace_ids VARCHAR[],
+        variant VARCHAR,
+        variant_source VARCHAR,
+        steps VARCHAR[],
+        completion_rate DOUBLE,
+        outcome VARCHAR,
+        outcome_reads_as VARCHAR,
+        stopped_by_error BOOLEAN,
+        drop_reason VARCHAR,
+        drop_step VARCHAR,
+        drop_evidence JSON,
+        drop_fix VARCHAR,
+        agent_name VARCHAR,
+        service_name VARCHAR,
+        user_id VARCHAR,
+        model VARCHAR,
+        llm_calls INTEGER,
+        tool_call_count INTEGER,
+        invalid_tool_calls INTEGER,
+        wasted_steps INTEGER,
+        hit_cap BOOLEAN,
+        tool_errors INTEGER,
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        cost_usd DOUBLE,
+        duration_ms DOUBLE,
+        final_answer VARCHAR,
+        case_id VARCHAR,
+        experiment VARCHAR,
+        run_id VARCHAR,
+        passed BOOLEAN,
+        failure_class VARCHAR,
+        judge_status VARCHAR,
+        judge_score DOUBLE,
+        config_hash VARCHAR,
+        updated_at TIMESTAMP
+    );
+    CREATE VIEW outcome_mix AS
+    SELECT variant, outcome, outcome_reads_as, count(*) AS sessions,
+           count(*) / sum(count(*)) OVER (PARTITION BY variant) AS share
+    FROM sessions GROUP BY variant, outcome, outcome_reads_as;
+    CREATE TABLE funnel_steps (
+        variant VARCHAR,
+        step VARCHAR,
+        step_index INTEGER,
+        display_en VARCHAR,
+        display_ja VARCHAR
+    );
+    CREATE VIEW funnel_conversion AS
+    WITH totals AS (SELECT variant, count(*) AS n FROM sessions GROUP BY variant),
+    reached AS (
+        SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja,
+               count(*) FILTER (WHERE list_contains(s.steps, st.step)) AS sessions,
+               count(*) FILTER (WHERE list_contains(s.steps, st.step) AND list_contains(s.steps, prev.step)) AS with_previous,
+               count(*) FILTER (WHERE list_contains(s.steps, prev.step)) AS previous
+        FROM funnel_steps st
+        JOIN sessions s ON s.variant = st.variant
+        LEFT JOIN funnel_steps prev ON prev.variant = st.variant AND prev.step_index = st.step_index - 1
+        GROUP BY ALL
+    )
+    SELECT r.variant, r.step, r.step_index, r.display_en, r.display_ja, r.sessions,
+           r.sessions / t.n AS share_of_sessions,
+           CASE WHEN r.step_index = 1 THEN r.sessions / t.n
+                WHEN r.previous = 0 THEN NULL ELSE r.with_previous / r.previous END AS conversion_from_previous
+    FROM reached r JOIN totals t USING (variant);
+    """,
+))
