@@ -230,6 +230,10 @@ class TraceTracker:
             self.metrics.inc("sessions_finalized_early", len(evicted))
         return evicted
 
+    def open_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._open)
+
     def take(self, trace_ids: Iterable[str] | None = None, idle_only: bool = False) -> dict[str, datetime]:
         """Remove and return traces to assemble: all, the named ones, or those idle past the timeout."""
         now = self.clock()
@@ -253,13 +257,22 @@ def open_traces_from_store(con: duckdb.DuckDBPyConnection) -> dict[str, datetime
     return {tid: since - timedelta(seconds=1) for tid, since in rows}
 
 
-def assemble_job(traces: dict[str, datetime], session_keys: Sequence[str] = ()) -> Callable[[duckdb.DuckDBPyConnection], list[AssembledTrace]]:
-    """A store job that assembles these traces and writes the result; returns what it assembled."""
+def assemble_job(traces: dict[str, datetime], session_keys: Sequence[str] = (),
+                 on_assembled: Callable[[duckdb.DuckDBPyConnection, list[AssembledTrace], set[str]], Any] | None = None,
+                 ) -> Callable[[duckdb.DuckDBPyConnection], list[AssembledTrace]]:
+    """A store job that assembles these traces and writes the result; returns what it assembled.
+
+    ``on_assembled(con, traces, sessions)`` runs in the same transaction with every session the
+    traces belong to now or belonged to before (a provisional session merged away must go).
+    """
 
     def job(con: duckdb.DuckDBPyConnection) -> list[AssembledTrace]:
         if not traces:
             return []
         ids = list(traces)
+        before = {sid for (sids,) in con.execute(
+            "SELECT session_ids FROM trace_index WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()
+            for sid in (sids or [])}
         # a late span reopens a trace assembled before: read it back from its first span on
         known = con.execute("SELECT min(first_received) FROM trace_index WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
                             [ids]).fetchone()[0]
@@ -277,6 +290,8 @@ def assemble_job(traces: dict[str, datetime], session_keys: Sequence[str] = ()) 
         con.execute("INSERT OR REPLACE INTO trace_index SELECT trace_id, first_received, span_count, session_ids, "
                     "now()::TIMESTAMP FROM _trace_index")
         con.unregister("_trace_index")
+        if on_assembled is not None:
+            on_assembled(con, assembled, before | {s for t in assembled for s in t.session_ids})
         return assembled
 
     return job

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..scoring import ScoringConfig
+
 MiB = 1024 * 1024
 
 
@@ -86,6 +88,7 @@ class Settings(_Model):
     receivers: ReceiverSettings = ReceiverSettings()
     store: StoreSettings = StoreSettings()
     sessions: SessionSettings = SessionSettings()
+    scoring: ScoringConfig = ScoringConfig()
 
 
 class ConfigError(Exception):

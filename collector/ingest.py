@@ -50,7 +50,7 @@ class _DirectSink:
     def __init__(self, settings: Settings) -> None:
         self.metrics = Metrics()
         self.store = Store(settings.store, self.metrics)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics)
+        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring)
         self.pipeline = Pipeline(self.store, self.metrics,
                                  Admission(settings.receivers.max_bytes_in_flight, 1.0, self.metrics),
                                  self.sessions.observe)

@@ -51,7 +51,7 @@ class Server:
                            max_queue_bytes=settings.receivers.max_bytes_in_flight)
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
                                    settings.receivers.retry_after_seconds, self.metrics)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics)
+        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring)
         self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe)
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 
+from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .config import SessionSettings
+from .scoring_stage import score_sessions, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -23,15 +25,18 @@ RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a mo
 
 
 class SessionService:
-    def __init__(self, settings: SessionSettings, store: Store, metrics: Metrics) -> None:
+    def __init__(self, settings: SessionSettings, store: Store, metrics: Metrics,
+                 scoring: ScoringConfig | None = None) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
+        self.scorer = SessionScorer(scoring)
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
         metrics.gauge("open_traces", lambda: len(self.tracker))
 
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""
+        self.store.submit_job(lambda con: write_funnel_steps(con, self.scorer)).result()
         found = self.store.submit_job(open_traces_from_store).result()
         for tid, since in found.items():
             self.tracker.observe([tid], since)
@@ -44,7 +49,13 @@ class SessionService:
             self._assemble(self.tracker.take(evicted))
 
     def _assemble(self, traces: dict[str, datetime]) -> Future:
-        fut = self.store.submit_job(assemble_job(traces, tuple(self.settings.session_keys)))
+        keys = tuple(self.settings.session_keys)
+
+        def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
+            open_now = set(self.tracker.open_ids())
+            score_sessions(con, sessions, assembled, self.scorer, keys, open_now)
+
+        fut = self.store.submit_job(assemble_job(traces, keys, score))
 
         def done(f: Future) -> None:
             if f.exception() is not None:

@@ -47,6 +47,7 @@ EVENT_TOOL_MESSAGE: Final = "gen_ai.tool.message"
 EVENT_CHOICE: Final = "gen_ai.choice"
 EVENT_OPERATION_DETAILS: Final = "gen_ai.client.inference.operation.details"
 EVENT_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+EVENT_OPERATION_EXCEPTION: Final = "gen_ai.client.operation.exception"  # v1.41
 
 # --- MCP (semantic-conventions v1.39+)
 MCP_METHOD_NAME: Final = "mcp.method.name"
@@ -138,4 +139,5 @@ USER_KEYS: Final = (OI_USER_ID, LANGFUSE_USER_ID, TRACELOOP_ASSOCIATION + "user_
 AGENTFUNNEL_CASE_ID: Final = "agentfunnel.case.id"
 AGENTFUNNEL_EXPERIMENT: Final = "agentfunnel.experiment"
 AGENTFUNNEL_RUN_ID: Final = "agentfunnel.run.id"
-AGENTFUNNEL_SERVICES: Final = "agentfunnel.server.services"
+AGENTFUNNEL_SERVICES: Final = "agentfunnel.server.services"  # declared commerce services, e.g. dev.ucp.shopping
+AGENTFUNNEL_STORE_PAGE: Final = "agentfunnel.store_page"  # a WebMCP run on a store's own page: never pays

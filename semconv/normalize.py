@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNEL_RUN_ID, ERROR_TYPE,
-                         GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, SESSION_KEYS, USER_KEYS,
+from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNEL_RUN_ID, AGENTFUNNEL_SERVICES,
+                         AGENTFUNNEL_STORE_PAGE, ERROR_TYPE,
+                         EVENT_OPERATION_EXCEPTION, GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, SESSION_KEYS, USER_KEYS,
                          WEAK_SESSION_KEYS)
 from .dialects import REGISTRY, Dialect
 from .dialects.base import exception
@@ -53,6 +54,8 @@ def _error(span: SpanView, fields: dict[str, Any]) -> str | None:
         return str(a[ERROR_TYPE])
     if a.get(GEN_AI_TOOL_STATUS) == "error" or a.get(PYDANTIC_TOOL_FAILURE_STAGE):
         return exc_message or "error"
+    if any(e.get("name") == EVENT_OPERATION_EXCEPTION for e in span.events):
+        return exc_message or exc_type or "error"  # the GenAI exception event means the operation failed
     return None
 
 
@@ -91,7 +94,15 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
     user = next((str(attrs[k]) for k in USER_KEYS if attrs.get(k) not in (None, "")), None)
     if user is None and span.resource_attributes.get("user.id"):
         user = str(span.resource_attributes["user.id"])
+    res = span.resource_attributes
+    declared = attrs.get(AGENTFUNNEL_SERVICES, res.get(AGENTFUNNEL_SERVICES))
+    if isinstance(declared, str):
+        declared = [d.strip() for d in declared.split(",")]
+    store_page = attrs.get(AGENTFUNNEL_STORE_PAGE, res.get(AGENTFUNNEL_STORE_PAGE))
     fields.update(
+        service_name=_str(res.get("service.name")),
+        declared_services=tuple(str(d) for d in declared if d) if isinstance(declared, list) else (),
+        store_page=store_page is True or str(store_page).lower() == "true",
         error=error,
         step_limit=_step_limit(span, error, fields),
         session_key=key, session_key_source=source, weak_session_key=weak,

@@ -65,6 +65,9 @@ class SpanRecord:
     step_limit: str | None = None  # the framework's own "hit the step cap" signal, as text
     mcp_method: str | None = None
     ignored: str | None = None
+    service_name: str | None = None
+    declared_services: tuple[str, ...] = ()
+    store_page: bool = False
     case_id: str | None = None
     experiment: str | None = None
     run_id: str | None = None

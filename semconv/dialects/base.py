@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from ..attributes import EVENT_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE
+from ..attributes import EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE
 from ..records import SpanView
 
 Fields = dict[str, Any]
@@ -64,7 +64,7 @@ def after_prefix(name: str, *prefixes: str) -> str | None:
     return None
 
 
-EXCEPTION_EVENTS = (EVENT_EXCEPTION, "gen_ai.client.operation.exception")
+EXCEPTION_EVENTS = (EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION)
 
 
 def exception(span: SpanView) -> tuple[str | None, str | None]:

@@ -1,0 +1,115 @@
+"""Sessions scored and written: the step after assembly, on the store's writer thread.
+
+A session can span many traces (one per user turn) assembled at different times, so scoring a
+session reads back every trace it owns, not only the ones just assembled. Rows are replaced,
+never patched: one row per session, its ``version`` bumped on every re-score.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+import duckdb
+import pyarrow as pa
+
+from ..scoring import SessionScore, SessionScorer
+from ..scoring.config import BUILTIN_VARIANTS
+from ..semconv import SpanRecord
+from .assembly import AssembledTrace, assemble, read_views
+from .store.writer import _utcnow as utcnow
+
+_SESSION_COLUMNS = {
+    "session_id": pa.string(), "status": pa.string(), "version": pa.int32(), "first_seen": pa.timestamp("ns"),
+    "last_seen": pa.timestamp("ns"), "trace_count": pa.int32(), "span_count": pa.int32(),
+    "trace_ids": pa.list_(pa.string()), "variant": pa.string(), "variant_source": pa.string(),
+    "steps": pa.list_(pa.string()), "completion_rate": pa.float64(), "outcome": pa.string(),
+    "outcome_reads_as": pa.string(), "stopped_by_error": pa.bool_(), "drop_reason": pa.string(),
+    "drop_step": pa.string(), "drop_evidence": pa.string(), "drop_fix": pa.string(), "agent_name": pa.string(),
+    "service_name": pa.string(), "user_id": pa.string(), "model": pa.string(), "llm_calls": pa.int32(),
+    "tool_call_count": pa.int32(), "invalid_tool_calls": pa.int32(), "wasted_steps": pa.int32(),
+    "hit_cap": pa.bool_(), "tool_errors": pa.int32(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
+    "duration_ms": pa.float64(), "final_answer": pa.string(), "case_id": pa.string(), "experiment": pa.string(),
+    "run_id": pa.string(), "config_hash": pa.string(), "updated_at": pa.timestamp("us"),
+}
+
+
+def write_funnel_steps(con: duckdb.DuckDBPyConnection, scorer: SessionScorer) -> None:
+    """The variants' ordered steps and display names, for the funnel_conversion view."""
+    funnel = scorer.config.funnel
+    rows = []
+    for variant in (*BUILTIN_VARIANTS, *funnel.variants):
+        for i, step in enumerate(funnel.variant_steps(variant), 1):
+            rows.append((variant, step, i, funnel.step_label(variant, step, "en"), funnel.step_label(variant, step, "ja")))
+    con.execute("DELETE FROM funnel_steps")
+    con.executemany("INSERT INTO funnel_steps VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
+    d = score.drop
+    return {
+        "session_id": score.session_id, "status": status, "version": version,
+        "first_seen": score.first_seen_ns or None, "last_seen": score.last_seen_ns or None,
+        "trace_count": len(score.trace_ids), "span_count": score.span_count, "trace_ids": list(score.trace_ids),
+        "variant": score.variant, "variant_source": score.variant_source, "steps": list(score.steps),
+        "completion_rate": score.completion_rate, "outcome": score.outcome, "outcome_reads_as": score.outcome_reads_as,
+        "stopped_by_error": score.stopped_by_error, "drop_reason": d.reason if d else None,
+        "drop_step": d.step if d else None, "drop_evidence": json.dumps(d.evidence, default=str) if d else None,
+        "drop_fix": d.fix if d else None, "agent_name": score.agent_name, "service_name": score.service_name,
+        "user_id": score.user_id, "model": score.model, "llm_calls": score.llm_calls,
+        "tool_call_count": score.tool_call_count, "invalid_tool_calls": score.invalid_tool_calls,
+        "wasted_steps": score.wasted_steps, "hit_cap": score.hit_cap, "tool_errors": score.tool_errors,
+        "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "duration_ms": score.duration_ms,
+        "final_answer": score.final_answer, "case_id": score.case_id, "experiment": score.experiment,
+        "run_id": score.run_id, "config_hash": score.config_hash, "updated_at": now,
+    }
+
+
+def session_records(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
+                    fresh: Sequence[AssembledTrace], session_keys: Sequence[str]) -> dict[str, list[SpanRecord]]:
+    """Every record of these sessions, from the traces just assembled and those assembled before."""
+    traces = {t.trace_id: t for t in fresh}
+    rows = con.execute(
+        "SELECT trace_id, first_received FROM trace_index WHERE list_has_any(session_ids, ?::VARCHAR[])",
+        [list(session_ids)]).fetchall()
+    older = {tid: since for tid, since in rows if tid not in traces}
+    if older:
+        for views in read_views(con, list(older), min(older.values())).values():
+            t = assemble(views, session_keys)
+            traces[t.trace_id] = t
+    out: dict[str, list[SpanRecord]] = {sid: [] for sid in session_ids}
+    for t in traces.values():
+        for r in t.records:
+            sid = t.sessions.get(r.span_id)
+            if sid in out:
+                out[sid].append(r)
+    return out
+
+
+def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
+                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str]) -> list[SessionScore]:
+    """Re-score these sessions and replace their rows (a session left with no spans is removed)."""
+    if not session_ids:
+        return []
+    records = session_records(con, session_ids, fresh, session_keys)
+    versions = dict(con.execute("SELECT session_id, version FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                                [list(session_ids)]).fetchall())
+    now = utcnow()
+    scores = [scorer.score(sid, recs) for sid, recs in records.items() if recs]
+    con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
+    if scores:
+        rows = [_row(s, "open" if set(s.trace_ids) & set(open_traces) else "closed",
+                     (versions.get(s.session_id) or 0) + 1, now) for s in scores]
+        table = pa.table({c: pa.array([r[c] for r in rows], t) for c, t in _SESSION_COLUMNS.items()})
+        con.register("_new_sessions", table)
+        con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
+        con.unregister("_new_sessions")
+        steps = [(span_id, step) for s in scores for span_id, step in s.call_steps.items()]
+        if steps:
+            con.register("_call_steps", pa.table({"span_id": pa.array([a for a, _ in steps], pa.string()),
+                                                  "step": pa.array([b for _, b in steps], pa.string())}))
+            con.execute("UPDATE tool_calls SET step = c.step FROM _call_steps c WHERE tool_calls.span_id = c.span_id "
+                        "AND tool_calls.session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
+            con.unregister("_call_steps")
+    return scores

@@ -1,0 +1,103 @@
+"""What tool results prove: orders, checkouts, carts, RFQs, quotes, POs, product ids.
+
+Outcomes come from what tools returned, never from what the model said; this module is the only
+place that looks inside results, and the fields it looks for are configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .config import EvidenceSettings
+
+ORDER_CONFIRMED = "order_confirmed"
+ORDER_PENDING = "order_pending"
+CHECKOUT_URL = "checkout_url"
+CHECKOUT_STATUS = "checkout_status"
+CART = "cart"
+RFQ = "rfq"
+QUOTE = "quote"
+PO = "po"
+PRODUCT_IDS = "product_ids"
+OPTIONS_WITHOUT_IDS = "options_without_variant_ids"
+CHECKOUT_PAGE = "checkout_page"
+
+
+def _dicts(value: Any, depth: int = 0) -> Iterator[dict]:
+    if depth > 8:
+        return
+    if isinstance(value, dict):
+        yield value
+        for v in value.values():
+            yield from _dicts(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value[:200]:
+            yield from _dicts(v, depth + 1)
+
+
+def _present(value: Any) -> bool:
+    return value not in (None, "", [], {})
+
+
+def _status(d: dict) -> str | None:
+    s = d.get("status") or d.get("state")
+    return s.lower() if isinstance(s, str) else None
+
+
+def find(result: Any, ev: EvidenceSettings) -> set[str]:
+    """Evidence flags in one tool result."""
+    found: set[str] = set()
+    if result is None:
+        return found
+    confirmed = set(ev.confirmed_statuses)
+    checkout_statuses = set(ev.checkout_statuses)
+    for d in _dicts(result):
+        for obj_key in ev.order_objects:
+            obj = d.get(obj_key)
+            if isinstance(obj, dict) and _present(obj.get("id") or obj.get("confirmation_number")):
+                found.add(ORDER_CONFIRMED if (_status(obj) in confirmed or
+                                              (_status(obj) is None and _present(obj.get("confirmation_number"))))
+                          else ORDER_PENDING)
+        status = _status(d)
+        if any(_present(d.get(k)) for k in ev.order_id_keys):
+            found.add(ORDER_CONFIRMED if status in confirmed else ORDER_PENDING)
+        for key in ev.booking_id_keys:  # a booking counts once confirmed (a confirmation number is one)
+            if _present(d.get(key)) and (status in confirmed or (status is None and "confirmation" in key.lower())):
+                found.add(ORDER_CONFIRMED)
+        if any(_present(d.get(k)) for k in ev.checkout_url_keys):
+            found.add(CHECKOUT_URL)
+        if _status(d) in checkout_statuses or any(_present(d.get(k)) for k in ev.checkout_objects):
+            found.add(CHECKOUT_STATUS)
+        if any(_present(d.get(k)) for k in ev.cart_keys):
+            found.add(CART)
+        if any(_present(d.get(k)) for k in ev.rfq_keys):
+            found.add(RFQ)
+        if any(_present(d.get(k)) for k in ev.quote_keys):
+            found.add(QUOTE)
+        if any(_present(d.get(k)) for k in ev.po_keys):
+            found.add(PO)
+        if any(_present(d.get(k)) for k in ev.product_id_keys):
+            found.add(PRODUCT_IDS)
+        if _options_without_ids(d):
+            found.add(OPTIONS_WITHOUT_IDS)
+        for v in d.values():
+            if isinstance(v, str) and v.startswith("http") and "/checkout" in v:
+                found.add(CHECKOUT_PAGE)
+    return found
+
+
+def _options_without_ids(d: dict) -> bool:
+    """A product whose options (size, colour) cannot be mapped to a variant id."""
+    variants = d.get("variants")
+    options = d.get("options") or d.get("sizes") or d.get("colors") or d.get("colours")
+    if isinstance(variants, list) and variants:
+        return not any(isinstance(v, dict) and _present(v.get("id") or v.get("variant_id")) for v in variants)
+    return bool(options) and not _present(d.get("variant_id"))
+
+
+def mentions(text: Any, phrases: list[str]) -> bool:
+    if text is None:
+        return False
+    low = str(text).lower()
+    return any(p.lower() in low for p in phrases)

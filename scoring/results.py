@@ -1,0 +1,52 @@
+"""What scoring produces, as frozen records the collector writes and forwards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DropOff:
+    reason: str  # search_no_ids | variant_unmapped | cart_no_checkout_url | checkout_payment_required | tool_error | unknown
+    step: str | None  # the step the session did not reach
+    evidence: dict[str, Any]
+    fix: str
+
+
+@dataclass(frozen=True)
+class SessionScore:
+    """One session's row: funnel, outcome and trajectory (the ``sessions`` columns scoring owns)."""
+
+    session_id: str
+    variant: str
+    variant_source: str
+    steps: tuple[str, ...]
+    completion_rate: float
+    outcome: str
+    outcome_reads_as: str
+    stopped_by_error: bool
+    drop: DropOff | None
+    agent_name: str | None
+    service_name: str | None
+    user_id: str | None
+    model: str | None
+    llm_calls: int
+    tool_call_count: int
+    invalid_tool_calls: int
+    wasted_steps: int
+    hit_cap: bool
+    tool_errors: int
+    input_tokens: int | None
+    output_tokens: int | None
+    duration_ms: float | None
+    final_answer: str | None
+    case_id: str | None
+    experiment: str | None
+    run_id: str | None
+    first_seen_ns: int
+    last_seen_ns: int
+    trace_ids: tuple[str, ...]
+    span_count: int
+    call_steps: dict[str, str | None] = field(default_factory=dict)  # tool span_id -> step key
+    config_hash: str = ""
