@@ -199,6 +199,7 @@ def write_traces(con: duckdb.DuckDBPyConnection, traces: Sequence[AssembledTrace
 class _Open:
     since: datetime  # no span of the trace was received before this (store pruning)
     last_seen: float  # monotonic
+    dirty: bool = True  # spans arrived since the trace was last shown as an open session
 
 
 class TraceTracker:
@@ -229,6 +230,14 @@ class TraceTracker:
         if evicted:
             self.metrics.inc("sessions_finalized_early", len(evicted))
         return evicted
+
+    def take_dirty(self) -> dict[str, datetime]:
+        """Traces with new spans since their last preview; they stay open."""
+        with self._lock:
+            dirty = {tid: e.since for tid, e in self._open.items() if e.dirty}
+            for tid in dirty:
+                self._open[tid].dirty = False
+            return dirty
 
     def open_ids(self) -> list[str]:
         with self._lock:

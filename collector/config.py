@@ -77,6 +77,9 @@ class SessionSettings(_Model):
         100_000, gt=0, description="Bound on traces held open; beyond it the least recently seen close early."
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
+    open_refresh_seconds: float = Field(
+        5.0, ge=0, description="How often sessions still open are (re)written with what is known so far; 0 = never."
+    )
     session_keys: list[str] = Field(
         default_factory=list, description="Extra attribute keys that carry a session id, after the built-in ones."
     )

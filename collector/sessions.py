@@ -68,6 +68,18 @@ class SessionService:
         fut.add_done_callback(done)
         return fut
 
+    def preview_open(self) -> Future | None:
+        """Show open sessions as they stand (status open), without waiting for the idle timeout."""
+        traces = self.tracker.take_dirty()
+        if not traces:
+            return None
+        keys = tuple(self.settings.session_keys)
+
+        def score(con, assembled, sessions):  # noqa: ANN001
+            score_sessions(con, sessions, assembled, self.scorer, keys, set(self.tracker.open_ids()) | set(traces))
+
+        return self.store.submit_job(assemble_job(traces, keys, score))
+
     def assemble_idle(self) -> Future | None:
         traces = self.tracker.take(idle_only=True)
         return self._assemble(traces) if traces else None
@@ -78,11 +90,18 @@ class SessionService:
         return self._assemble(traces).result() if traces else []
 
     async def run(self) -> None:
-        """Assemble idle traces until cancelled."""
+        """Assemble idle traces, and refresh open sessions, until cancelled."""
+        loop = asyncio.get_running_loop()
+        next_preview = loop.time() + self.settings.open_refresh_seconds
         while True:
             await asyncio.sleep(self.settings.check_interval_seconds)
-            fut = self.assemble_idle()
-            if fut is not None:
+            futures = [self.assemble_idle()]
+            if self.settings.open_refresh_seconds and loop.time() >= next_preview:
+                next_preview = loop.time() + self.settings.open_refresh_seconds
+                futures.append(self.preview_open())
+            for fut in futures:
+                if fut is None:
+                    continue
                 try:
                     await asyncio.wrap_future(fut)
                 except Exception:  # noqa: BLE001 - counted in done(); keep the loop alive

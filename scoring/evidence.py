@@ -79,21 +79,32 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
             found.add(PO)
         if any(_present(d.get(k)) for k in ev.product_id_keys):
             found.add(PRODUCT_IDS)
-        if _options_without_ids(d):
-            found.add(OPTIONS_WITHOUT_IDS)
         for v in d.values():
             if isinstance(v, str) and v.startswith("http") and "/checkout" in v:
                 found.add(CHECKOUT_PAGE)
+    if _options_without_ids(result):
+        found.add(OPTIONS_WITHOUT_IDS)
     return found
 
 
-def _options_without_ids(d: dict) -> bool:
-    """A product whose options (size, colour) cannot be mapped to a variant id."""
-    variants = d.get("variants")
-    options = d.get("options") or d.get("sizes") or d.get("colors") or d.get("colours")
+def _options_without_ids(value: Any, depth: int = 0) -> bool:
+    """A product whose options (size, colour) cannot be mapped to a variant id.
+
+    Variants themselves carry options next to their id, so the walk does not descend into them.
+    """
+    if depth > 6:
+        return False
+    if isinstance(value, list):
+        return any(_options_without_ids(v, depth + 1) for v in value[:200])
+    if not isinstance(value, dict):
+        return False
+    variants = value.get("variants")
     if isinstance(variants, list) and variants:
         return not any(isinstance(v, dict) and _present(v.get("id") or v.get("variant_id")) for v in variants)
-    return bool(options) and not _present(d.get("variant_id"))
+    options = value.get("options") or value.get("sizes") or value.get("colors") or value.get("colours")
+    if options and not _present(value.get("variant_id")):
+        return True
+    return any(_options_without_ids(v, depth + 1) for k, v in value.items() if k != "variants")
 
 
 def mentions(text: Any, phrases: list[str]) -> bool:

@@ -155,3 +155,40 @@ def test_exceptions_and_content_in_log_records_are_joined_to_their_spans(tmp_pat
     assert call["error"] == "card declined" and call["session_id"] == "conv-logs"
     views = {v.span_id: v for v in views_of(tmp_path / "t.binpb")}
     assert views[tool.hex()].events == []  # the error is not on the span itself
+
+
+SESSION_EXPECTATIONS = {
+    # scenario: (variant, steps, completion_rate, outcome, hit_cap)
+    "shop_purchase": ("shopping", ["search", "details", "cart", "checkout"], 1.0, "purchase_completed", False),
+    "shop_cart_stop": ("shopping", ["search", "cart"], 0.5, "cart_created", False),
+    # the cart result carried a checkout link, so checkout was reached before the payment error
+    "shop_tool_error": ("shopping", ["search", "cart"], 0.5, "checkout_reached", False),
+    "procurement_multiturn": ("procurement", ["search", "rfq", "quote", "po"], 1.0, "po_submitted", False),
+    "lodging_step_limit": ("lodging", ["search"], 0.25, "search_only", True),
+    "info_answer": ("generic", [], 0.0, "no_activity", False),
+    "generic_invalid_args": ("generic", ["discover", "read", "action"], 1.0, "action_taken", False),
+}
+# Where a framework's telemetry legitimately says less: MCP spans carry no tool results (so no
+# order or checkout evidence), and an MCP session lists its tools (discovery) even when it answers.
+FRAMEWORK_EXCEPTIONS = {
+    ("mcp", "shop_purchase"): {"outcome": "cart_created"},
+    ("mcp", "shop_tool_error"): {"outcome": "cart_created"},
+    ("mcp", "info_answer"): {"steps": ["discover"], "completion_rate": 1 / 3, "outcome": "read_only"},
+}
+
+
+@pytest.mark.parametrize("expected_file", SCENARIOS, ids=IDS)
+def test_replay_gives_the_expected_session(replayed, expected_file):
+    exp = _expected(expected_file)
+    variant, steps, completion, outcome, hit_cap = SESSION_EXPECTATIONS[exp["scenario"]]
+    want = {"variant": variant, "steps": steps, "completion_rate": completion, "outcome": outcome, "hit_cap": hit_cap}
+    want.update(FRAMEWORK_EXCEPTIONS.get((exp["framework"], exp["scenario"]), {}))
+    traces = sorted({v.trace_id for v in views_of(expected_file.with_name(exp["scenario"] + ".traces.binpb"))})
+    rows = read_db(replayed, "SELECT * FROM sessions WHERE list_has_any(trace_ids, ["
+                   + ",".join(f"'{t}'" for t in traces) + "])")
+    assert len(rows) == exp["sessions"]
+    got = {k: rows[0][k] for k in want}
+    assert got["completion_rate"] == pytest.approx(want.pop("completion_rate"), abs=1e-5)
+    got.pop("completion_rate")
+    assert got == want
+    assert rows[0]["status"] == "closed" and rows[0]["trace_count"] == exp["traces"]

@@ -1,0 +1,167 @@
+"""Sessions across traces and requests, in any order, across a crash; reopened, merged, bounded, visible while open."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import urllib.request
+
+import pytest
+
+from conftest import sql
+from otlp_build import trace_request
+
+CONV = "conv-shuffle"
+
+
+def _turns() -> list[list[dict]]:
+    """Three turns of one conversation; only each turn's root carries the conversation id."""
+    turns = []
+    plan = [
+        [("search_products", {"q": "shoe"}, {"products": [{"id": "p1"}]}),
+         ("get_product_details", {"id": "p1"}, {"id": "p1", "variants": [{"id": "v1"}]})],
+        [("add_to_cart", {"variant": "v1"}, {"cart_id": "c1", "checkout_url": "https://s.example/c/c1"})],
+        [("complete_checkout", {"cart": "c1"}, {"order": {"id": "o9", "status": "confirmed"}})],
+    ]
+    t0 = 1_700_000_000_000_000_000
+    for n, calls in enumerate(plan):
+        tid, root = os.urandom(16), os.urandom(8)
+        base = t0 + n * 60_000_000_000
+        spans = [{"trace_id": tid, "span_id": root, "name": "invoke_agent shop", "start": base, "end": base + 9_000_000,
+                  "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "shop",
+                                 "gen_ai.conversation.id": CONV,
+                                 **({"gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                                     {"type": "text", "content": "Order o9 is confirmed."}]}])} if n == 2 else {})}}]
+        for i, (tool, args, result) in enumerate(calls):
+            s = base + (i + 1) * 1_000_000
+            spans.append({"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "chat m",
+                          "start": s, "end": s + 100_000,
+                          "attributes": {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                         "gen_ai.usage.input_tokens": 100, "gen_ai.usage.output_tokens": 10}})
+            spans.append({"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": f"execute_tool {tool}",
+                          "start": s + 200_000, "end": s + 300_000,
+                          "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                                         "gen_ai.tool.call.arguments": json.dumps(args),
+                                         "gen_ai.tool.call.result": json.dumps(result)}})
+        turns.append(spans)
+    return turns
+
+
+def _post(srv, spans: list[dict]) -> None:
+    req = urllib.request.Request(srv.http_url + "/v1/traces", data=trace_request(spans).SerializeToString(),
+                                 headers={"Content-Type": "application/x-protobuf"})
+    assert urllib.request.urlopen(req).status == 200
+
+
+def _flush(srv) -> None:
+    urllib.request.urlopen(urllib.request.Request(srv.admin + "/flush", data=b"{}", method="POST")).read()
+
+
+def _session(db, session_id: str) -> dict | None:
+    rows = sql(db, f"SELECT * FROM sessions WHERE session_id = '{session_id}'")
+    return rows[0] if rows else None
+
+
+def _wait(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def fast_config(tmp_path):
+    cfg = tmp_path / "fast.toml"
+    cfg.write_text("[sessions]\nidle_timeout_seconds = 1.0\ncheck_interval_seconds = 0.2\nopen_refresh_seconds = 0\n")
+    return cfg
+
+
+COMPARE = ("variant", "steps", "completion_rate", "outcome", "trace_count", "span_count", "tool_call_count",
+           "llm_calls", "input_tokens", "final_answer", "agent_name", "first_seen", "last_seen", "status")
+
+
+def test_three_traces_shuffled_across_a_restart_equal_the_in_order_run(server_factory, tmp_path, fast_config):
+    turns = _turns()
+    in_order = server_factory(["--config", str(fast_config)], db=tmp_path / "ordered.duckdb")
+    for spans in turns:
+        _post(in_order, spans)
+    expected = _wait(lambda: (s := _session(in_order.db, CONV)) and s["status"] == "closed" and s)
+    assert expected["outcome"] == "purchase_completed" and expected["trace_count"] == 3
+    assert expected["steps"] == ["search", "details", "cart", "checkout"]
+
+    # the same spans, cut into single-span requests, shuffled across traces, with a kill -9 in the middle
+    pieces = [[s] for spans in turns for s in spans]
+    random.Random(3).shuffle(pieces)
+    db = tmp_path / "shuffled.duckdb"
+    first = server_factory(["--config", str(fast_config)], db=db)
+    half = len(pieces) // 2
+    for p in pieces[:half]:
+        _post(first, p)
+    first.kill()
+    second = server_factory(["--config", str(fast_config)], db=db)
+    for p in pieces[half:]:
+        _post(second, p)
+    got = _wait(lambda: (s := _session(db, CONV)) and s["status"] == "closed" and s["trace_count"] == 3
+                and s["span_count"] == expected["span_count"] and s)
+    _wait(lambda: sql(db, "SELECT count(*) AS n FROM spans WHERE dialect IS NULL")[0]["n"] == 0)
+    got = _session(db, CONV)
+    assert {k: got[k] for k in COMPARE} == {k: expected[k] for k in COMPARE}
+    assert sql(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 1  # no provisional leftovers
+
+
+def test_a_late_span_reopens_and_rescores_a_closed_session(server_factory, fast_config):
+    srv = server_factory(["--config", str(fast_config)])
+    turns = _turns()
+    for spans in turns[:2]:
+        _post(srv, spans)
+    before = _wait(lambda: (s := _session(srv.db, CONV)) and s["status"] == "closed" and s)
+    assert before["outcome"] == "checkout_reached"
+    _post(srv, turns[2])
+    after = _wait(lambda: (s := _session(srv.db, CONV)) and s["outcome"] == "purchase_completed" and s)
+    assert after["version"] > before["version"] and after["trace_count"] == 3
+
+
+def test_a_provisional_session_merges_when_its_key_arrives(server_factory, fast_config):
+    srv = server_factory(["--config", str(fast_config)])
+    tid, root = os.urandom(16), os.urandom(8)
+    tool = {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "execute_tool search_products",
+            "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_products",
+                           "gen_ai.tool.call.result": json.dumps({"products": [{"id": "p"}]})}}
+    _post(srv, [tool])
+    _flush(srv)
+    assert _session(srv.db, tid.hex())["outcome"] == "search_only"  # keyed by trace id for now
+    _post(srv, [{"trace_id": tid, "span_id": root, "name": "invoke_agent shop",
+                 "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-late-key"}}])
+    _flush(srv)
+    assert _session(srv.db, tid.hex()) is None
+    merged = _session(srv.db, "conv-late-key")
+    assert merged["span_count"] == 2 and merged["steps"] == ["search"]
+    assert sql(srv.db, "SELECT DISTINCT session_id FROM tool_calls")[0]["session_id"] == "conv-late-key"
+
+
+def test_open_sessions_are_visible_before_the_idle_timeout(server_factory, tmp_path):
+    cfg = tmp_path / "open.toml"
+    cfg.write_text("[sessions]\nidle_timeout_seconds = 600\ncheck_interval_seconds = 0.2\nopen_refresh_seconds = 0.3\n")
+    srv = server_factory(["--config", str(cfg)])
+    _post(srv, _turns()[0])
+    row = _wait(lambda: _session(srv.db, CONV))
+    assert row["status"] == "open" and row["steps"] == ["search", "details"]
+
+
+def test_open_traces_are_bounded_and_early_closes_are_counted(server_factory, tmp_path):
+    cfg = tmp_path / "bound.toml"
+    cfg.write_text("[sessions]\nidle_timeout_seconds = 600\nmax_open_traces = 2\nopen_refresh_seconds = 0\n")
+    srv = server_factory(["--config", str(cfg)])
+    for n in range(5):
+        _post(srv, [{"name": "invoke_agent a", "attributes": {"gen_ai.operation.name": "invoke_agent",
+                                                               "gen_ai.conversation.id": f"conv-{n}"}}])
+    metrics = _wait(lambda: (m := json.loads(urllib.request.urlopen(srv.http_url + "/metrics?format=json").read()))
+                    and m.get("sessions_finalized_early", 0) >= 3 and m)
+    assert metrics["open_traces"] <= 2
+    closed = _wait(lambda: len(sql(srv.db, "SELECT * FROM sessions WHERE status = 'closed'")) >= 3 and True)
+    assert closed
