@@ -114,6 +114,53 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import run_report
+
+    settings = _settings(args)
+    return run_report(settings.store.path, args.lang, args.html, args.variant, args.agent, args.since)
+
+
+# ---------------------------------------------------------------------------- rescore
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    """Re-derive every session (or the stale ones) from stored spans with the current config."""
+    from .query import QueryError, admin_post, running_server
+
+    settings = _settings(args)
+    info = running_server(settings.store.path)
+    if info is not None:
+        try:
+            traces = admin_post(info, "/rescore", {"stale_only": args.stale})["traces"]
+        except QueryError as exc:
+            print(f"agentfunnel rescore: {exc}", file=sys.stderr)
+            return 1
+        print(f"rescored the sessions of {traces} trace(s) in the running server (its own configuration)")
+        return 0
+    from .sessions import SessionService
+    from .store.writer import Store
+    from .telemetry import Metrics
+
+    if not settings.store.path.exists():
+        print(f"agentfunnel rescore: database {settings.store.path} does not exist", file=sys.stderr)
+        return 1
+    metrics = Metrics()
+    store = Store(settings.store, metrics).open()
+    try:
+        service = SessionService(settings.sessions, store, metrics, settings.scoring)
+        service.recover()
+        traces = service.rescore(stale_only=args.stale)
+        service.flush()
+    finally:
+        store.close()
+    print(f"rescored the sessions of {traces} trace(s) with config {service.scorer.config_hash}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -145,6 +192,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument("query", help="SQL to run")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("report", help="funnels, outcome mix and drop-offs (terminal, or one HTML file)")
+    common(p)
+    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--lang", choices=["en", "ja"], default="en", help="language of labels and headings")
+    p.add_argument("--variant", default=None, help="only sessions of this funnel variant")
+    p.add_argument("--since", default=None, metavar="ISO", help="only sessions first seen at or after this time (UTC)")
+    p.add_argument("--agent", default=None, metavar="NAME", help="only sessions of this agent (agent_name)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("rescore", help="re-derive sessions from stored spans after a config change")
+    common(p)
+    p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")
+    p.set_defaults(func=cmd_rescore)
     return parser
 
 

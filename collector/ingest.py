@@ -15,7 +15,7 @@ from .config import Settings
 from .errors import PermanentError, Saturated
 from .files import Body, SignalHint, read_bodies
 from .pipeline import Admission, ExportResult, Pipeline
-from .query import running_server
+from .query import admin_post, running_server
 from .sessions import SessionService
 from .store.writer import Store
 from .telemetry import Metrics
@@ -88,8 +88,8 @@ class _ServerSink:
     """Posts bodies to the OTLP/HTTP receiver of the server that owns the file."""
 
     def __init__(self, info: dict[str, Any]) -> None:
+        self.info = info
         self.url = info["http_url"]
-        self.admin_url = info["admin_url"]
         self.token = info.get("token")
 
     def open(self) -> None:
@@ -114,11 +114,7 @@ class _ServerSink:
 
     def close(self, report: IngestReport) -> None:
         """The end of the input closes its sessions on the server too."""
-        req = urllib.request.Request(f"{self.admin_url}/flush", data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {self.token}"} if self.token else {})})
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            report.traces_assembled = json.loads(resp.read())["traces"]
+        report.traces_assembled = admin_post(self.info, "/flush", {})["traces"]
 
 
 def _partial_success(body: Body, payload: bytes) -> tuple[int, str]:

@@ -130,21 +130,26 @@ def running_server(db: Path) -> dict[str, Any] | None:
     return info
 
 
-def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> QueryResult:
+def admin_post(info: dict[str, Any], path: str, payload: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    """POST to the running server's loopback endpoint; QueryError carries its error message."""
     req = urllib.request.Request(
-        info["admin_url"] + "/sql", data=json.dumps({"query": query, "max_rows": max_rows}).encode(),
+        info["admin_url"] + path, data=json.dumps(payload).encode(), method="POST",
         headers={"Content-Type": "application/json",
                  **({"Authorization": f"Bearer {info['token']}"} if info.get("token") else {})},
     )
     try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            doc = json.loads(resp.read())
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
             message = json.loads(exc.read()).get("error", str(exc))
         except (json.JSONDecodeError, AttributeError):
             message = str(exc)
         raise QueryError(message) from None
+
+
+def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> QueryResult:
+    doc = admin_post(info, "/sql", {"query": query, "max_rows": max_rows}, timeout=300)
     return QueryResult(doc["columns"], doc["types"], doc["rows"])
 
 

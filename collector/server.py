@@ -115,7 +115,18 @@ class Server:
         app.router.add_post("/sql", self._sql)
         app.router.add_get("/metrics", self._metrics_json)
         app.router.add_post("/flush", self._flush)
+        app.router.add_post("/rescore", self._rescore)
         return app
+
+    async def _rescore(self, request: web.Request) -> web.Response:
+        """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
+        try:
+            check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
+        except UnauthorizedError as exc:
+            return web.json_response({"error": exc.message}, status=401)
+        stale = bool((await request.json()).get("stale_only")) if request.can_read_body else False
+        traces = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.rescore, stale)
+        return web.json_response({"traces": traces})
 
     async def _flush(self, request: web.Request) -> web.Response:
         """Assemble every open trace now, without waiting for the idle timeout."""

@@ -48,14 +48,18 @@ class SessionService:
         if evicted:
             self._assemble(self.tracker.take(evicted))
 
-    def _assemble(self, traces: dict[str, datetime]) -> Future:
+    def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = ()) -> Future:
+        """Assemble these traces and re-score their sessions, in one store transaction."""
         keys = tuple(self.settings.session_keys)
+        extra = set(still_open)
 
         def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
-            open_now = set(self.tracker.open_ids())
-            score_sessions(con, sessions, assembled, self.scorer, keys, open_now)
+            score_sessions(con, sessions, assembled, self.scorer, keys, set(self.tracker.open_ids()) | extra)
 
-        fut = self.store.submit_job(assemble_job(traces, keys, score))
+        return self.store.submit_job(assemble_job(traces, keys, score))
+
+    def _assemble(self, traces: dict[str, datetime]) -> Future:
+        fut = self._job(traces)
 
         def done(f: Future) -> None:
             if f.exception() is not None:
@@ -71,14 +75,23 @@ class SessionService:
     def preview_open(self) -> Future | None:
         """Show open sessions as they stand (status open), without waiting for the idle timeout."""
         traces = self.tracker.take_dirty()
-        if not traces:
-            return None
-        keys = tuple(self.settings.session_keys)
+        return self._job(traces, still_open=traces) if traces else None
 
-        def score(con, assembled, sessions):  # noqa: ANN001
-            score_sessions(con, sessions, assembled, self.scorer, keys, set(self.tracker.open_ids()) | set(traces))
+    def rescore(self, stale_only: bool = False, chunk: int = 500) -> int:
+        """Re-derive sessions from their stored spans with the current configuration.
 
-        return self.store.submit_job(assemble_job(traces, keys, score))
+        ``stale_only`` limits it to sessions scored under another configuration (their
+        ``config_hash`` differs). Returns how many traces were re-assembled.
+        """
+        self.store.submit_job(lambda con: write_funnel_steps(con, self.scorer)).result()
+        where = ("WHERE list_has_any(session_ids, (SELECT coalesce(list(session_id), []) FROM sessions "
+                 "WHERE config_hash IS DISTINCT FROM ?))") if stale_only else ""
+        params = [self.scorer.config_hash] if stale_only else []
+        rows = self.store.submit_job(lambda con: con.execute(
+            f"SELECT trace_id, first_received FROM trace_index {where} ORDER BY first_received", params).fetchall()).result()
+        for i in range(0, len(rows), chunk):
+            self._job(dict(rows[i:i + chunk])).result()
+        return len(rows)
 
     def assemble_idle(self) -> Future | None:
         traces = self.tracker.take(idle_only=True)

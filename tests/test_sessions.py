@@ -165,3 +165,25 @@ def test_open_traces_are_bounded_and_early_closes_are_counted(server_factory, tm
     assert metrics["open_traces"] <= 2
     closed = _wait(lambda: len(sql(srv.db, "SELECT * FROM sessions WHERE status = 'closed'")) >= 3 and True)
     assert closed
+
+
+def test_rescore_rederives_sessions_after_a_config_change(tmp_path):
+    from conftest import FIXTURES, run_cli
+
+    db = tmp_path / "rescore.duckdb"
+    run_cli("ingest", "--db", str(db), *map(str, sorted((FIXTURES / "otlp" / "pydantic-ai").glob("shop_*.binpb"))))
+    before = {r["session_id"]: r for r in sql(db, "SELECT * FROM sessions")}
+    assert {r["variant"] for r in before.values()} == {"shopping"}
+    cfg = tmp_path / "pin.yaml"
+    cfg.write_text("scoring:\n  funnel:\n    agents:\n      shopping_agent: lodging\n"
+                   "    extra_patterns:\n      checkout: [complete_checkout]\n")
+    out = run_cli("rescore", "--db", str(db), "--config", str(cfg), "--stale")
+    assert "rescored the sessions of 3 trace(s)" in out.stdout
+    after = {r["session_id"]: r for r in sql(db, "SELECT * FROM sessions")}
+    assert set(after) == set(before)
+    for sid, row in after.items():
+        assert row["variant"] == "lodging" and row["variant_source"] == "config"
+        assert row["config_hash"] != before[sid]["config_hash"] and row["version"] == before[sid]["version"] + 1
+    # nothing is stale any more
+    again = run_cli("rescore", "--db", str(db), "--config", str(cfg), "--stale")
+    assert "rescored the sessions of 0 trace(s)" in again.stdout
