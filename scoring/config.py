@@ -84,7 +84,7 @@ class EvidenceSettings(_Model):
                                     "requires_escalation", "payment_required", "checkout", "open", "pending_payment",
                                     "awaiting_payment"]
     checkout_objects: list[str] = ["checkout", "checkout_session", "checkout_id"]
-    cart_keys: list[str] = ["cart_id", "cartId", "cart", "line_items", "items", "hold_id", "booking_session_id"]
+    cart_keys: list[str] = ["cart_id", "cartId", "cart", "line_items", "hold_id", "booking_session_id"]
     rfq_keys: list[str] = ["rfq_id", "rfqId", "rfq"]
     quote_keys: list[str] = ["quote_id", "quoteId", "quote"]
     po_keys: list[str] = ["po_id", "poId", "purchase_order_id", "purchase_order", "po_number"]

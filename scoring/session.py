@@ -189,8 +189,9 @@ class SessionScorer:
                 return "cart_created"
             if "search" in steps or "details" in steps:
                 return "search_only"
-        if answer:
-            return "info_provided"
+        # an error that stopped the session outranks an apology: "answered" needs no failed attempt
         if stopped_by_error:
             return "failed"
+        if answer:
+            return "info_provided"
         return "abandoned"

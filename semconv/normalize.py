@@ -16,18 +16,9 @@ from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNE
                          EVENT_OPERATION_EXCEPTION, GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, SESSION_KEYS, USER_KEYS,
                          WEAK_SESSION_KEYS)
 from .dialects import REGISTRY, Dialect
-from .dialects.base import exception
+from .dialects.base import exception, step_limit_text
 from .records import SpanRecord, SpanView
 
-# Exception types and messages frameworks raise when their own step/turn/request cap is hit.
-STEP_LIMIT_SIGNALS = (
-    "UsageLimitExceeded",  # Pydantic AI
-    "GraphRecursionError", "Recursion limit of",  # LangGraph
-    "MaxTurnsExceeded", "Max turns",  # OpenAI Agents SDK
-    "LlmCallsLimitExceededError", "Max number of llm calls",  # Google ADK
-    "max_iterations", "Agent stopped due to iteration limit",  # LangChain AgentExecutor
-    "limit_turns",  # Strands stop reason
-)
 _FIELDS = set(SpanRecord.__slots__)  # type: ignore[attr-defined]
 
 
@@ -63,10 +54,7 @@ def _step_limit(span: SpanView, error: str | None, fields: dict[str, Any]) -> st
     if fields.get("step_limit"):
         return fields["step_limit"]
     exc_type, exc_message = exception(span)
-    for text in (exc_type, error, exc_message):
-        if text and any(signal in text for signal in STEP_LIMIT_SIGNALS):
-            return str(text)[:200]
-    return None
+    return step_limit_text(exc_type, error, exc_message)
 
 
 def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,

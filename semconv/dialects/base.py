@@ -24,6 +24,37 @@ class Dialect(Protocol):
     def extract(self, span: SpanView) -> Fields: ...
 
 
+# Exception types and messages frameworks raise (or log) when their own step/turn/request cap is hit.
+STEP_LIMIT_SIGNALS = (
+    "UsageLimitExceeded",  # Pydantic AI
+    "GraphRecursionError", "Recursion limit of",  # LangGraph
+    "MaxTurnsExceeded", "Max turns",  # OpenAI Agents SDK
+    "LlmCallsLimitExceededError", "Max number of llm calls",  # Google ADK
+    "max_iterations", "Agent stopped due to iteration limit",  # LangChain AgentExecutor
+    "limit_turns",  # Strands stop reason
+    "step limit", "max steps", "max_steps",  # hand-rolled loops and SDK wrappers
+)
+
+
+def step_limit_text(*texts: Any) -> str | None:
+    """The first text that names a step-cap hit, shortened."""
+    for text in texts:
+        if isinstance(text, str) and any(signal.lower() in text.lower() for signal in STEP_LIMIT_SIGNALS):
+            return text[:200]
+    return None
+
+
+def unwrap_call_input(value: Any) -> Any:
+    """Decorator-style tracers record inputs as ``{"args": [...], "kwargs": {...}}`` (Traceloop, Langfuse
+    ``@observe``) or LangChain's ``{"inputs": {...}}``: the keyword arguments are the tool's arguments."""
+    if isinstance(value, dict):
+        if isinstance(value.get("inputs"), dict):
+            return value["inputs"]
+        if "kwargs" in value and "args" in value and not value.get("args") and isinstance(value["kwargs"], dict):
+            return value["kwargs"]
+    return value
+
+
 def parse_json(value: Any) -> Any:
     """Attributes typed ``any`` arrive as JSON strings or as structured values: accept both."""
     if isinstance(value, str):

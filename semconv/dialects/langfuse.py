@@ -6,7 +6,7 @@ from ..attributes import (LANGFUSE_OBSERVATION_INPUT, LANGFUSE_OBSERVATION_LEVEL
                           LANGFUSE_OBSERVATION_OUTPUT, LANGFUSE_OBSERVATION_TYPE, LANGFUSE_TRACE_OUTPUT,
                           LANGFUSE_USAGE_DETAILS)
 from ..records import SpanView
-from .base import Fields, as_int, parse_json
+from .base import Fields, as_int, parse_json, step_limit_text, unwrap_call_input
 
 KINDS = {"generation": "llm", "tool": "tool", "agent": "agent"}
 
@@ -25,7 +25,7 @@ class Langfuse:
             out["kind"] = KINDS.get(str(obs), "other")
         if out.get("kind") == "tool":
             out["tool_name"] = a.get("gen_ai.tool.name") or span.name
-            out["arguments"] = parse_json(a.get(LANGFUSE_OBSERVATION_INPUT))
+            out["arguments"] = unwrap_call_input(parse_json(a.get(LANGFUSE_OBSERVATION_INPUT)))
             out["result"] = parse_json(a.get(LANGFUSE_OBSERVATION_OUTPUT))
         if out.get("kind") == "llm":
             out["model"] = a.get(LANGFUSE_OBSERVATION_MODEL)
@@ -33,9 +33,17 @@ class Langfuse:
             if isinstance(usage, dict):
                 out["input_tokens"] = as_int(usage.get("input"))
                 out["output_tokens"] = as_int(usage.get("output"))
-        if a.get(LANGFUSE_OBSERVATION_LEVEL) == "ERROR":
-            out["error"] = a.get("langfuse.observation.status_message") or "ERROR"
-        trace_output = a.get(LANGFUSE_TRACE_OUTPUT)
+        level = a.get(LANGFUSE_OBSERVATION_LEVEL)
+        message = a.get("langfuse.observation.status_message")
+        if level == "ERROR":
+            out["error"] = message or "ERROR"
+        if level in ("WARNING", "ERROR"):
+            out["step_limit"] = step_limit_text(message)
+        trace_output = parse_json(a.get(LANGFUSE_TRACE_OUTPUT))
         if isinstance(trace_output, str) and trace_output:
             out["final_answer"] = trace_output
+        elif out.get("kind") == "agent":
+            output = parse_json(a.get(LANGFUSE_OBSERVATION_OUTPUT))
+            if isinstance(output, str) and output:
+                out["final_answer"] = output
         return out

@@ -8,20 +8,10 @@ from ..attributes import (GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, L
                           TRACELOOP_ENTITY_INPUT, TRACELOOP_ENTITY_NAME, TRACELOOP_ENTITY_OUTPUT,
                           TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME)
 from ..records import SpanView
-from .base import Fields, parse_json
+from .base import Fields, parse_json, unwrap_call_input
 from .openinference import langchain_final_text, unwrap_tool_message
 
 KINDS = {"tool": "tool", "agent": "agent", "workflow": "agent", "task": "other"}
-
-
-def unwrap_input(value: Any) -> Any:
-    """Traceloop wraps inputs: ``{"args": [...], "kwargs": {...}}`` or LangChain's ``{"inputs": {...}}``."""
-    if isinstance(value, dict):
-        if isinstance(value.get("inputs"), dict):
-            return value["inputs"]
-        if "kwargs" in value and "args" in value and not value.get("args"):
-            return value["kwargs"]
-    return value
 
 
 def unwrap_output(value: Any) -> Any:
@@ -49,7 +39,7 @@ class OpenLLMetry:
             out["tool_name"] = a.get("gen_ai.tool.name") or a.get(TRACELOOP_ENTITY_NAME)
             raw_in = a.get(GEN_AI_TOOL_CALL_ARGUMENTS, a.get(TRACELOOP_ENTITY_INPUT))
             raw_out = a.get(GEN_AI_TOOL_CALL_RESULT, a.get(TRACELOOP_ENTITY_OUTPUT))
-            out["arguments"] = unwrap_input(parse_json(raw_in))
+            out["arguments"] = unwrap_call_input(parse_json(raw_in))
             out["result"] = unwrap_output(parse_json(raw_out))
         elif kind == "agent":
             out["agent_name"] = a.get(TRACELOOP_ENTITY_NAME) or a.get(TRACELOOP_WORKFLOW_NAME)

@@ -1,0 +1,58 @@
+"""The demo population through real SDK exporters into a real ``agentfunnel serve``.
+
+The demo is what a new user sees first, so it must exercise both receivers and produce exactly
+the sessions it claims to; the allocation checks guard the population's shape without a server.
+"""
+
+from __future__ import annotations
+
+import random
+
+from conftest import sql
+
+from agentfunnel.collector.demo import run_population
+from agentfunnel.collector.demo.agents import allocate
+from agentfunnel.collector.demo.scenarios import SCENARIOS
+
+CONVERSATION = "json_extract_string(attributes, '$.\"gen_ai.conversation.id\"')"
+
+
+def test_population_arrives_over_grpc_and_http(server):
+    summary = run_population(server.grpc, server.http_url, sessions=40)
+    assert summary.production_sessions == 40
+    assert summary.by_experiment == {"baseline": 20, "fix-1": 20}
+    assert summary.spans_failed == 0 and summary.spans_exported == summary.spans
+
+    totals = sql(server.db, f"select count(*) as spans, count(distinct trace_id) as traces, "
+                            f"count(distinct {CONVERSATION}) as conversations from spans")[0]
+    assert totals == {"spans": summary.spans, "traces": summary.traces, "conversations": summary.sessions}
+    assert summary.sessions == 80
+
+    # each exporter carries its own services, so seeing both sets proves both transports delivered
+    grpc, http = set(summary.services["grpc"]), set(summary.services["http"])
+    assert grpc and http and not grpc & http
+    stored = {r["service_name"] for r in sql(server.db, "select distinct service_name from spans")}
+    assert stored == grpc | http
+
+    roots = sql(server.db, f"""
+        select count(distinct attributes->>'agentfunnel.run.id') filter (
+                   where resource_attributes->>'agentfunnel.run.id' = attributes->>'agentfunnel.run.id') as runs,
+               count(*) filter (where status_code = 'ERROR' and events::varchar like '%MaxTurnsExceeded%') as capped,
+               count(distinct {CONVERSATION}) filter (where resource_attributes->>'agentfunnel.server.services'
+                                                      = 'dev.ucp.shopping') as declared_shop,
+               max(n) as most_turns
+        from spans, (select {CONVERSATION} as c, count(distinct trace_id) as n from spans group by 1) t
+        where parent_span_id is null and t.c = {CONVERSATION}""")[0]
+    assert roots["runs"] == 40
+    assert roots["capped"] >= 1
+    assert roots["declared_shop"] >= 1
+    assert roots["most_turns"] >= 2  # multi-turn conversations share one conversation id
+
+
+def test_allocation_keeps_the_mix_and_the_one_offs():
+    full = allocate(120, random.Random(7))
+    assert sorted(s.name for s in full) == sorted(s.name for s in SCENARIOS for _ in range(s.weight))
+    small = allocate(40, random.Random(7))
+    assert len(small) == 40
+    assert {s.name for s in SCENARIOS if s.always} <= {s.name for s in small}
+    assert [s.name for s in small] == [s.name for s in allocate(40, random.Random(7))]
