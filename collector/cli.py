@@ -124,6 +124,40 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run_report(settings.store.path, args.lang, args.html, args.variant, args.agent, args.since)
 
 
+# ---------------------------------------------------------------------------- demo
+
+DEMO_QUERIES = (
+    "SELECT variant, step, sessions, round(conversion_from_previous, 2) AS conversion FROM funnel_conversion ORDER BY variant, step_index",
+    "SELECT outcome, count(*) AS sessions FROM sessions GROUP BY ALL ORDER BY sessions DESC",
+    "SELECT drop_reason, drop_step, count(*) AS n, any_value(drop_fix) AS fix FROM sessions WHERE drop_reason IS NOT NULL GROUP BY ALL ORDER BY n DESC",
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on an embedded default: serve, drive demo agents over real OTLP, report."""
+    from .demo.run import run_demo
+    from .report import run_report
+
+    settings = _settings(args)
+    if args.db is None and args.config is None:
+        settings = settings.model_copy(update={"store": settings.store.model_copy(update={"path": Path("agentfunnel-demo.duckdb")})})
+    print(f"starting agentfunnel on an embedded DuckDB ({settings.store.path}) and {args.sessions} demo sessions "
+          "(plus two evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
+    run = run_demo(settings, seed=args.seed, sessions=args.sessions)
+    s = run.summary
+    print(f"received {s.spans_exported} spans in {s.traces} traces from {len(s.services.get('grpc', ()))} gRPC and "
+          f"{len(s.services.get('http', ()))} HTTP agent services; {run.sessions_closed} traces assembled into sessions\n",
+          flush=True)
+    status = run_report(run.db, args.lang)
+    if args.html and status == 0:
+        status = run_report(run.db, args.lang, args.html)
+    db = run.db
+    print(f"\nThe DuckDB file is {db.resolve()}. Try:")
+    for q in DEMO_QUERIES:
+        print(f'  agentfunnel sql --db {db} "{q}"')
+    return status
+
+
 # ---------------------------------------------------------------------------- rescore
 
 
@@ -201,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", default=None, metavar="ISO", help="only sessions first seen at or after this time (UTC)")
     p.add_argument("--agent", default=None, metavar="NAME", help="only sessions of this agent (agent_name)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("demo", help="run the processor with demo agents over real OTLP and print the report")
+    common(p)
+    p.add_argument("--sessions", type=int, default=120, help="production sessions to simulate (default 120)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--lang", choices=["en", "ja"], default="en")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
+    p.set_defaults(func=cmd_demo)
     p = sub.add_parser("rescore", help="re-derive sessions from stored spans after a config change")
     common(p)
     p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")

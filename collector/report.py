@@ -1,0 +1,322 @@
+"""``agentfunnel report``: the funnel, outcome mix and drop-offs, in the terminal or as one HTML file.
+
+The data is read once, through :func:`query.query` (so it works while a server owns the file), into
+plain dataclasses; the renderers in ``report_terminal`` and ``report_html`` are pure functions of
+that data, so they are tested without a database. All SQL lives in :class:`ReportSQL`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..scoring import labels
+from .query import QueryError, query
+from .report_text import lang_of, text
+
+LATEST_SESSIONS = 20
+TOP_DROP_REASONS = 12
+
+# Display order of outcomes within a variant: the ladder from the best rung down.
+OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
+                 "rfq_submitted", "action_taken", "read_only", "search_only", "info_provided", "no_activity",
+                 "failed", "abandoned")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Slicing options; every query sees only the sessions they select."""
+
+    variant: str | None = None
+    agent: str | None = None
+    since: dt.datetime | None = None  # naive UTC, like the stored timestamps
+
+    @classmethod
+    def parse(cls, variant: str | None = None, agent: str | None = None, since: str | None = None) -> "Filters":
+        """Raise ValueError with a readable message for a bad --since."""
+        when = None
+        if since:
+            try:
+                when = dt.datetime.fromisoformat(since.strip())
+            except ValueError:
+                raise ValueError(f"--since {since!r} is not an ISO 8601 date or time "
+                                 "(e.g. 2025-05-01 or 2025-05-01T09:00:00Z)") from None
+            if when.tzinfo is not None:
+                when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        for value in (variant, agent):
+            if value and "\x00" in value:
+                raise ValueError("filter values cannot contain NUL characters")
+        return cls(variant or None, agent or None, when)
+
+    def describe(self) -> list[tuple[str, str]]:
+        out = []
+        if self.variant:
+            out.append(("variant", self.variant))
+        if self.agent:
+            out.append(("agent", self.agent))
+        if self.since:
+            out.append(("since", self.since.isoformat(sep=" ") + " UTC"))
+        return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    sessions: int = 0
+    open: int = 0
+    closed: int = 0
+    first_seen: str | None = None
+    last_seen: str | None = None
+    avg_completion: float | None = None
+
+
+@dataclass(frozen=True)
+class FunnelStep:
+    variant: str
+    step: str
+    index: int
+    display_en: str | None
+    display_ja: str | None
+    sessions: int
+    share: float | None
+    conversion: float | None  # None for the first step and after a step nobody reached
+    first: bool = False
+
+    def name(self, lang: str) -> str:
+        if lang_of(lang) == "ja" and self.display_ja:
+            return self.display_ja
+        return self.display_en or self.step
+
+
+@dataclass(frozen=True)
+class OutcomeCount:
+    variant: str | None
+    outcome: str | None  # None while a session is not scored yet
+    reads_as: str
+    sessions: int
+    share: float
+
+    def label(self, lang: str) -> str:
+        if not self.outcome:
+            return text("unscored", lang)
+        return labels.outcome_label(self.outcome, self.variant, lang_of(lang))
+
+
+@dataclass(frozen=True)
+class DropReason:
+    variant: str | None
+    reason: str
+    step: str | None
+    fix: str | None
+    sessions: int
+    example: str | None
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    variant: str | None
+    outcome: str | None
+    reads_as: str | None
+    completion_rate: float | None
+    steps: list[str]
+    agent: str | None
+    model: str | None
+    status: str | None
+    last_seen: str | None
+
+    def outcome_label(self, lang: str) -> str:
+        if not self.outcome:
+            return text("unscored", lang)
+        return labels.outcome_label(self.outcome, self.variant, lang_of(lang))
+
+
+@dataclass
+class ReportData:
+    """Everything a renderer needs; built by :func:`load_report` or by hand in tests."""
+
+    summary: Summary
+    variant_sessions: dict[str | None, int] = field(default_factory=dict)
+    funnels: dict[str, list[FunnelStep]] = field(default_factory=dict)
+    outcomes: dict[str | None, list[OutcomeCount]] = field(default_factory=dict)
+    drops: list[DropReason] = field(default_factory=list)
+    latest: list[SessionRow] = field(default_factory=list)
+    filters: Filters = field(default_factory=Filters)
+    generated_at: str | None = None
+
+    def variants(self) -> list[str | None]:
+        """Most-used variant first."""
+        return sorted(self.variant_sessions, key=lambda v: (-self.variant_sessions[v], v or "~"))
+
+    def step_name(self, variant: str | None, step: str | None, lang: str) -> str:
+        if not step:
+            return "—"
+        for s in self.funnels.get(variant or "", []):
+            if s.step == step:
+                return s.name(lang)
+        return step
+
+
+# ---------------------------------------------------------------------------- SQL
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal; the query endpoint takes plain text, so values are quoted here."""
+    if "\x00" in value:
+        raise ValueError("filter values cannot contain NUL characters")
+    return "'" + value.replace("'", "''") + "'"
+
+
+class ReportSQL:
+    """Every statement the report runs, each over the sessions the filters select."""
+
+    def __init__(self, filters: Filters) -> None:
+        conds = []
+        if filters.variant:
+            conds.append(f"variant = {sql_string(filters.variant)}")
+        if filters.agent:
+            conds.append(f"agent_name = {sql_string(filters.agent)}")
+        if filters.since:
+            conds.append(f"first_seen >= TIMESTAMP {sql_string(filters.since.isoformat(sep=' '))}")
+        self.where = " AND ".join(conds) or "TRUE"
+        self.variant = filters.variant
+
+    def _with(self) -> str:
+        return f"WITH s AS (SELECT * FROM sessions WHERE {self.where})\n"
+
+    tables = ("SELECT count(*) FILTER (WHERE table_name = 'sessions') AS has_sessions, "
+              "count(*) FILTER (WHERE table_name = 'funnel_steps') AS has_steps "
+              "FROM information_schema.tables")
+
+    def summary(self) -> str:
+        return self._with() + (
+            "SELECT count(*) AS sessions, count(*) FILTER (WHERE status = 'open') AS open,"
+            " count(*) FILTER (WHERE status = 'closed') AS closed,"
+            " min(first_seen) AS first_seen, max(last_seen) AS last_seen, avg(completion_rate) AS avg_completion"
+            " FROM s")
+
+    def variants(self) -> str:
+        return self._with() + "SELECT variant, count(*) AS n FROM s GROUP BY variant"
+
+    def funnel(self) -> str:
+        """The ``funnel_conversion`` view's arithmetic, over the filtered sessions (the view sees all)."""
+        steps_where = f"WHERE variant = {sql_string(self.variant)}" if self.variant else ""
+        return self._with() + f""",
+        ordered AS (
+            SELECT variant, step, step_index, display_en, display_ja,
+                   lag(step) OVER (PARTITION BY variant ORDER BY step_index) AS prev_step
+            FROM (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps {steps_where})
+        ),
+        totals AS (SELECT variant, count(*) AS n FROM s GROUP BY variant),
+        reached AS (
+            SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja, st.prev_step,
+                   count(*) FILTER (WHERE list_contains(s.steps, st.step)) AS sessions,
+                   count(*) FILTER (WHERE list_contains(s.steps, st.step)
+                                    AND list_contains(s.steps, st.prev_step)) AS with_previous,
+                   count(*) FILTER (WHERE list_contains(s.steps, st.prev_step)) AS previous
+            FROM ordered st JOIN s ON s.variant = st.variant
+            GROUP BY ALL
+        )
+        SELECT r.variant, r.step, r.step_index, r.display_en, r.display_ja, r.sessions,
+               r.sessions / t.n AS share_of_sessions,
+               CASE WHEN r.prev_step IS NULL THEN NULL
+                    WHEN r.previous = 0 THEN NULL ELSE r.with_previous / r.previous END AS conversion_from_previous,
+               r.prev_step IS NULL AS first_step
+        FROM reached r JOIN totals t USING (variant)
+        ORDER BY r.variant, r.step_index"""
+
+    def outcomes(self) -> str:
+        return self._with() + (
+            "SELECT variant, outcome, any_value(outcome_reads_as) AS reads_as, count(*) AS sessions,"
+            " count(*) / sum(count(*)) OVER (PARTITION BY variant) AS share"
+            " FROM s GROUP BY variant, outcome ORDER BY variant, sessions DESC")
+
+    def drops(self) -> str:
+        return self._with() + (
+            "SELECT variant, drop_reason, drop_step, drop_fix, count(*) AS sessions,"
+            " arg_max(session_id, last_seen) AS example"
+            " FROM s WHERE drop_reason IS NOT NULL"
+            " GROUP BY variant, drop_reason, drop_step, drop_fix"
+            f" ORDER BY sessions DESC, drop_reason, variant, drop_step LIMIT {TOP_DROP_REASONS}")
+
+    def latest(self) -> str:
+        return self._with() + (
+            "SELECT session_id, variant, outcome, outcome_reads_as, completion_rate, steps, agent_name, model,"
+            " status, last_seen FROM s"
+            f" ORDER BY last_seen DESC NULLS LAST, session_id LIMIT {LATEST_SESSIONS}")
+
+
+def _rows(db: Path, sql: str) -> list[dict[str, Any]]:
+    res = query(db, sql)
+    return [dict(zip(res.columns, r)) for r in res.rows]
+
+
+def load_report(db: Path, filters: Filters, now: dt.datetime | None = None) -> ReportData:
+    """Read everything the report shows; raises QueryError when the database cannot be read."""
+    generated = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    sql = ReportSQL(filters)
+    have = _rows(db, sql.tables)[0]
+    if not have["has_sessions"]:
+        return ReportData(Summary(), filters=filters, generated_at=generated)
+    s = _rows(db, sql.summary())[0]
+    data = ReportData(Summary(int(s["sessions"]), int(s["open"]), int(s["closed"]), s["first_seen"],
+                              s["last_seen"], s["avg_completion"]), filters=filters, generated_at=generated)
+    if not data.summary.sessions:
+        return data
+    data.variant_sessions = {r["variant"]: int(r["n"]) for r in _rows(db, sql.variants())}
+    if have["has_steps"]:
+        for r in _rows(db, sql.funnel()):
+            data.funnels.setdefault(r["variant"], []).append(FunnelStep(
+                r["variant"], r["step"], int(r["step_index"]), r["display_en"], r["display_ja"], int(r["sessions"]),
+                r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"])))
+    rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
+    for r in _rows(db, sql.outcomes()):
+        reads_as = r["reads_as"] or labels.OUTCOME_READS_AS.get(r["outcome"] or "", "unknown")
+        data.outcomes.setdefault(r["variant"], []).append(
+            OutcomeCount(r["variant"], r["outcome"], reads_as, int(r["sessions"]), float(r["share"])))
+    for rows in data.outcomes.values():
+        rows.sort(key=lambda o: (rank.get(o.outcome or "", len(rank)), -o.sessions, o.outcome or ""))
+    data.drops = [DropReason(r["variant"], r["drop_reason"], r["drop_step"], r["drop_fix"], int(r["sessions"]),
+                             r["example"]) for r in _rows(db, sql.drops())]
+    data.latest = [SessionRow(r["session_id"], r["variant"], r["outcome"], r["outcome_reads_as"], r["completion_rate"],
+                              list(r["steps"] or []), r["agent_name"], r["model"], r["status"], r["last_seen"])
+                   for r in _rows(db, sql.latest())]
+    return data
+
+
+# ---------------------------------------------------------------------------- command
+
+
+def run_report(db: Path, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
+               agent: str | None = None, since: str | None = None) -> int:
+    """The ``report`` command; returns the exit status."""
+    lang = lang_of(lang)
+    try:
+        filters = Filters.parse(variant, agent, since)
+    except ValueError as exc:
+        print(f"agentfunnel report: {exc}", file=sys.stderr)
+        return 2
+    try:
+        data = load_report(db, filters)
+    except QueryError as exc:
+        print(f"agentfunnel report: {exc}", file=sys.stderr)
+        return 1
+    if html_path is not None:
+        from .report_html import render_html
+
+        try:
+            html_path.write_text(render_html(data, lang), encoding="utf-8")
+        except OSError as exc:
+            print(f"agentfunnel report: cannot write {html_path}: {exc}", file=sys.stderr)
+            return 1
+        print(text("wrote", lang, path=html_path, n=data.summary.sessions))
+        return 0
+    from .report_terminal import print_terminal
+
+    print_terminal(data, lang)
+    return 0
