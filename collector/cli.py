@@ -158,6 +158,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+# ---------------------------------------------------------------------------- compare
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two experiments case by case; exit 1 when a gate fails, so CI can gate on it."""
+    from .compare import compare, print_terminal, render_html, to_json_text
+    from .query import QueryError
+
+    settings = _settings(args)
+    try:
+        result = compare(settings.store.path, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
+                         max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
+                         max_cost=args.max_cost)
+    except (QueryError, ValueError) as exc:
+        print(f"agentfunnel compare: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(to_json_text(result))
+    else:
+        print_terminal(result)
+    if args.html:
+        args.html.write_text(render_html(result), encoding="utf-8")
+    return 1 if result.gates else 0
+
+
 # ---------------------------------------------------------------------------- rescore
 
 
@@ -242,6 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["en", "ja"], default="en")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("compare", help="compare two experiments (or globs of them) case by case; gate CI")
+    common(p)
+    p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")
+    p.add_argument("b", help="candidate experiment (or glob)")
+    p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when B's mean pass^k is below this")
+    p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed (default 0)")
+    p.add_argument("--max-p95-cost", type=float, default=None, help="fail when B's p95 cost per run (USD) is above")
+    p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("rescore", help="re-derive sessions from stored spans after a config change")
     common(p)
     p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")

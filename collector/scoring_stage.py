@@ -30,7 +30,7 @@ _SESSION_COLUMNS = {
     "service_name": pa.string(), "user_id": pa.string(), "model": pa.string(), "llm_calls": pa.int32(),
     "tool_call_count": pa.int32(), "invalid_tool_calls": pa.int32(), "wasted_steps": pa.int32(),
     "hit_cap": pa.bool_(), "tool_errors": pa.int32(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
-    "duration_ms": pa.float64(), "final_answer": pa.string(), "case_id": pa.string(), "experiment": pa.string(),
+    "cost_usd": pa.float64(), "duration_ms": pa.float64(), "final_answer": pa.string(), "case_id": pa.string(), "experiment": pa.string(),
     "run_id": pa.string(), "config_hash": pa.string(), "updated_at": pa.timestamp("us"),
 }
 
@@ -60,7 +60,7 @@ def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
         "user_id": score.user_id, "model": score.model, "llm_calls": score.llm_calls,
         "tool_call_count": score.tool_call_count, "invalid_tool_calls": score.invalid_tool_calls,
         "wasted_steps": score.wasted_steps, "hit_cap": score.hit_cap, "tool_errors": score.tool_errors,
-        "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "duration_ms": score.duration_ms,
+        "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "duration_ms": score.duration_ms,
         "final_answer": score.final_answer, "case_id": score.case_id, "experiment": score.experiment,
         "run_id": score.run_id, "config_hash": score.config_hash, "updated_at": now,
     }
@@ -105,11 +105,13 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
         con.register("_new_sessions", table)
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
         con.unregister("_new_sessions")
-        steps = [(span_id, step) for s in scores for span_id, step in s.call_steps.items()]
-        if steps:
-            con.register("_call_steps", pa.table({"span_id": pa.array([a for a, _ in steps], pa.string()),
-                                                  "step": pa.array([b for _, b in steps], pa.string())}))
-            con.execute("UPDATE tool_calls SET step = c.step FROM _call_steps c WHERE tool_calls.span_id = c.span_id "
-                        "AND tool_calls.session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
-            con.unregister("_call_steps")
+        calls = [(span_id, step, s.call_args_valid.get(span_id)) for s in scores for span_id, step in s.call_steps.items()]
+        if calls:
+            con.register("_call_scores", pa.table({"span_id": pa.array([c[0] for c in calls], pa.string()),
+                                                   "step": pa.array([c[1] for c in calls], pa.string()),
+                                                   "args_valid": pa.array([c[2] for c in calls], pa.bool_())}))
+            con.execute("UPDATE tool_calls SET step = c.step, args_valid = c.args_valid FROM _call_scores c "
+                        "WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [list(session_ids)])
+            con.unregister("_call_scores")
     return scores

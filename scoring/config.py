@@ -15,6 +15,8 @@ from fnmatch import fnmatchcase
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .prices import Price
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -167,6 +169,8 @@ class FunnelSettings(_Model):
 class ScoringConfig(_Model):
     funnel: FunnelSettings = FunnelSettings()
     evidence: EvidenceSettings = EvidenceSettings()
+    prices: dict[str, Price] = Field(default_factory=dict, description="model (or glob) -> USD per million tokens")
+    use_default_prices: bool = True
 
     def config_hash(self) -> str:
         """Stored with every session, so ``agentfunnel rescore`` knows what a config change touches."""

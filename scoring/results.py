@@ -48,5 +48,7 @@ class SessionScore:
     last_seen_ns: int
     trace_ids: tuple[str, ...]
     span_count: int
+    cost_usd: float | None = None
     call_steps: dict[str, str | None] = field(default_factory=dict)  # tool span_id -> step key
+    call_args_valid: dict[str, bool | None] = field(default_factory=dict)  # tool span_id -> schema-valid
     config_hash: str = ""

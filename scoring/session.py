@@ -16,10 +16,12 @@ from .config import ScoringConfig
 from .dropoff import diagnose
 from .funnel import StepMatcher
 from .labels import OUTCOME_READS_AS
+from .prices import PriceTable
 from .results import SessionScore
+from .validity import ToolCatalog
 
 VALIDATION_SIGNALS = ("validationerror", "validation failed", "validation error", "invalid argument",
-                      "mandatory input parameters", "missing required", "invalid_params", "-32602",
+                      "mandatory input parameters", "missing required", "required positional argument", "invalid_params", "-32602",
                       "failed to parse", "schema")
 
 
@@ -66,6 +68,7 @@ class SessionScorer:
     def __init__(self, config: ScoringConfig | None = None) -> None:
         self.config = config or ScoringConfig()
         self.matcher = StepMatcher(self.config.funnel)
+        self.prices = PriceTable(self.config.prices, self.config.use_default_prices)
         self.config_hash = self.config.config_hash()
 
     def score(self, session_id: str, records: Sequence[SpanRecord]) -> SessionScore:
@@ -121,6 +124,12 @@ class SessionScorer:
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
             drop = diagnose(variant_steps, steps, [(c, call_steps[c.span_id]) for c in calls], terminal, evs)
 
+        catalog = ToolCatalog.of(records)
+        args_valid = {c.span_id: catalog.args_valid(c) for c in calls}
+        invalid = sum(1 for c in calls if args_valid[c.span_id] is False or catalog.hallucinated(c)
+                      or (args_valid[c.span_id] is None and _invalid(c)))
+        cost = self._cost(llms, roots)
+
         in_tokens = [r.input_tokens for r in llms if r.input_tokens is not None]
         out_tokens = [r.output_tokens for r in llms if r.output_tokens is not None]
         if not in_tokens:  # no model spans with usage: the agent spans' totals stand in
@@ -143,7 +152,7 @@ class SessionScorer:
             user_id=next((r.user_id for r in records if r.user_id), None),
             model=models.most_common(1)[0][0] if models else None,
             llm_calls=len(llms), tool_call_count=len(calls),
-            invalid_tool_calls=sum(1 for c in calls if _invalid(c)), wasted_steps=_wasted(calls),
+            invalid_tool_calls=invalid, wasted_steps=_wasted(calls), cost_usd=cost, call_args_valid=args_valid,
             hit_cap=hit_cap, tool_errors=sum(1 for c in calls if c.error),
             input_tokens=sum(in_tokens) if in_tokens else None, output_tokens=sum(out_tokens) if out_tokens else None,
             duration_ms=(max(ends) - min(starts)) / 1e6 if starts and ends else None,
@@ -155,6 +164,25 @@ class SessionScorer:
             trace_ids=tuple(sorted({r.trace_id for r in records})), span_count=len(records),
             call_steps=call_steps, config_hash=self.config_hash,
         )
+
+    def _cost(self, llms: Sequence[SpanRecord], roots: Sequence[SpanRecord]) -> float | None:
+        """Priced per model call; NULL as soon as one call's model or usage is unknown."""
+        priced = [r for r in llms if r.input_tokens is not None or r.output_tokens is not None]
+        if not priced:
+            priced = [r for r in roots if r.input_tokens is not None or r.output_tokens is not None]
+            if priced and not priced[-1].model:
+                model = next((r.model for r in llms if r.model), None)
+                return self.prices.cost(model, priced[-1].input_tokens, priced[-1].output_tokens)
+            priced = priced[-1:]
+        if not priced:
+            return None
+        total = 0.0
+        for r in priced:
+            cost = self.prices.cost(r.model, r.input_tokens, r.output_tokens)
+            if cost is None:
+                return None
+            total += cost
+        return round(total, 8)
 
     def _outcome(self, variant: str, steps: tuple[str, ...], flags: set[str], store_page: bool,
                  answer: str | None, stopped_by_error: bool, any_calls: bool) -> str:

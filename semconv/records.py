@@ -65,6 +65,7 @@ class SpanRecord:
     step_limit: str | None = None  # the framework's own "hit the step cap" signal, as text
     mcp_method: str | None = None
     ignored: str | None = None
+    tool_definitions: dict[str, Any] = field(default_factory=dict)  # tool name -> JSON Schema (or None) the model was offered
     service_name: str | None = None
     declared_services: tuple[str, ...] = ()
     store_page: bool = False

@@ -197,3 +197,129 @@ MIGRATIONS.append((
     FROM reached r JOIN totals t USING (variant);
     """,
 ))
+
+MIGRATIONS.append((
+    "0004_evaluations",
+    """
+    CREATE TABLE case_runs (
+        session_id VARCHAR PRIMARY KEY,
+        case_id VARCHAR,
+        experiment VARCHAR,
+        run_id VARCHAR,
+        fit BOOLEAN,
+        probe BOOLEAN,
+        controlled_exposure BOOLEAN,
+        discovery VARCHAR, discovery_evidence JSON,
+        selection VARCHAR, selection_evidence JSON,
+        tool_resolution VARCHAR, tool_resolution_evidence JSON,
+        invocation VARCHAR, invocation_evidence JSON,
+        execution VARCHAR, execution_evidence JSON,
+        result_usability VARCHAR, result_usability_evidence JSON,
+        completion VARCHAR, completion_evidence JSON,
+        first_failed_stage VARCHAR,
+        passed BOOLEAN,
+        correct_abstention BOOLEAN,
+        failure_class VARCHAR,
+        layers JSON,
+        failed_assertions VARCHAR[],
+        fix_hint VARCHAR,
+        case_sha256 VARCHAR,
+        updated_at TIMESTAMP
+    );
+    CREATE TABLE judgments (
+        session_id VARCHAR,
+        input_hash VARCHAR,
+        judge_model VARCHAR,
+        backend VARCHAR,
+        base_url VARCHAR,
+        rubric_id VARCHAR,
+        rubric_sha256 VARCHAR,
+        prompt_version VARCHAR,
+        temperature DOUBLE,
+        case_sha256 VARCHAR,
+        answer_sha256 VARCHAR,
+        reference_sha256 VARCHAR,
+        status VARCHAR,
+        passed BOOLEAN,
+        score DOUBLE,
+        criteria JSON,
+        missing_requirements JSON,
+        unsupported_claims JSON,
+        explanation VARCHAR,
+        error VARCHAR,
+        created_at TIMESTAMP,
+        input_tokens BIGINT,
+        output_tokens BIGINT,
+        cached BOOLEAN
+    );
+    -- unbiased estimators over n runs with c passes (k <= n): products avoid huge binomials
+    CREATE MACRO pass_at_k(n, c, k) AS
+        1 - (SELECT coalesce(product(greatest(n - c - i, 0)::DOUBLE / (n - i)), 1) FROM range(k) AS t(i));
+    CREATE MACRO pass_hat_k(n, c, k) AS
+        (SELECT coalesce(product(greatest(c - i, 0)::DOUBLE / (n - i)), 1) FROM range(k) AS t(i));
+    CREATE VIEW experiment_summary AS
+    WITH runs AS (
+        SELECT s.*, coalesce(r.probe, false) AS is_probe, r.fit
+        FROM sessions s LEFT JOIN case_runs r USING (session_id)
+        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL AND s.passed IS NOT NULL
+    ),
+    agg AS (
+        SELECT experiment, case_id, count(*) AS n, count(*) FILTER (WHERE passed) AS passes,
+               avg(judge_score) AS judge_avg,
+               count(*) FILTER (WHERE judge_status IN ('missing', 'error')) AS judge_unavailable,
+               quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
+               max(cost_usd) AS cost_max,
+               quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+               max(duration_ms) AS latency_max_ms,
+               quantile_cont(tool_call_count, 0.5) AS steps_p50, max(tool_call_count) AS steps_max,
+               count(*) FILTER (WHERE failure_class = 'crash') AS crash,
+               count(*) FILTER (WHERE failure_class = 'cap_hit') AS cap_hit,
+               count(*) FILTER (WHERE failure_class = 'invalid_tool_call') AS invalid_tool_call,
+               count(*) FILTER (WHERE failure_class = 'tool_error') AS tool_error,
+               count(*) FILTER (WHERE failure_class = 'wrong_output') AS wrong_output,
+               count(*) FILTER (WHERE failure_class = 'judge_unavailable') AS judge_unavailable_runs
+        FROM runs WHERE NOT is_probe GROUP BY experiment, case_id
+    )
+    SELECT experiment, case_id, n, passes, passes / n AS pass_rate, n AS k,
+           pass_at_k(n, passes, n) AS pass_at_k, pass_hat_k(n, passes, n) AS pass_hat_k,
+           judge_avg, judge_unavailable, cost_p50, cost_p95, cost_max, latency_p50_ms, latency_p95_ms, latency_max_ms,
+           steps_p50, steps_max, crash, cap_hit, invalid_tool_call, tool_error, wrong_output, judge_unavailable_runs
+    FROM agg;
+    CREATE VIEW stage_funnel AS
+    WITH runs AS (
+        SELECT r.* FROM case_runs r WHERE NOT coalesce(r.probe, false) AND coalesce(r.fit, true)
+    ),
+    stages(stage, stage_index) AS (
+        VALUES ('discovery', 1), ('selection', 2), ('tool_resolution', 3), ('invocation', 4), ('execution', 5),
+               ('result_usability', 6), ('completion', 7)
+    ),
+    states AS (
+        SELECT r.experiment, s.stage, s.stage_index,
+               CASE s.stage WHEN 'discovery' THEN r.discovery WHEN 'selection' THEN r.selection
+                    WHEN 'tool_resolution' THEN r.tool_resolution WHEN 'invocation' THEN r.invocation
+                    WHEN 'execution' THEN r.execution WHEN 'result_usability' THEN r.result_usability
+                    ELSE r.completion END AS state,
+               r.session_id
+        FROM runs r, stages s
+    ),
+    -- a run "passed" a stage when it passed it or the stage does not apply, and it passed every earlier one
+    passed_through AS (
+        SELECT experiment, stage, stage_index, session_id,
+               bool_and(state IN ('passed', 'not_applicable')) OVER (
+                   PARTITION BY experiment, session_id ORDER BY stage_index
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ok,
+               state
+        FROM states
+    ),
+    counted AS (
+        SELECT experiment, stage, stage_index, count(*) AS runs, count(*) FILTER (WHERE ok) AS passed,
+               count(*) FILTER (WHERE state = 'failed') AS failed, count(*) FILTER (WHERE state = 'missing') AS missing,
+               count(*) FILTER (WHERE state = 'not_observed') AS not_observed
+        FROM passed_through GROUP BY experiment, stage, stage_index
+    )
+    SELECT experiment, stage, stage_index, runs, passed, failed, missing, not_observed,
+           passed / runs AS cumulative,
+           passed / nullif(lag(passed) OVER (PARTITION BY experiment ORDER BY stage_index), 0) AS conditional
+    FROM counted;
+    """,
+))

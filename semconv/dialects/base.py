@@ -55,6 +55,28 @@ def unwrap_call_input(value: Any) -> Any:
     return value
 
 
+def tool_definitions(value: Any) -> dict[str, Any]:
+    """Offered tools as name -> parameters schema, from any of the shapes frameworks use:
+    GenAI ``{type, name, parameters}``, OpenAI ``{type, function: {name, parameters}}``, MCP and the
+    AI SDK ``{name, inputSchema}``; a list of objects or of JSON strings."""
+    value = parse_json(value)
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return {}
+    out: dict[str, Any] = {}
+    for item in value:
+        item = parse_json(item)
+        if not isinstance(item, dict):
+            continue
+        fn = item.get("function") if isinstance(item.get("function"), dict) else item
+        name = fn.get("name")
+        if isinstance(name, str) and name:
+            schema = parse_json(fn.get("parameters", fn.get("inputSchema", fn.get("input_schema"))))
+            out[name] = schema if isinstance(schema, dict) else None
+    return out
+
+
 def parse_json(value: Any) -> Any:
     """Attributes typed ``any`` arrive as JSON strings or as structured values: accept both."""
     if isinstance(value, str):

@@ -8,7 +8,7 @@ from ..attributes import (OI_AGENT_NAME, OI_INPUT_VALUE, OI_LLM_FINISH_REASON, O
                           OI_LLM_OUTPUT_MESSAGES, OI_LLM_RESPONSE_MODEL_NAME, OI_LLM_TOKEN_COMPLETION,
                           OI_LLM_TOKEN_PROMPT, OI_OUTPUT_VALUE, OI_SPAN_KIND, OI_TOOL_ID, OI_TOOL_NAME)
 from ..records import SpanView
-from .base import Fields, as_int, finish_reason, first, parse_json
+from .base import Fields, as_int, finish_reason, first, parse_json, tool_definitions
 
 KINDS = {"LLM": "llm", "TOOL": "tool", "AGENT": "agent"}
 
@@ -51,6 +51,9 @@ class OpenInference:
         a = span.attributes
         kind = KINDS.get(str(a.get(OI_SPAN_KIND, "")).upper(), "other")
         out: Fields = {"kind": kind}
+        offered = [v for k, v in a.items() if k.startswith("llm.tools.") and k.endswith(".tool.json_schema")]
+        if offered:
+            out["tool_definitions"] = tool_definitions(offered) or None
         if kind == "tool":
             out["tool_name"] = a.get(OI_TOOL_NAME) or span.name
             out["call_id"] = a.get(OI_TOOL_ID)

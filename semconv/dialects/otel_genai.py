@@ -6,11 +6,12 @@ from ..attributes import (EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGG
                           GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
                           GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_SYSTEM, GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_ID,
-                          GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_NAME, GEN_AI_USAGE_COMPLETION_TOKENS,
+                          GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_DEFINITIONS, GEN_AI_TOOL_NAME, GEN_AI_USAGE_COMPLETION_TOKENS,
                           GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS,
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
 from ..records import SpanView
-from .base import Fields, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text, parse_json
+from .base import (Fields, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text,
+                   parse_json, tool_definitions)
 
 UNKNOWN_MODELS = {"unknown", ""}
 
@@ -48,6 +49,7 @@ class OtelGenAI:
         out["model"] = None if model in UNKNOWN_MODELS else model
         out["provider"] = first(a, GEN_AI_PROVIDER_NAME, GEN_AI_SYSTEM)
         out["finish_reason"] = finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS)) or _output_finish(a)
+        out["tool_definitions"] = tool_definitions(a.get(GEN_AI_TOOL_DEFINITIONS)) or None
         if kind == "tool":
             out["tool_name"] = a.get(GEN_AI_TOOL_NAME) or after_prefix(span.name, "execute_tool ")
             out["call_id"] = a.get(GEN_AI_TOOL_CALL_ID)

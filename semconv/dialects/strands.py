@@ -41,6 +41,9 @@ class Strands:
         if choice is not None:
             out["finish_reason"] = finish_reason(choice.get("finish_reason"))
         if op == "execute_tool":
+            schema = parse_json(a.get("gen_ai.tool.json_schema"))
+            if isinstance(schema, dict) and a.get("gen_ai.tool.name"):
+                out["tool_definitions"] = {a["gen_ai.tool.name"]: schema}
             message = _event(span, EVENT_TOOL_MESSAGE)
             if message is not None:
                 out["arguments"] = parse_json(message.get("content"))
@@ -50,6 +53,9 @@ class Strands:
         elif op in ("invoke_agent", "chat") and choice is not None and out.get("finish_reason") != "tool_call":
             text = _blocks_text(choice.get("message"))
             out["final_answer"] = text.strip() if text else None
+        tools = parse_json(a.get("gen_ai.agent.tools"))
+        if isinstance(tools, list) and "tool_definitions" not in out:
+            out["tool_definitions"] = {t: None for t in tools if isinstance(t, str)} or None
         if out.get("finish_reason") == "limit_turns":
             out["step_limit"] = "limit_turns"
         return out

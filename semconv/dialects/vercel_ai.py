@@ -6,7 +6,7 @@ from ..attributes import (AI_FUNCTION_ID, AI_MODEL_ID, AI_OPERATION_ID, AI_RESPO
                           AI_RESPONSE_MODEL, AI_RESPONSE_TEXT, AI_TOOLCALL_ARGS, AI_TOOLCALL_ID, AI_TOOLCALL_NAME,
                           AI_TOOLCALL_RESULT, AI_USAGE_INPUT, AI_USAGE_OUTPUT)
 from ..records import SpanView
-from .base import Fields, as_int, finish_reason, first, parse_json
+from .base import Fields, as_int, finish_reason, first, parse_json, tool_definitions
 
 AGENT_OPS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 
@@ -21,7 +21,8 @@ class VercelAI:
         a = span.attributes
         op = str(a.get(AI_OPERATION_ID))
         out: Fields = {"agent_name": a.get(AI_FUNCTION_ID), "model": first(a, AI_RESPONSE_MODEL, AI_MODEL_ID),
-                       "finish_reason": finish_reason(a.get(AI_RESPONSE_FINISH_REASON))}
+                       "finish_reason": finish_reason(a.get(AI_RESPONSE_FINISH_REASON)),
+                       "tool_definitions": tool_definitions(a.get("ai.prompt.tools")) or None}
         if op == "ai.toolCall":
             out.update(kind="tool", tool_name=a.get(AI_TOOLCALL_NAME), call_id=a.get(AI_TOOLCALL_ID),
                        arguments=parse_json(a.get(AI_TOOLCALL_ARGS)), result=parse_json(a.get(AI_TOOLCALL_RESULT)))

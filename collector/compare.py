@@ -1,0 +1,189 @@
+"""``agentfunnel compare A B``: two experiments (or groups of them) case by case, with a CI gate.
+
+An experiment argument may be a glob (``fix-*``): reruns named fix-1 … fix-5 pool into one
+measurement of k = 5 runs per case. pass^k (every run passed) is the headline; pass@k (some run
+passed) shows what is recoverable; n is always shown. A case regressed when its pass rate fell
+(10/10 → 7/10), improved when it rose.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .query import query
+
+_CASES_SQL = """
+WITH runs AS (
+    SELECT s.case_id, s.passed, s.cost_usd, s.duration_ms
+    FROM sessions s LEFT JOIN case_runs r USING (session_id)
+    WHERE s.experiment GLOB '{pattern}' AND s.case_id IS NOT NULL AND s.passed IS NOT NULL
+      AND NOT coalesce(r.probe, false)
+), per_case AS (
+    SELECT case_id, count(*) AS n, count(*) FILTER (WHERE passed) AS c FROM runs GROUP BY case_id
+)
+SELECT case_id, n, c, c / n AS pass_rate, pass_at_k(n, c, n) AS pass_at_k, pass_hat_k(n, c, n) AS pass_hat_k
+FROM per_case ORDER BY case_id
+"""
+_TOTALS_SQL = """
+SELECT count(*) AS runs, count(DISTINCT s.experiment) AS experiments,
+       quantile_cont(s.cost_usd, 0.5) AS cost_p50, quantile_cont(s.cost_usd, 0.95) AS cost_p95, max(s.cost_usd) AS cost_max,
+       quantile_cont(s.duration_ms, 0.5) AS latency_p50_ms, quantile_cont(s.duration_ms, 0.95) AS latency_p95_ms,
+       max(s.duration_ms) AS latency_max_ms, avg(s.judge_score) AS judge_avg
+FROM sessions s LEFT JOIN case_runs r USING (session_id)
+WHERE s.experiment GLOB '{pattern}' AND s.case_id IS NOT NULL AND s.passed IS NOT NULL AND NOT coalesce(r.probe, false)
+"""
+
+
+@dataclass
+class Side:
+    pattern: str
+    cases: dict[str, dict] = field(default_factory=dict)
+    totals: dict = field(default_factory=dict)
+
+    @property
+    def reliable(self) -> float | None:
+        """Mean pass^k over cases: the share that works every time."""
+        vals = [c["pass_hat_k"] for c in self.cases.values()]
+        return sum(vals) / len(vals) if vals else None
+
+    @property
+    def recoverable(self) -> float | None:
+        vals = [c["pass_at_k"] for c in self.cases.values()]
+        return sum(vals) / len(vals) if vals else None
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    rows: list[dict]
+    gates: list[str]  # failed gate descriptions; empty when CI may pass
+
+    def to_json(self) -> dict:
+        return {"a": {"pattern": self.a.pattern, "reliable": self.a.reliable, "recoverable": self.a.recoverable,
+                      **self.a.totals},
+                "b": {"pattern": self.b.pattern, "reliable": self.b.reliable, "recoverable": self.b.recoverable,
+                      **self.b.totals},
+                "cases": self.rows, "failed_gates": self.gates}
+
+
+def _escape(pattern: str) -> str:
+    if "\x00" in pattern:
+        raise ValueError("experiment names cannot contain NUL")
+    return pattern.replace("'", "''")
+
+
+def load_side(db: Path, pattern: str) -> Side:
+    p = _escape(pattern)
+    side = Side(pattern)
+    cases = query(db, _CASES_SQL.format(pattern=p))
+    side.cases = {r[0]: dict(zip(cases.columns, r)) for r in cases.rows}
+    totals = query(db, _TOTALS_SQL.format(pattern=p))
+    side.totals = dict(zip(totals.columns, totals.rows[0])) if totals.rows else {}
+    return side
+
+
+def compare(db: Path, a: str, b: str, *, min_pass_hat_k: float | None = None, max_regressions: int = 0,
+            max_p95_cost: float | None = None, max_cost: float | None = None) -> Comparison:
+    side_a, side_b = load_side(db, a), load_side(db, b)
+    rows = []
+    for case in sorted(set(side_a.cases) | set(side_b.cases)):
+        ca, cb = side_a.cases.get(case), side_b.cases.get(case)
+        if ca and cb:
+            change = "regressed" if cb["pass_rate"] < ca["pass_rate"] else (
+                "improved" if cb["pass_rate"] > ca["pass_rate"] else "same")
+        else:
+            change = "only in A" if ca else "only in B"
+        rows.append({"case_id": case, "change": change,
+                     "a": f"{ca['c']}/{ca['n']}" if ca else None, "b": f"{cb['c']}/{cb['n']}" if cb else None,
+                     "a_pass_hat_k": ca["pass_hat_k"] if ca else None, "b_pass_hat_k": cb["pass_hat_k"] if cb else None,
+                     "a_pass_at_k": ca["pass_at_k"] if ca else None, "b_pass_at_k": cb["pass_at_k"] if cb else None})
+    gates = []
+    regressed = [r["case_id"] for r in rows if r["change"] == "regressed"]
+    if len(regressed) > max_regressions:
+        gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
+    if min_pass_hat_k is not None and (side_b.reliable or 0.0) < min_pass_hat_k:
+        gates.append(f"pass^k of {b} is {side_b.reliable or 0:.2f}, below {min_pass_hat_k:.2f}")
+    p95, top = side_b.totals.get("cost_p95"), side_b.totals.get("cost_max")
+    if max_p95_cost is not None and p95 is not None and p95 > max_p95_cost:
+        gates.append(f"p95 cost of {b} is ${p95:.4f}, above ${max_p95_cost:.4f}")
+    if max_cost is not None and top is not None and top > max_cost:
+        gates.append(f"max cost of {b} is ${top:.4f}, above ${max_cost:.4f}")
+    if not side_b.cases:
+        gates.append(f"no evaluated runs match {b!r}")
+    return Comparison(side_a, side_b, rows, gates)
+
+
+def _fmt(v: float | None, money: bool = False) -> str:
+    if v is None:
+        return "—"
+    return f"${v:.4f}" if money else f"{v:.2f}"
+
+
+def print_terminal(cmp: Comparison) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    head = Table(title="Experiments", title_justify="left")
+    for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap", "cost p50", "cost p95", "cost max",
+                "latency p95 ms"):
+        head.add_column(col, justify="right" if col else "left")
+    for label, side in (("A " + cmp.a.pattern, cmp.a), ("B " + cmp.b.pattern, cmp.b)):
+        rel, rec = side.reliable, side.recoverable
+        head.add_row(label, str(side.totals.get("runs") or 0), _fmt(rel), _fmt(rec),
+                     _fmt(rec - rel if rel is not None and rec is not None else None),
+                     _fmt(side.totals.get("cost_p50"), True), _fmt(side.totals.get("cost_p95"), True),
+                     _fmt(side.totals.get("cost_max"), True),
+                     f"{side.totals['latency_p95_ms']:.0f}" if side.totals.get("latency_p95_ms") is not None else "—")
+    console.print(head)
+    table = Table(title="Cases (n runs each side; pass^k is the headline)", title_justify="left")
+    for col in ("case", "A passed/n", "A pass^k", "B passed/n", "B pass^k", "B pass@k", "change"):
+        table.add_column(col, justify="left" if col in ("case", "change") else "right")
+    styles = {"regressed": "bold red", "improved": "green"}
+    for r in cmp.rows:
+        table.add_row(r["case_id"], r["a"] or "—", _fmt(r["a_pass_hat_k"]), r["b"] or "—", _fmt(r["b_pass_hat_k"]),
+                      _fmt(r["b_pass_at_k"]), f"[{styles.get(r['change'], '')}]{r['change']}[/]"
+                      if r["change"] in styles else r["change"])
+    console.print(table)
+    if cmp.gates:
+        for g in cmp.gates:
+            console.print(f"[bold red]gate failed:[/] {g}")
+    else:
+        console.print("[green]all gates passed[/]")
+
+
+def render_html(cmp: Comparison) -> str:
+    e = html.escape
+    rows = "".join(
+        f"<tr class='{e(r['change'].replace(' ', '-'))}'><td>{e(r['case_id'])}</td><td>{e(r['a'] or '—')}</td>"
+        f"<td>{_fmt(r['a_pass_hat_k'])}</td><td>{e(r['b'] or '—')}</td><td>{_fmt(r['b_pass_hat_k'])}</td>"
+        f"<td>{_fmt(r['b_pass_at_k'])}</td><td>{e(r['change'])}</td></tr>" for r in cmp.rows)
+    sides = "".join(
+        f"<tr><td>{e(label)}</td><td>{s.totals.get('runs') or 0}</td><td>{_fmt(s.reliable)}</td>"
+        f"<td>{_fmt(s.recoverable)}</td><td>{_fmt(s.totals.get('cost_p50'), True)}</td>"
+        f"<td>{_fmt(s.totals.get('cost_p95'), True)}</td><td>{_fmt(s.totals.get('cost_max'), True)}</td></tr>"
+        for label, s in (("A " + cmp.a.pattern, cmp.a), ("B " + cmp.b.pattern, cmp.b)))
+    gates = "".join(f"<li>{e(g)}</li>" for g in cmp.gates) or "<li class='ok'>all gates passed</li>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>agentfunnel compare</title>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<style>body{{font:14px system-ui,sans-serif;margin:2rem;color:#111827;background:#f9fafb}}
+table{{border-collapse:collapse;background:#fff;margin:1rem 0}}td,th{{padding:.4rem .8rem;border-bottom:1px solid #e5e7eb;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}tr.regressed td{{color:#b91c1c;font-weight:600}}tr.improved td{{color:#15803d}}
+li.ok{{color:#15803d}}</style></head><body>
+<h1>{e(cmp.a.pattern)} → {e(cmp.b.pattern)}</h1>
+<table><tr><th></th><th>runs</th><th>reliable (pass^k)</th><th>recoverable (pass@k)</th><th>cost p50</th><th>cost p95</th><th>cost max</th></tr>{sides}</table>
+<table><tr><th>case</th><th>A passed/n</th><th>A pass^k</th><th>B passed/n</th><th>B pass^k</th><th>B pass@k</th><th>change</th></tr>{rows}</table>
+<h2>Gates</h2><ul>{gates}</ul></body></html>
+"""
+
+
+def to_json_text(cmp: Comparison) -> str:
+    return json.dumps(cmp.to_json(), default=str, indent=2)
+
+
+__all__ = ["compare", "print_terminal", "render_html", "to_json_text", "Comparison", "Side", "asdict"]
