@@ -7,6 +7,7 @@ results.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -18,6 +19,8 @@ from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, 
 from .errors import IngestError, Saturated
 from .store.writer import CommitResult, Store
 from .telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 Signal = Literal["traces", "logs"]
 Encoding = Literal["protobuf", "json"]
@@ -78,6 +81,7 @@ class Pipeline:
         self.metrics = metrics
         self.admission = admission
         self.on_committed = on_committed
+        self.batch_listeners: list[Callable[[SpanBatch | LogBatch], None]] = []
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
@@ -103,6 +107,11 @@ class Pipeline:
                 out.set_exception(exc)
                 return
             result: CommitResult = f.result()
+            for listener in self.batch_listeners:  # e.g. the forwarder: after COMMIT, never before
+                try:
+                    listener(batch)
+                except Exception:  # noqa: BLE001 - a listener must never fail an acknowledged request
+                    log.exception("commit listener failed")
             if self.on_committed is not None and len(batch):
                 # a log record tied to a span can change what its trace says: reassemble it too
                 traces = batch.trace_id if isinstance(batch, SpanBatch) else [t for t in batch.trace_id if t]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
@@ -87,8 +88,18 @@ def session_records(con: duckdb.DuckDBPyConnection, session_ids: Collection[str]
     return out
 
 
+@dataclass(frozen=True)
+class ScoredSession:
+    """A session row as written, with the records it was scored from (for listeners such as the forwarder)."""
+
+    score: SessionScore
+    status: str
+    version: int
+    records: tuple[SpanRecord, ...]
+
+
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
-                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str]) -> list[SessionScore]:
+                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str]) -> list[ScoredSession]:
     """Re-score these sessions and replace their rows (a session left with no spans is removed)."""
     if not session_ids:
         return []
@@ -98,9 +109,10 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
     now = utcnow()
     scores = [scorer.score(sid, recs) for sid, recs in records.items() if recs]
     con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
+    scored = [ScoredSession(s, "open" if set(s.trace_ids) & set(open_traces) else "closed",
+                            (versions.get(s.session_id) or 0) + 1, tuple(records[s.session_id])) for s in scores]
     if scores:
-        rows = [_row(s, "open" if set(s.trace_ids) & set(open_traces) else "closed",
-                     (versions.get(s.session_id) or 0) + 1, now) for s in scores]
+        rows = [_row(x.score, x.status, x.version, now) for x in scored]
         table = pa.table({c: pa.array([r[c] for r in rows], t) for c, t in _SESSION_COLUMNS.items()})
         con.register("_new_sessions", table)
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
@@ -114,4 +126,4 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                         "WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id IN (SELECT unnest(?::VARCHAR[]))",
                         [list(session_ids)])
             con.unregister("_call_scores")
-    return scores
+    return scored

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .config import SessionSettings
-from .scoring_stage import score_sessions, write_funnel_steps
+from .scoring_stage import ScoredSession, score_sessions, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -32,6 +32,8 @@ class SessionService:
         self.metrics = metrics
         self.scorer = SessionScorer(scoring)
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
+        # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
+        self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
         metrics.gauge("open_traces", lambda: len(self.tracker))
 
     def recover(self) -> int:
@@ -53,10 +55,24 @@ class SessionService:
         keys = tuple(self.settings.session_keys)
         extra = set(still_open)
 
-        def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
-            score_sessions(con, sessions, assembled, self.scorer, keys, set(self.tracker.open_ids()) | extra)
+        written: list[ScoredSession] = []
 
-        return self.store.submit_job(assemble_job(traces, keys, score))
+        def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
+            written.extend(score_sessions(con, sessions, assembled, self.scorer, keys,
+                                          set(self.tracker.open_ids()) | extra))
+
+        fut = self.store.submit_job(assemble_job(traces, keys, score))
+
+        def notify(f: Future) -> None:
+            if f.exception() is None and written:
+                for listener in self.session_listeners:
+                    try:
+                        listener(written)
+                    except Exception:  # noqa: BLE001 - listeners never undo what was stored
+                        log.exception("session listener failed")
+
+        fut.add_done_callback(notify)
+        return fut
 
     def _assemble(self, traces: dict[str, datetime]) -> Future:
         fut = self._job(traces)
