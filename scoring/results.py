@@ -49,6 +49,7 @@ class SessionScore:
     trace_ids: tuple[str, ...]
     span_count: int
     cost_usd: float | None = None
+    cycles: int | None = None  # model→tool cycles: model calls followed by at least one tool call
     call_steps: dict[str, str | None] = field(default_factory=dict)  # tool span_id -> step key
     call_args_valid: dict[str, bool | None] = field(default_factory=dict)  # tool span_id -> schema-valid
     config_hash: str = ""

@@ -58,6 +58,25 @@ def _wasted(calls: Sequence[SpanRecord]) -> int:
     return wasted
 
 
+def _cycles(llms: Sequence[SpanRecord], calls: Sequence[SpanRecord]) -> int | None:
+    """Model calls that asked for tools (by finish reason when the telemetry reports one, else by the
+    order of spans: a model call followed by a tool call before the next model call); NULL without model spans."""
+    if not llms:
+        return None
+    if all(r.finish_reason for r in llms):
+        return sum(1 for r in llms if r.finish_reason == "tool_call")
+    events = sorted([(r.start_ns, 0, r) for r in llms] + [(c.start_ns, 1, c) for c in calls], key=lambda e: e[:2])
+    cycles = 0
+    pending = False
+    for _, is_tool, _ in events:
+        if not is_tool:
+            pending = True
+        elif pending:
+            cycles += 1
+            pending = False
+    return cycles
+
+
 def _invalid(call: SpanRecord) -> bool:
     return bool(call.error) and any(s in call.error.lower() for s in VALIDATION_SIGNALS)
 
@@ -129,6 +148,7 @@ class SessionScorer:
         invalid = sum(1 for c in calls if args_valid[c.span_id] is False or catalog.hallucinated(c)
                       or (args_valid[c.span_id] is None and _invalid(c)))
         cost = self._cost(llms, roots)
+        cycles = _cycles(llms, calls)
 
         in_tokens = [r.input_tokens for r in llms if r.input_tokens is not None]
         out_tokens = [r.output_tokens for r in llms if r.output_tokens is not None]
@@ -153,6 +173,7 @@ class SessionScorer:
             model=models.most_common(1)[0][0] if models else None,
             llm_calls=len(llms), tool_call_count=len(calls),
             invalid_tool_calls=invalid, wasted_steps=_wasted(calls), cost_usd=cost, call_args_valid=args_valid,
+            cycles=cycles,
             hit_cap=hit_cap, tool_errors=sum(1 for c in calls if c.error),
             input_tokens=sum(in_tokens) if in_tokens else None, output_tokens=sum(out_tokens) if out_tokens else None,
             duration_ms=(max(ends) - min(starts)) / 1e6 if starts and ends else None,

@@ -194,3 +194,37 @@ def test_replay_gives_the_expected_session(replayed, expected_file):
     got.pop("completion_rate")
     assert got == want
     assert rows[0]["status"] == "closed" and rows[0]["trace_count"] == exp["traces"]
+
+
+TRAJECTORY = {  # scenario: (cycles, tool calls, invalid calls, hit cap, tool errors)
+    "shop_purchase": (4, 4, 0, False, 0),
+    "shop_cart_stop": (2, 2, 0, False, 0),
+    "shop_tool_error": (3, 3, 0, False, 1),
+    "procurement_multiturn": (4, 4, 0, False, 0),
+    "lodging_step_limit": (3, 3, 0, True, 0),
+    "info_answer": (0, 0, 0, False, 0),
+    "generic_invalid_args": (3, 3, 1, False, 1),
+}
+NO_MODEL_SPANS = {"mcp", "openai-agents-otel"}  # cycles cannot be counted: NULL, not 0
+TRAJECTORY_EXCEPTIONS = {
+    # the SDK rejects the invalid arguments before running the tool: no tool span, no error to count
+    ("vercel-ai", "generic_invalid_args"): (3, 2, 0, False, 0),
+    ("vercel-ai-genai", "generic_invalid_args"): (3, 2, 0, False, 0),
+    # the error text is redacted and no tool schema is in the telemetry: the call failed, validity unknown
+    ("openai-agents-openinference", "generic_invalid_args"): (3, 3, 0, False, 1),
+    ("openai-agents-otel", "generic_invalid_args"): (None, 3, 0, False, 1),
+    ("mcp", "generic_invalid_args"): (None, 3, 0, False, 1),
+}
+
+
+@pytest.mark.parametrize("expected_file", SCENARIOS, ids=IDS)
+def test_replay_gives_the_expected_trajectory(replayed, expected_file):
+    exp = _expected(expected_file)
+    fw, scenario = exp["framework"], exp["scenario"]
+    want = TRAJECTORY_EXCEPTIONS.get((fw, scenario), TRAJECTORY[scenario])
+    if fw in NO_MODEL_SPANS:
+        want = (None, *want[1:])
+    traces = sorted({v.trace_id for v in views_of(expected_file.with_name(scenario + ".traces.binpb"))})
+    row = read_db(replayed, "SELECT cycles, tool_call_count, invalid_tool_calls, hit_cap, tool_errors FROM sessions "
+                  "WHERE list_has_any(trace_ids, [" + ",".join(f"'{t}'" for t in traces) + "])")[0]
+    assert tuple(row.values()) == want

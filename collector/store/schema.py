@@ -147,6 +147,7 @@ MIGRATIONS.append((
         user_id VARCHAR,
         model VARCHAR,
         llm_calls INTEGER,
+        cycles INTEGER,
         tool_call_count INTEGER,
         invalid_tool_calls INTEGER,
         wasted_steps INTEGER,
@@ -259,12 +260,12 @@ MIGRATIONS.append((
         (SELECT coalesce(product(greatest(c - i, 0)::DOUBLE / (n - i)), 1) FROM range(k) AS t(i));
     CREATE VIEW experiment_summary AS
     WITH runs AS (
-        SELECT s.*, coalesce(r.probe, false) AS is_probe, r.fit
+        SELECT s.*, coalesce(r.probe, false) AS is_probe
         FROM sessions s LEFT JOIN case_runs r USING (session_id)
-        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL AND s.passed IS NOT NULL
+        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL
     ),
     agg AS (
-        SELECT experiment, case_id, count(*) AS n, count(*) FILTER (WHERE passed) AS passes,
+        SELECT experiment, case_id, count(*) AS runs, count(passed) AS n, count(*) FILTER (WHERE passed) AS passes,
                avg(judge_score) AS judge_avg,
                count(*) FILTER (WHERE judge_status IN ('missing', 'error')) AS judge_unavailable,
                quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
@@ -280,8 +281,9 @@ MIGRATIONS.append((
                count(*) FILTER (WHERE failure_class = 'judge_unavailable') AS judge_unavailable_runs
         FROM runs WHERE NOT is_probe GROUP BY experiment, case_id
     )
-    SELECT experiment, case_id, n, passes, passes / n AS pass_rate, n AS k,
-           pass_at_k(n, passes, n) AS pass_at_k, pass_hat_k(n, passes, n) AS pass_hat_k,
+    SELECT experiment, case_id, runs, n, passes, CASE WHEN n > 0 THEN passes / n END AS pass_rate, n AS k,
+           CASE WHEN n > 0 THEN pass_at_k(n, passes, n) END AS pass_at_k,
+           CASE WHEN n > 0 THEN pass_hat_k(n, passes, n) END AS pass_hat_k,
            judge_avg, judge_unavailable, cost_p50, cost_p95, cost_max, latency_p50_ms, latency_p95_ms, latency_max_ms,
            steps_p50, steps_max, crash, cap_hit, invalid_tool_call, tool_error, wrong_output, judge_unavailable_runs
     FROM agg;

@@ -10,6 +10,7 @@ from ..attributes import (EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGG
                           GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS,
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
 from ..records import SpanView
+from .pydantic_ai import STRUCTURED_OUTPUT_TOOLS
 from .base import (Fields, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text,
                    parse_json, tool_definitions)
 
@@ -48,7 +49,7 @@ class OtelGenAI:
         model = first(a, GEN_AI_RESPONSE_MODEL, GEN_AI_REQUEST_MODEL)
         out["model"] = None if model in UNKNOWN_MODELS else model
         out["provider"] = first(a, GEN_AI_PROVIDER_NAME, GEN_AI_SYSTEM)
-        out["finish_reason"] = finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS)) or _output_finish(a)
+        out["finish_reason"] = _requested_tools(a) or finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS)) or _output_finish(a)
         out["tool_definitions"] = tool_definitions(a.get(GEN_AI_TOOL_DEFINITIONS)) or None
         if kind == "tool":
             out["tool_name"] = a.get(GEN_AI_TOOL_NAME) or after_prefix(span.name, "execute_tool ")
@@ -69,6 +70,19 @@ class OtelGenAI:
                                  or a.get(GEN_AI_WORKFLOW_NAME))
             out["final_answer"] = last_assistant_text(a.get(GEN_AI_OUTPUT_MESSAGES))
         return out
+
+
+def _requested_tools(a: dict) -> str | None:
+    """What the output says beats the reported reason: some emitters report "stop" for a tool call, and a
+    call to a structured-output pseudo-tool (Pydantic AI's final_result) is an answer, not a tool request."""
+    messages = parse_json(a.get(GEN_AI_OUTPUT_MESSAGES))
+    if not isinstance(messages, list):
+        return None
+    calls = [p.get("name") for m in messages if isinstance(m, dict) for p in (m.get("parts") or [])
+             if isinstance(p, dict) and p.get("type") == "tool_call"]
+    if not calls:
+        return None
+    return "tool_call" if any(c not in STRUCTURED_OUTPUT_TOOLS for c in calls) else "stop"
 
 
 def _output_finish(a: dict) -> str | None:
