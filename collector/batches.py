@@ -1,14 +1,16 @@
 """Decoded OTLP data in columns, ready to become Arrow tables.
 
 Decoders (protobuf and JSON) append rows through one method per signal, so id validation and
-the column layout live in exactly one place. Attribute values are kept both as JSON text (what
-the store writes) and as plain Python dicts (what the semconv stage reads).
+the column layout live in exactly one place. Attribute values are kept as JSON text (what the
+store writes); the plain Python dicts the semconv stage reads are views over it. The compiled
+protobuf decoder (``_wire``) returns whole columns in ``SPAN_COLUMNS`` order instead of calling
+``add``; its views are parsed from the JSON only when first read, so ingest does not pay for them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
@@ -39,6 +41,12 @@ class Rejections:
         self.count += 1
         if len(self.messages) < MAX_REJECT_MESSAGES:
             self.messages.append(f"{where}: {why}")
+
+    def extend(self, count: int, first: list[tuple[str, str]]) -> None:
+        """Add ``count`` refusals of which ``first`` spells out the leading ones (as ``add`` keeps)."""
+        for where, why in first:
+            self.add(where, why)
+        self.count += count - len(first)
 
     def message(self) -> str:
         more = self.count - len(self.messages)
@@ -82,15 +90,44 @@ class SpanBatch:
     resource_attributes: list[str] = field(default_factory=list)
     events: list[str | None] = field(default_factory=list)
     links: list[str | None] = field(default_factory=list)
-    # Python views for the semconv stage (not stored as such).
-    attrs: list[dict[str, Any]] = field(default_factory=list)
-    resource_attrs: list[dict[str, Any]] = field(default_factory=list)
-    event_list: list[list[dict[str, Any]]] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    # Python views for the semconv stage (not stored as such): kept by ``add``, which has the
+    # values at hand, or None until first read when the rows came as JSON columns.
+    _attrs: list[dict[str, Any]] | None = field(default_factory=list, repr=False, compare=False)
+    _resource_attrs: list[dict[str, Any]] | None = field(default_factory=list, repr=False, compare=False)
+    _event_list: list[list[dict[str, Any]]] | None = field(default_factory=list, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.span_id)
+
+    @classmethod
+    def from_columns(cls, columns: tuple[list[Any], ...], payload_bytes: int = 0) -> "SpanBatch":
+        """A batch over ready-made columns in ``SPAN_COLUMNS`` order (the compiled decoder's output)."""
+        return cls(*columns, payload_bytes=payload_bytes, _attrs=None, _resource_attrs=None, _event_list=None)
+
+    @property
+    def attrs(self) -> list[dict[str, Any]]:
+        """Span attributes as dicts, one per row."""
+        if self._attrs is None:
+            self._attrs = [json.loads(a) for a in self.attributes]
+        return self._attrs
+
+    @property
+    def resource_attrs(self) -> list[dict[str, Any]]:
+        """Resource attributes as dicts; rows of one resource share one dict, as ``add`` makes them."""
+        if self._resource_attrs is None:
+            parsed: dict[str, dict[str, Any]] = {}
+            self._resource_attrs = [parsed[r] if r in parsed else parsed.setdefault(r, json.loads(r))
+                                    for r in self.resource_attributes]
+        return self._resource_attrs
+
+    @property
+    def event_list(self) -> list[list[dict[str, Any]]]:
+        """Span events as lists of dicts (empty when a span has none)."""
+        if self._event_list is None:
+            self._event_list = [json.loads(e) if e else [] for e in self.events]
+        return self._event_list
 
     def add(
         self,
@@ -144,9 +181,18 @@ class SpanBatch:
         self.resource_attributes.append(resource.attributes_json)
         self.events.append(events_json)
         self.links.append(links_json)
-        self.attrs.append(attrs)
-        self.resource_attrs.append(resource.attributes)
-        self.event_list.append(events)
+        # A view still unread (None) will be parsed from the JSON columns, this row included.
+        if self._attrs is not None:
+            self._attrs.append(attrs)
+        if self._resource_attrs is not None:
+            self._resource_attrs.append(resource.attributes)
+        if self._event_list is not None:
+            self._event_list.append(events)
+
+
+# The stored columns of SpanBatch, in field order: the order the compiled decoder returns them in.
+SPAN_COLUMNS = tuple(f.name for f in fields(SpanBatch))[:18]
+assert SPAN_COLUMNS[0] == "trace_id" and SPAN_COLUMNS[-1] == "links"
 
 
 @dataclass(slots=True)

@@ -158,6 +158,120 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+# ---------------------------------------------------------------------------- cases and judge
+
+
+def cmd_cases_check(args: argparse.Namespace) -> int:
+    """Validate a case file; errors name the case and the field."""
+    from ..scoring.cases import CaseFileError, load_suite
+
+    try:
+        loaded = load_suite(args.file, args.fallback)
+    except (CaseFileError, OSError, ValueError) as exc:
+        print(f"agentfunnel cases check: {exc}", file=sys.stderr)
+        return 2
+    fit = sum(1 for c in loaded.cases if c.fit)
+    print(f"{len(loaded.cases)} case(s) OK ({fit} target-fit, {len(loaded.cases) - fit} negative control(s)); "
+          f"{loaded.describe()}; sha256 {loaded.sha256[:12]}")
+    for c in loaded.cases:
+        judge = "judge" if c.completion_criteria else "no judge"
+        print(f"  {c.id}: {len(c.plan())} allowed tool(s), {len(c.completion_criteria)} criteria ({judge})"
+              + (", probe" if c.probe else ""))
+    return 0
+
+
+def _session_records(settings: Settings, session_id: str):
+    """The scored session and its records, read back from the store (for case drafts and judging)."""
+    from .assembly import assemble, read_views
+    from .store.writer import connect
+    from ..scoring import SessionScorer
+
+    con = connect(settings.store.path, read_only=True)
+    try:
+        rows = con.execute("SELECT trace_id, first_received FROM trace_index WHERE list_contains(session_ids, ?)",
+                           [session_id]).fetchall()
+        if not rows:
+            return None
+        views = read_views(con, [r[0] for r in rows], min(r[1] for r in rows))
+    finally:
+        con.close()
+    records = []
+    for v in views.values():
+        t = assemble(v, tuple(settings.sessions.session_keys))
+        records += [r for r in t.records if t.sessions.get(r.span_id) == session_id]
+    return SessionScorer(settings.scoring).score(session_id, records), records
+
+
+def cmd_cases_add(args: argparse.Namespace) -> int:
+    """Turn a (failing) production session into a draft case: every production failure becomes a row."""
+    from .query import running_server
+    from ..scoring.cases import case_from_session, render_case_yaml
+
+    settings = _settings(args)
+    if running_server(settings.store.path):
+        print("agentfunnel cases add: the database is owned by a running server; run it on a snapshot or "
+              "after stopping the server", file=sys.stderr)
+        return 1
+    found = _session_records(settings, args.from_session)
+    if found is None:
+        print(f"agentfunnel cases add: no session {args.from_session!r} in {settings.store.path}", file=sys.stderr)
+        return 1
+    score, records = found
+    text = render_case_yaml(case_from_session(records, score, args.id or f"from-{args.from_session}"), args.from_session)
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote a draft case to {args.out}: review the task, the criteria and the marked fields")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    """Judge evaluation runs now (a session, or an experiment), then re-score them."""
+    from .evaluation import Evaluator
+    from .query import running_server
+    from .sessions import SessionService
+    from .store.writer import Store
+    from .telemetry import Metrics
+
+    settings = _settings(args)
+    if running_server(settings.store.path):
+        print("agentfunnel judge: the server judges closed runs itself; stop it to re-judge from the CLI",
+              file=sys.stderr)
+        return 1
+    if settings.cases.suite is None:
+        print("agentfunnel judge: no case suite configured (cases.suite in --config)", file=sys.stderr)
+        return 2
+    where = ("session_id = ?", [args.session]) if args.session else ("experiment GLOB ?", [args.experiment or "*"])
+    from .store.writer import connect
+
+    con = connect(settings.store.path, read_only=True)
+    try:
+        ids = [r[0] for r in con.execute(f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where[0]}",
+                                         where[1]).fetchall()]
+    finally:
+        con.close()
+    lookups = {sid: _session_records(settings, sid) for sid in ids}
+    metrics = Metrics()
+    store = Store(settings.store, metrics).open()
+    try:
+        evaluator = Evaluator(settings.cases, settings.judge, store)
+        if not evaluator.judge.configured:
+            print("agentfunnel judge: no judge configured (judge.api_key or ANTHROPIC_API_KEY); Completion stays "
+                  "missing", file=sys.stderr)
+            return 2
+        service = SessionService(settings.sessions, store, metrics, settings.scoring, evaluator)
+        judged = evaluator.judge_now(ids, lookups.get)
+        fut = service.rescore_sessions(ids) if ids else None
+        if fut is not None:
+            fut.result()
+        stats = evaluator.judge.stats()
+    finally:
+        store.close()
+    print(f"judged {judged} run(s); {json.dumps(stats)}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- compare
 
 
@@ -267,6 +381,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["en", "ja"], default="en")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
     p.set_defaults(func=cmd_demo)
+    cases = sub.add_parser("cases", help="evaluation case files").add_subparsers(dest="cases_command", required=True)
+    p = cases.add_parser("check", help="validate a case file (YAML or TOML, a path or a URL)")
+    p.add_argument("file", help="case file path or http(s) URL")
+    p.add_argument("--fallback", type=Path, default=None, help="local copy when the URL cannot be fetched")
+    p.set_defaults(func=cmd_cases_check)
+    p = cases.add_parser("add", help="draft a case from a production session")
+    common(p)
+    p.add_argument("--from-session", required=True, metavar="ID", help="the session to turn into a case")
+    p.add_argument("--id", default=None, help="the new case's id")
+    p.add_argument("--out", type=Path, default=None, help="write the YAML here instead of printing it")
+    p.set_defaults(func=cmd_cases_add)
+    p = sub.add_parser("judge", help="judge evaluation runs now and re-score them")
+    common(p)
+    p.add_argument("--session", default=None, help="one session")
+    p.add_argument("--experiment", default=None, help="an experiment (or glob)")
+    p.set_defaults(func=cmd_judge)
     p = sub.add_parser("compare", help="compare two experiments (or globs of them) case by case; gate CI")
     common(p)
     p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import unquote
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..scoring import ScoringConfig
+from ..scoring.judge import JudgeSettings
 
 MiB = 1024 * 1024
 
@@ -85,6 +87,61 @@ class SessionSettings(_Model):
     )
 
 
+def parse_headers(value: Any) -> Any:
+    """``k=v,k2=v2`` (the OTEL_EXPORTER_OTLP_HEADERS format, values percent-encoded) into a dict."""
+    if not isinstance(value, str):
+        return value
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in value.split(","))):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"header {item!r} is not key=value")
+        out[unquote(key.strip())] = unquote(val.strip())
+    return out
+
+
+class ForwardSettings(_Model):
+    """Re-export spans over OTLP to a downstream collector or backend, labelled in ``agentfunnel.*``."""
+
+    endpoint: str = Field(description="gRPC: host:port or http(s)://host:port; HTTP: base URL (/v1/traces is added).")
+    protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    headers: dict[str, str] = Field(default_factory=dict, description="Sent with every request (also \"k=v,k2=v2\").")
+    timeout_seconds: float = Field(10.0, gt=0, description="Per export request.")
+    insecure: bool = Field(False, description="gRPC without TLS for a bare host:port (http:// implies it).")
+    ca_file: Path | None = Field(None, description="PEM roots to verify the downstream's certificate.")
+    compression: Literal["gzip", "none"] = "gzip"
+    mode: Literal["immediate", "hold"] = Field(
+        "immediate", description="immediate: forward at once, summary span on close; hold: forward sessions labelled on close.")
+    queue_max_bytes: int = Field(64 * MiB, gt=0, description="Encoded requests waiting to be sent; the oldest drop first.")
+    queue_max_items: int = Field(2048, gt=0, description="Requests waiting to be sent; the oldest drop first.")
+    hold_max_bytes: int = Field(128 * MiB, gt=0, description="Hold mode: spans held for open sessions; the oldest go unlabelled.")
+    max_request_bytes: int = Field(4 * MiB, gt=0, description="Split outgoing requests above this (gRPC's default limit).")
+    max_retry_seconds: float = Field(120.0, ge=0, description="Retryable failures are retried this long, then dropped.")
+    shutdown_timeout_seconds: float = Field(5.0, ge=0, description="On stop: how long to keep sending what is queued.")
+    also_logs: bool = Field(False, description="Send gen_ai.evaluation.result as OTLP log records too.")
+    namespace: Literal["agentfunnel."] = Field("agentfunnel.", description="Fixed: every added attribute's prefix.")
+
+    _headers = field_validator("headers", mode="before")(parse_headers)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ForwardSettings":
+        if not self.endpoint.strip():
+            raise ValueError("endpoint is empty")
+        if self.ca_file is not None and not self.ca_file.is_file():
+            raise ValueError(f"ca_file {self.ca_file} does not exist")
+        if self.insecure and self.ca_file is not None:
+            raise ValueError("insecure and ca_file contradict each other")
+        return self
+
+
+class CaseSettings(_Model):
+    """Evaluation cases: sessions tagged ``agentfunnel.case.id`` are scored against these."""
+
+    suite: str | None = Field(None, description="case file (YAML or TOML): a path or an http(s) URL")
+    fallback: Path | None = Field(None, description="local copy used when the URL cannot be fetched")
+    archive_dir: Path | None = Field(None, description="write one JSON per case run here")
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -92,6 +149,9 @@ class Settings(_Model):
     store: StoreSettings = StoreSettings()
     sessions: SessionSettings = SessionSettings()
     scoring: ScoringConfig = ScoringConfig()
+    forward: ForwardSettings | None = None  # off unless configured
+    cases: CaseSettings = CaseSettings()
+    judge: JudgeSettings = JudgeSettings()
 
 
 class ConfigError(Exception):

@@ -16,6 +16,7 @@ from .errors import PermanentError, Saturated
 from .files import Body, SignalHint, read_bodies
 from .pipeline import Admission, ExportResult, Pipeline
 from .query import admin_post, running_server
+from .evaluation import Evaluator
 from .sessions import SessionService
 from .store.writer import Store
 from .telemetry import Metrics
@@ -50,7 +51,9 @@ class _DirectSink:
     def __init__(self, settings: Settings) -> None:
         self.metrics = Metrics()
         self.store = Store(settings.store, self.metrics)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring)
+        self.evaluator = Evaluator(settings.cases, settings.judge, self.store)
+        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
+        self.evaluator.rescore = self.sessions.rescore_sessions
         self.pipeline = Pipeline(self.store, self.metrics,
                                  Admission(settings.receivers.max_bytes_in_flight, 1.0, self.metrics),
                                  self.sessions.observe)
@@ -80,7 +83,9 @@ class _DirectSink:
                 self._settle_one(report)
             # the end of the input closes every session, so a replay equals live traffic after the idle timeout
             report.traces_assembled = len(self.sessions.flush())
+            self.evaluator.drain()
         finally:
+            self.evaluator.close()
             self.store.close()
 
 

@@ -8,7 +8,8 @@ never patched: one row per session, its ``version`` bumped on every re-score.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,7 +33,8 @@ _SESSION_COLUMNS = {
     "tool_call_count": pa.int32(), "invalid_tool_calls": pa.int32(), "wasted_steps": pa.int32(),
     "hit_cap": pa.bool_(), "tool_errors": pa.int32(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
     "cost_usd": pa.float64(), "duration_ms": pa.float64(), "final_answer": pa.string(), "case_id": pa.string(), "experiment": pa.string(),
-    "run_id": pa.string(), "config_hash": pa.string(), "updated_at": pa.timestamp("us"),
+    "run_id": pa.string(), "passed": pa.bool_(), "failure_class": pa.string(), "judge_status": pa.string(),
+    "judge_score": pa.float64(), "config_hash": pa.string(), "updated_at": pa.timestamp("us"),
 }
 
 
@@ -63,7 +65,8 @@ def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
         "wasted_steps": score.wasted_steps, "hit_cap": score.hit_cap, "tool_errors": score.tool_errors,
         "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "duration_ms": score.duration_ms,
         "final_answer": score.final_answer, "case_id": score.case_id, "experiment": score.experiment,
-        "run_id": score.run_id, "config_hash": score.config_hash, "updated_at": now,
+        "run_id": score.run_id, "passed": None, "failure_class": None, "judge_status": None, "judge_score": None,
+        "config_hash": score.config_hash, "updated_at": now,
     }
 
 
@@ -99,7 +102,8 @@ class ScoredSession:
 
 
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
-                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str]) -> list[ScoredSession]:
+                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str],
+                   evaluate: Callable[..., Any] | None = None) -> list[ScoredSession]:
     """Re-score these sessions and replace their rows (a session left with no spans is removed)."""
     if not session_ids:
         return []
@@ -113,6 +117,13 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                             (versions.get(s.session_id) or 0) + 1, tuple(records[s.session_id])) for s in scores]
     if scores:
         rows = [_row(x.score, x.status, x.version, now) for x in scored]
+        if evaluate is not None:  # case runs: the seven stages, pass/fail and the failure class
+            for row, x in zip(rows, scored):
+                found = evaluate(con, x.score, x.records, x.status)
+                if found is not None:
+                    result, judge_status, judge_score = found
+                    row.update(passed=result.passed, failure_class=result.failure_class,
+                               judge_status=judge_status, judge_score=judge_score)
         table = pa.table({c: pa.array([r[c] for r in rows], t) for c, t in _SESSION_COLUMNS.items()})
         con.register("_new_sessions", table)
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")

@@ -26,8 +26,10 @@ from .query import QueryError, remove_sidecar, run_query, write_sidecar
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
+from .evaluation import Evaluator
 from .sessions import SessionService
 from .errors import UnauthorizedError
+from .forward import Forwarder
 from .store.writer import Store
 from .telemetry import Metrics
 
@@ -51,7 +53,9 @@ class Server:
                            max_queue_bytes=settings.receivers.max_bytes_in_flight)
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
                                    settings.receivers.retry_after_seconds, self.metrics)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring)
+        self.evaluator = Evaluator(settings.cases, settings.judge, self.store)
+        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
+        self.evaluator.rescore = self.sessions.rescore_sessions
         self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe)
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
@@ -60,6 +64,18 @@ class Server:
         self.grpc: GrpcReceiver | None = None
         self.http: HttpReceiver | None = None
         self.endpoints: Endpoints | None = None
+        self.forwarder = self._forwarder(settings)
+
+    def _forwarder(self, settings: Settings) -> Forwarder | None:
+        """Forwarding downstream (optional): fed after COMMIT and after assembly, never on the ingest path."""
+        if settings.forward is None:
+            return None
+        fwd = Forwarder(settings.forward, self.metrics, settings.scoring, settings.sessions.session_keys,
+                        settings.sessions.idle_timeout_seconds, open_traces=self.sessions.tracker.open_ids,
+                        barrier=lambda: self.store.submit_job(lambda con: None))
+        self.pipeline.batch_listeners.append(fwd.on_batch)
+        self.sessions.session_listeners.append(fwd.on_sessions)
+        return fwd
 
     async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._decode_pool, functools.partial(fn, *args))
@@ -75,6 +91,8 @@ class Server:
     async def start(self) -> Endpoints:
         rs = self.settings.receivers
         self.store.open()
+        if self.forwarder is not None:
+            self.forwarder.start()
         reopened = self.sessions.recover()
         if reopened:
             log.info("reopened %d traces that were stored but not assembled", reopened)
@@ -179,6 +197,9 @@ class Server:
                 self.sessions.flush()
             except Exception:  # noqa: BLE001 - the traces stay unassembled and are reopened on start
                 log.exception("could not assemble open traces at shutdown")
+        if self.forwarder is not None:  # after the last assembly, before the store closes
+            await asyncio.get_running_loop().run_in_executor(None, self.forwarder.stop)
+        self.evaluator.close()
         self.store.close()
 
 

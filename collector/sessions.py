@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
@@ -20,17 +21,21 @@ from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
 
+if TYPE_CHECKING:
+    from .evaluation import Evaluator
+
 log = logging.getLogger(__name__)
 RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it
 
 
 class SessionService:
     def __init__(self, settings: SessionSettings, store: Store, metrics: Metrics,
-                 scoring: ScoringConfig | None = None) -> None:
+                 scoring: ScoringConfig | None = None, evaluator: "Evaluator | None" = None) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
         self.scorer = SessionScorer(scoring)
+        self.evaluator = evaluator
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
@@ -59,7 +64,8 @@ class SessionService:
 
         def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
             written.extend(score_sessions(con, sessions, assembled, self.scorer, keys,
-                                          set(self.tracker.open_ids()) | extra))
+                                          set(self.tracker.open_ids()) | extra,
+                                          self.evaluator.evaluate if self.evaluator else None))
 
         fut = self.store.submit_job(assemble_job(traces, keys, score))
 
@@ -92,6 +98,13 @@ class SessionService:
         """Show open sessions as they stand (status open), without waiting for the idle timeout."""
         traces = self.tracker.take_dirty()
         return self._job(traces, still_open=traces) if traces else None
+
+    def rescore_sessions(self, session_ids: list[str]) -> Future | None:
+        """Re-score these sessions now (e.g. after their judgment arrived)."""
+        rows = self.store.submit_job(lambda con: con.execute(
+            "SELECT trace_id, first_received FROM trace_index WHERE list_has_any(session_ids, ?::VARCHAR[])",
+            [session_ids]).fetchall()).result()
+        return self._job(dict(rows)) if rows else None
 
     def rescore(self, stale_only: bool = False, chunk: int = 500) -> int:
         """Re-derive sessions from their stored spans with the current configuration.

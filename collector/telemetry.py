@@ -29,12 +29,23 @@ DESCRIPTIONS = {
     "traces_assembled": "Traces assembled into sessions (idle timeout, flush, shutdown or early close).",
     "sessions_finalized_early": "Open traces closed before their idle timeout because max_open_traces was reached.",
     "assembly_errors": "Assembly jobs that failed (their traces stay open and are retried).",
+    "forward_sent_spans": "Spans the downstream accepted (forwarding).",
+    "forward_sent_logs": "Evaluation log records the downstream accepted (forwarding, also_logs).",
+    "forward_dropped": "Spans not forwarded, by reason (queue_full, intake_full, retry_expired, downstream:<answer>, "
+                       "rejected_downstream, encode_error, shutdown).",
+    "forward_logs_dropped": "Evaluation log records not forwarded, by reason (as forward_dropped).",
+    "forward_retries": "Export attempts retried, by the downstream's answer.",
+    "forward_unlabeled_spans": "Hold mode: spans forwarded without session labels, by reason (hold_bytes, no_session, shutdown).",
+    "forward_summaries": "Session summary spans emitted (one per closed session version).",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span and log keys held in the duplicate window.",
     "open_traces": "Traces received and not yet assembled into sessions.",
+    "forward_queue_bytes": "Forwarding: encoded request bytes waiting to be sent downstream.",
+    "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",
+    "forward_held_bytes": "Forwarding, hold mode: bytes of spans held until their session closes.",
     "uptime_seconds": "Seconds since the process started.",
 }
 

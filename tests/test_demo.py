@@ -37,3 +37,37 @@ def test_demo_prints_a_funnel_report_and_leaves_a_database_to_query(tmp_path):
         args = shlex.split(example)[1:]
         result = run_cli(*args[:1], "--db", str(db), *args[1:], check=False)
         assert result.returncode == 0, f"README example failed: {example}\n{result.stderr}"
+
+
+def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_regression(tmp_path):
+    import json
+
+    from agentfunnel.collector.demo.cases import CASES, EXPERIMENTS, RUNS_PER_CASE
+    from agentfunnel.collector.demo.run import DEMO_SUITE
+    from agentfunnel.scoring.cases import load_suite
+
+    db = tmp_path / "demo.duckdb"
+    run_cli("demo", "--db", str(db), "--sessions", "20", timeout=300)
+    suite = load_suite(DEMO_SUITE)
+    assert {c.id for c in suite.cases} == {c.id for c in CASES}
+    # a case with completion criteria needs a judge, and the demo runs without one: it can never pass
+    offline = {c.id for c in suite.cases if not c.completion_criteria}
+    assert offline, "no demo case can pass offline"
+
+    rows = read_db(db, "SELECT experiment, case_id, n, passes FROM experiment_summary")
+    got = {(r["experiment"], r["case_id"]): r for r in rows}
+    assert set(got) == {(e, c.id) for e in EXPERIMENTS for c in CASES}
+    for case in CASES:
+        for experiment in EXPERIMENTS:
+            row = got[(experiment, case.id)]
+            assert row["n"] == RUNS_PER_CASE
+            if case.id in offline:
+                assert row["passes"] == case.passes[experiment], (experiment, case.id, row)
+            else:
+                assert row["passes"] == 0, (experiment, case.id, row)  # Completion reads missing
+
+    result = run_cli("compare", "--db", str(db), "baseline", "fix-1", "--format", "json", check=False)
+    assert result.returncode == 1, result.stderr
+    changes = {c["case_id"]: c["change"] for c in json.loads(result.stdout)["cases"]}
+    assert changes["book-kyoto-hotel"] == "regressed"
+    assert [c for c, change in changes.items() if change == "regressed"] == ["book-kyoto-hotel"]

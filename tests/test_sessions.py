@@ -119,7 +119,8 @@ def test_a_late_span_reopens_and_rescores_a_closed_session(server_factory, fast_
     turns = _turns()
     for spans in turns[:2]:
         _post(srv, spans)
-    before = _wait(lambda: (s := _session(srv.db, CONV)) and s["status"] == "closed" and s)
+    # under load the first turn may close before the second arrives: wait for both
+    before = _wait(lambda: (s := _session(srv.db, CONV)) and s["status"] == "closed" and s["trace_count"] == 2 and s)
     assert before["outcome"] == "checkout_reached"
     _post(srv, turns[2])
     after = _wait(lambda: (s := _session(srv.db, CONV)) and s["outcome"] == "purchase_completed" and s)

@@ -11,6 +11,8 @@ from ..config import Settings
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
 
+DEMO_SUITE = Path(__file__).with_name("cases.yaml")
+
 
 @dataclass(frozen=True)
 class DemoRun:
@@ -43,9 +45,12 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
     db = settings.store.path
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)  # the same seed reuses conversation ids: start from an empty file
-    settings = settings.model_copy(update={
+    update: dict = {
         "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
-    })
+    }
+    if settings.cases.suite is None:  # the demo's evaluation runs are scored against its own cases
+        update["cases"] = settings.cases.model_copy(update={"suite": str(DEMO_SUITE)})
+    settings = settings.model_copy(update=update)
     background = _BackgroundServer(settings)
     with background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)

@@ -251,7 +251,8 @@ MIGRATIONS.append((
         created_at TIMESTAMP,
         input_tokens BIGINT,
         output_tokens BIGINT,
-        cached BOOLEAN
+        cached BOOLEAN,
+        judgment JSON
     );
     -- unbiased estimators over n runs with c passes (k <= n): products avoid huge binomials
     CREATE MACRO pass_at_k(n, c, k) AS

@@ -1,0 +1,195 @@
+"""Case runs: sessions tagged with a case id scored through the seven stages, judged off the ingest path.
+
+Scoring a session (on the writer thread) evaluates its case run with the latest stored judgment.
+A closed session whose case needs a judge and has none is queued for the judge on its own thread
+pool; when the verdict arrives it is stored in ``judgments`` with its provenance and the session is
+re-scored, so ``case_runs`` and ``sessions.passed`` follow. Without a configured judge, Completion
+is ``missing`` and the run counts as ``judge_unavailable``: never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..scoring import SessionScore
+from ..scoring.cases import LoadedSuite, load_suite
+from ..scoring.judge import AnthropicJudge, JudgeInput, JudgeSettings, Judgment
+from ..scoring.judge.models import ReturnedData
+from ..scoring.stages import CaseRunResult, evaluate_run
+from ..semconv import SpanRecord
+from .config import CaseSettings
+from .store.writer import Store, _utcnow as utcnow
+
+log = logging.getLogger(__name__)
+STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
+                 "completion")
+
+
+class _StoredJudgments:
+    """The judge's cache is the ``judgments`` table: a re-score never pays twice for one input."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, input_hash: str) -> Judgment | None:
+        if self.store.con is None:
+            return None
+        cur = self.store.con.cursor()
+        try:
+            row = cur.execute("SELECT judgment FROM judgments WHERE input_hash = ? AND status IN ('complete', "
+                              "'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()
+        finally:
+            cur.close()
+        return Judgment.model_validate_json(row[0]).model_copy(update={"cached": True}) if row else None
+
+    def put(self, judgment: Judgment) -> None:
+        pass  # stored with its session by the evaluator, in the writer's transaction
+
+
+def needs_judge(case: Any) -> bool:
+    return bool(case.completion_criteria) or (case.artifact is not None and case.fit)
+
+
+def judge_input(case: Any, records: Sequence[SpanRecord], score: SessionScore) -> JudgeInput:
+    returned = [ReturnedData(tool=r.tool_name or "", result=r.result) for r in records
+                if r.is_tool_call and not r.error and r.result is not None]
+    return JudgeInput(task=case.task, intent_summary=case.intent_summary, final_answer=score.final_answer or "",
+                      returned_data=returned, criteria=list(case.completion_criteria), threshold=case.judge_threshold,
+                      case_id=case.id, case_sha256=None)
+
+
+class Evaluator:
+    """Cases, the judge and its queue; one per process."""
+
+    def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store,
+                 rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.rescore = rescore
+        self.suite: LoadedSuite | None = None
+        if settings.suite:
+            self.suite = load_suite(settings.suite, settings.fallback)
+            log.info("loaded %s", self.suite.describe())
+        self.cases = {c.id: c for c in self.suite.cases} if self.suite else {}
+        self.judge = judge or AnthropicJudge(judge_settings, cache=_StoredJudgments(store))
+        self._pool = ThreadPoolExecutor(max_workers=judge_settings.max_concurrency, thread_name_prefix="agentfunnel-judge")
+        self._pending: set[str] = set()
+        self._futures: list[Future] = []
+        self._lock = threading.Lock()
+
+    def drain(self, timeout: float = 120.0) -> None:
+        """Wait for queued judgments (``ingest`` does, before it closes the file)."""
+        while True:
+            with self._lock:
+                futures = [f for f in self._futures if not f.done()]
+                self._futures = futures
+            if not futures:
+                return
+            wait(futures, timeout=timeout)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ inside the scoring transaction
+    def evaluate(self, con: duckdb.DuckDBPyConnection, score: SessionScore, records: Sequence[SpanRecord],
+                 status: str) -> tuple[CaseRunResult, str | None, float | None] | None:
+        """The case run of a scored session, written to ``case_runs``; with the judge's status and score."""
+        case = self.cases.get(score.case_id or "")
+        if case is None:
+            return None
+        judgment = self._latest(con, score.session_id)
+        result = evaluate_run(case, records, score, judgment)
+        self._write(con, score, result)
+        if needs_judge(case) and judgment is None and status == "closed" and self.judge.configured:
+            self._request(score.session_id, judge_input(case, records, score))
+        if self.settings.archive_dir:
+            self._archive(score, result, judgment)
+        if not needs_judge(case):
+            return result, None, None
+        return result, (judgment.status if judgment else "missing"), (judgment.score if judgment else None)
+
+    @staticmethod
+    def _latest(con: duckdb.DuckDBPyConnection, session_id: str) -> Judgment | None:
+        row = con.execute("SELECT judgment FROM judgments WHERE session_id = ? ORDER BY created_at DESC LIMIT 1",
+                          [session_id]).fetchone()
+        return Judgment.model_validate_json(row[0]) if row else None
+
+    @staticmethod
+    def _write(con: duckdb.DuckDBPyConnection, score: SessionScore, r: CaseRunResult) -> None:
+        con.execute("DELETE FROM case_runs WHERE session_id = ?", [score.session_id])
+        stage_values: list[Any] = []
+        for stage in STAGE_COLUMNS:
+            s = r.stages.get(stage)
+            stage_values += [s.state if s else None, json.dumps(s.evidence, default=str) if s else None]
+        layers = json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None
+        values = [score.session_id, r.case_id, score.experiment, score.run_id, r.fit, r.probe, r.controlled_exposure,
+                  *stage_values, r.first_failed_stage, r.passed, r.correct_abstention, r.failure_class, layers,
+                  list(r.failed_assertions), r.fix_hint, r.case_sha256, utcnow()]
+        con.execute("INSERT INTO case_runs VALUES (" + ", ".join(["?"] * len(values)) + ")", values)
+
+    def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
+        directory = Path(self.settings.archive_dir)  # type: ignore[arg-type]
+        directory.mkdir(parents=True, exist_ok=True)
+        doc = {"session_id": score.session_id, "experiment": score.experiment, "run_id": score.run_id,
+               **result.to_dict(), "judgment": judgment.model_dump(mode="json") if judgment else None}
+        name = f"{score.experiment or 'none'}__{result.case_id}__{score.run_id or score.session_id}.json"
+        (directory / name.replace("/", "_")).write_text(json.dumps(doc, indent=2, default=str))
+
+    # ------------------------------------------------------------------ the judge, off the ingest path
+    def _request(self, session_id: str, inp: JudgeInput) -> None:
+        with self._lock:
+            if session_id in self._pending:
+                return
+            self._pending.add(session_id)
+        fut = self._pool.submit(self._judge_and_store, session_id, inp)
+        with self._lock:
+            self._futures.append(fut)
+
+    def _judge_and_store(self, session_id: str, inp: JudgeInput) -> Judgment:
+        try:
+            judgment = self.judge.judge(inp)
+            self.store.submit_job(lambda con: store_judgment(con, session_id, judgment)).result()
+            if self.rescore is not None:
+                fut = self.rescore([session_id])
+                if isinstance(fut, Future):
+                    fut.result()
+            return judgment
+        except Exception:  # noqa: BLE001 - a failed judge call leaves the run at "missing", never a pass
+            log.exception("judging %s failed", session_id)
+            raise
+        finally:
+            with self._lock:
+                self._pending.discard(session_id)
+
+    def judge_now(self, session_ids: Sequence[str], records_of: Callable[[str], tuple[SessionScore, list[SpanRecord]] | None]) -> int:
+        """Judge these sessions synchronously (``agentfunnel judge``); returns how many were judged."""
+        done = 0
+        for sid in session_ids:
+            found = records_of(sid)
+            if found is None:
+                continue
+            score, records = found
+            case = self.cases.get(score.case_id or "")
+            if case is None or not needs_judge(case):
+                continue
+            judgment = self.judge.judge(judge_input(case, records, score))
+            self.store.submit_job(lambda con, j=judgment, s=sid: store_judgment(con, s, j)).result()
+            done += 1
+        return done
+
+
+def store_judgment(con: duckdb.DuckDBPyConnection, session_id: str, j: Judgment) -> None:
+    values = [session_id, j.input_hash, j.judge_model, j.backend, j.base_url, j.rubric_id, j.rubric_sha256,
+         j.prompt_version, j.temperature, j.case_sha256, j.answer_sha256, j.reference_sha256, j.status, j.passed,
+         j.score, json.dumps([c.model_dump() for c in j.criteria]), json.dumps(j.missing_requirements),
+         json.dumps(j.unsupported_claims), j.explanation, j.error, j.created_at.replace(tzinfo=None),
+         j.input_tokens, j.output_tokens, j.cached, j.model_dump_json()]
+    con.execute("INSERT INTO judgments VALUES (" + ", ".join(["?"] * len(values)) + ")", values)

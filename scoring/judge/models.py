@@ -1,0 +1,132 @@
+"""The judge's records: its settings, what it reads, what the model must return, and what is stored.
+
+``Verdict`` is the model's answer and is validated strictly (unknown keys, wrong types and scores
+outside 0..1 are schema errors). ``Judgment`` is what scoring keeps: the verdict, or the reason
+there is none (``missing``: no verdict could be obtained; ``error``: the model answered unusably),
+plus the provenance a later reader needs to trust or redo it.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+ENV_API_KEY = "ANTHROPIC_API_KEY"
+ENV_BASE_URL = "ANTHROPIC_BASE_URL"
+
+CriterionStatus = Literal["satisfied", "missing", "contradicted", "unsupported"]
+JudgmentStatus = Literal["complete", "incomplete", "missing", "error"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JudgeSettings(_Model):
+    """How to reach the judge model and how much it may be used.
+
+    The API key is excluded from dumps and reprs, so a stored or logged config never holds it.
+    Prices default to the default model's list prices; they only drive the spend cap.
+    """
+
+    backend: Literal["anthropic"] = "anthropic"
+    model: str = "claude-sonnet-4-5"
+    api_key: str | None = Field(default=None, repr=False, exclude=True,
+                                description=f"falls back to ${ENV_API_KEY}")
+    base_url: str | None = Field(default=None, description=f"falls back to ${ENV_BASE_URL}, then the public API")
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    max_concurrency: int = Field(default=4, ge=1)
+    requests_per_minute: int = Field(default=60, ge=1)
+    spend_limit_usd: float | None = Field(default=5.0, ge=0, description="None: no cap")
+    input_price_per_mtok: float = Field(default=3.0, ge=0)
+    output_price_per_mtok: float = Field(default=15.0, ge=0)
+    temperature: Literal[0] = 0  # fixed: a judge that samples is a judge that disagrees with itself
+    max_tokens: int = Field(default=2048, ge=256)
+
+    def resolved_api_key(self) -> str | None:
+        return self.api_key or os.environ.get(ENV_API_KEY) or None
+
+    def resolved_base_url(self) -> str:
+        return (self.base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL).rstrip("/")
+
+
+class ReturnedData(_Model):
+    """One tool call's result as the agent saw it: untrusted, fenced in the prompt."""
+
+    tool: str
+    result: Any
+
+
+class JudgeInput(_Model):
+    task: str
+    intent_summary: str = ""
+    final_answer: str
+    returned_data: list[ReturnedData] = []
+    criteria: list[str] = []
+    threshold: float = Field(default=0.7, ge=0, le=1, description="inclusive: score >= threshold passes")
+    case_id: str | None = None
+    case_sha256: str | None = None
+
+
+class CriterionAssessment(_Model):
+    criterion: str = Field(description="the criterion's text, copied verbatim")
+    status: CriterionStatus
+    evidence: str = Field(description="short quotes from the answer and the returned data")
+
+
+class Verdict(_Model):
+    """What the model must return (the ``record_verdict`` tool's input)."""
+
+    status: Literal["complete", "incomplete"]
+    criteria: list[CriterionAssessment]
+    missing_requirements: list[str]
+    unsupported_claims: list[str]
+    score: float = Field(ge=0, le=1)
+    explanation: str
+
+
+class Judgment(_Model):
+    """One stored judgment. ``missing`` and ``error`` never pass and are never cached."""
+
+    status: JudgmentStatus
+    passed: bool
+    score: float | None = Field(description="None when missing; 0 on error")
+    criteria: list[CriterionAssessment] = []
+    missing_requirements: list[str] = []
+    unsupported_claims: list[str] = []
+    explanation: str = ""
+    error: str | None = Field(default=None, description="the raw reason, e.g. an HTTP 402 body")
+    # provenance
+    judge_model: str
+    backend: str
+    base_url: str
+    rubric_id: str
+    rubric_version: str
+    rubric_sha256: str
+    prompt_version: str
+    temperature: float
+    threshold: float
+    case_id: str | None = None
+    case_sha256: str | None = None
+    answer_sha256: str
+    reference_sha256: str
+    input_hash: str
+    created_at: datetime
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    attempts: int = 0
+    request_id: str | None = None
+    cached: bool = False
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("created_at must be timezone-aware (UTC)")
+        return v.astimezone(timezone.utc)

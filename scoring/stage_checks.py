@@ -1,0 +1,383 @@
+"""The seven stage checks: each reads one kind of evidence and returns (state, evidence).
+
+Kept apart from ``stages.py`` (which owns ordering, exits, pass and failure class) so each check
+can be read against its row of the SPEC §6 table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from .artifacts import schema_errors
+from .assertions import MISSING, json_equal, resolve_pointer, select
+from .case_models import ArgumentExpectation, Case, tool_matches
+from .config import matches
+from .results import SessionScore
+from .run_view import (Call, RunView, identify, mentions, parse_json_text, parties, party_of_call,
+                       stated_choices)
+
+BAD_ASSESSMENTS = ("missing", "contradicted", "unsupported")
+_JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
+               "object": (dict,), "array": (list,), "null": (type(None),)}
+
+
+@dataclass
+class Context:
+    case: Case
+    view: RunView
+    score: SessionScore
+    judgment: Any
+
+    @cached_property
+    def owned_calls(self) -> list[tuple[Call, str, str]]:
+        """(call, role, party name) for calls to a candidate's tools, in order."""
+        out = []
+        for c in self.view.calls:
+            who = party_of_call(self.case, c)
+            if who:
+                out.append((c, who[0], who[1].name))
+        return out
+
+    @cached_property
+    def plan_calls(self) -> list[Call]:
+        plan = self.case.plan()
+        return [c for c in self.view.calls if not plan or tool_matches(c.name, plan)]
+
+
+def _short(value: Any, limit: int = 200) -> Any:
+    text = repr(value)
+    return value if len(text) <= limit else text[:limit] + "…"
+
+
+def _structured(view: RunView, path: str) -> tuple[Any, str | None]:
+    """The first assistant output (final answer first) that is JSON and has ``path``."""
+    first_json = None
+    for t in sorted(view.texts, key=lambda t: t.source != "final_answer" and t.text != view.final_answer):
+        doc = parse_json_text(t.text)
+        if isinstance(doc, (dict, list)):
+            if select(doc, path):
+                return doc, t.source
+            first_json = first_json if first_json is not None else doc
+    return first_json, None
+
+
+# --------------------------------------------------------------------------- discovery
+
+def discovery(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case, view = ctx.case, ctx.view
+    ev: dict[str, Any] = {"controlled_exposure": case.candidates_supplied, "target": case.target.name}
+    state, found = _discover(ctx)
+    ev.update(found)
+    if not case.fit:  # a negative control is decided at Selection; presence is kept as evidence
+        return "not_applicable", ev
+    return state, ev
+
+
+def _discover(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case, view = ctx.case, ctx.view
+    everyone = parties(case)
+    if case.discovery.json_path:
+        if not view.content_captured:
+            return "missing", {"reason": "no message content captured"}
+        doc, where = _structured(view, case.discovery.json_path)
+        if doc is None:
+            return "failed", {"source": "json_path", "reason": "no structured output"}
+        items = [v for _, v in select(doc, case.discovery.json_path)]
+        if len(items) == 1 and isinstance(items[0], list):
+            items = items[0]
+        candidates = []
+        for pos, item in enumerate(items, 1):
+            who = identify(item, everyone)
+            rank = item.get("rank") if isinstance(item, dict) and isinstance(item.get("rank"), int) else pos
+            candidates.append({"name": who[1].name if who else _short(item), "role": who[0] if who else "other",
+                               "rank": rank})
+        return _verdict(candidates, {"source": "json_path", "path": case.discovery.json_path, "output": where})
+    first_owned = ctx.owned_calls[0][0].record.start_ns if ctx.owned_calls else None
+    before = [t for t in view.texts if first_owned is None or t.end_ns <= first_owned]
+    listing = _listing(before, everyone)
+    if listing is not None:
+        return _verdict(*listing)
+    target_call = next((c for c, role, _ in ctx.owned_calls if role == "target"), None)
+    if target_call is not None:
+        return "passed", {"source": "tool_call", "present": True, "rank": None, "tool": target_call.name}
+    listing = _listing(view.texts, everyone)
+    if listing is not None:
+        return _verdict(*listing)
+    if not view.content_captured:
+        return "missing", {"reason": "no message content captured and no call to the target's tools"}
+    return "failed", {"source": "messages", "present": False, "reason": "the target was neither named nor called"}
+
+
+def _listing(texts, everyone) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """Candidates named in the first assistant message that names any, by order of mention."""
+    for t in texts:
+        named = [(off, role, p.name) for role, p in everyone if (off := mentions(t.text, p)) is not None]
+        if named:
+            named.sort()
+            return ([{"name": n, "role": r, "rank": i} for i, (_, r, n) in enumerate(named, 1)],
+                    {"source": "message", "message_source": t.source})
+    return None
+
+
+def _verdict(candidates: list[dict[str, Any]], ev: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    target = next((c for c in candidates if c["role"] == "target"), None)
+    ev.update(candidates=candidates, present=target is not None, rank=target["rank"] if target else None)
+    return ("passed" if target else "failed"), ev
+
+
+# --------------------------------------------------------------------------- selection
+
+def selection(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case, view = ctx.case, ctx.view
+    chosen: tuple[str, str] | None = None
+    ev: dict[str, Any] = {}
+    if ctx.owned_calls:
+        call, role, name = ctx.owned_calls[0]
+        chosen, ev = (role, name), {"source": "tool_call", "tool": call.name, "servers": list(call.servers)}
+    elif case.discovery.choice_path and (doc := _structured(view, case.discovery.choice_path)[0]) is not None:
+        picks = [v for _, v in select(doc, case.discovery.choice_path)]
+        who = identify(picks[0], parties(case)) if picks else None
+        chosen = (who[0], who[1].name) if who else None
+        ev = {"source": "choice_path", "stated": _short(picks[0]) if picks else None}
+    elif view.final_answer:
+        named = [(off, role, p.name) for off, role, p in stated_choices(view.final_answer, parties(case))]
+        chosen = (named[0][1], named[0][2]) if named else None
+        ev = {"source": "stated_choice", "named": [n for _, _, n in named]}
+    else:
+        ev = {"source": None, "reason": "no call to a candidate's tools and no message content captured"}
+        return "missing", ev
+    role = chosen[0] if chosen else "abstained"
+    ev.update(chosen=chosen[1] if chosen else None, role=role)
+    if case.fit:
+        return ("passed" if role == "target" else "failed"), ev
+    ev["correct_abstention"] = role != "target"
+    return ("failed" if role == "target" else "passed"), ev
+
+
+# --------------------------------------------------------------------------- tool resolution
+
+def tool_resolution(ctx: Context) -> tuple[str, dict[str, Any]]:
+    if not ctx.case.fit:
+        return "not_applicable", {}
+    plan = ctx.case.plan()
+    called = [c.name for c in ctx.view.calls]
+    if not plan:
+        return "not_applicable", {"called": called, "reason": "the case declares no tool plan"}
+    ev: dict[str, Any] = {"plan": list(plan), "called": called}
+    if not called:
+        return "failed", {**ev, "reason": "no tool was called"}
+    disallowed = [n for n in dict.fromkeys(called) if not tool_matches(n, plan)]
+    ev["disallowed"] = disallowed
+    return ("failed" if disallowed else "passed"), ev
+
+
+# --------------------------------------------------------------------------- invocation
+
+def schema_for(case: Case, call: Call) -> dict[str, Any] | None:
+    for key, schema in case.tool_schemas.items():
+        if key.lower() in (call.name.lower(), call.bare.lower()):
+            return schema
+    for key, schema in case.tool_schemas.items():
+        if tool_matches(call.name, (key,)):
+            return schema
+    return None
+
+
+def call_schema_errors(case: Case, call: Call) -> list[dict[str, Any]] | None:
+    """Schema violations of one call, each with tool and JSON pointer; None when no schema applies."""
+    schema = schema_for(case, call)
+    if schema is None or call.arguments is None:
+        return None
+    args = call.arguments
+    if isinstance(args, str):
+        return [{"tool": call.name, "call": call.index, "pointer": "", "message": "arguments are not JSON"}]
+    return [{"tool": call.name, "call": call.index, "pointer": p, "message": m} for p, m in schema_errors(schema, args)]
+
+
+def invalid_calls(ctx: Context) -> list[dict[str, Any]]:
+    """Every schema-invalid call of the run, recovered or not (a trajectory fact, SPEC §7)."""
+    return [e for c in ctx.view.calls for e in (call_schema_errors(ctx.case, c) or [])]
+
+
+def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:
+    value = resolve_pointer(args, exp.pointer) if isinstance(args, (dict, list)) else MISSING
+    check = exp.check
+    if check == "present":
+        ok = (value is not MISSING) == exp.present
+    elif value is MISSING:
+        ok = False
+    elif check == "equals":
+        ok = json_equal(value, exp.equals)
+    elif check == "one_of":
+        ok = any(json_equal(value, v) for v in exp.one_of or [])
+    else:
+        ok = isinstance(value, str) and re.search(exp.pattern or "", value) is not None
+    if ok:
+        return None
+    expected = {"equals": exp.equals, "one_of": exp.one_of, "pattern": exp.pattern, "present": exp.present}[check]
+    return {"check": check, "expected": expected, "found": "<missing>" if value is MISSING else _short(value)}
+
+
+def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case = ctx.case
+    if not case.fit:
+        return "not_applicable", {}
+    effective = ctx.view.last_calls(ctx.plan_calls)
+    errors, uncaptured, checked = [], [], False
+    for call in ctx.plan_calls:
+        found = call_schema_errors(case, call)
+        if found is None and schema_for(case, call) is not None:
+            uncaptured.append(call.name)
+        checked = checked or found is not None
+        for e in found or []:
+            errors.append({**e, "effective": effective.get(call.name) is call})
+    for call in effective.values():
+        for tool, expectations in case.argument_expectations.items():
+            if not tool_matches(call.name, (tool,)):
+                continue
+            checked = True
+            if call.arguments is None:
+                uncaptured.append(call.name)
+                continue
+            for exp in expectations:
+                problem = _expectation_problem(exp, call.arguments)
+                if problem:
+                    errors.append({"tool": call.name, "call": call.index, "pointer": exp.pointer, "effective": True,
+                                   **problem})
+    ev: dict[str, Any] = {"errors": errors}
+    blocking = [e for e in errors if e["effective"]]
+    if errors:
+        ev["recovered"] = [e for e in errors if not e["effective"]]
+    if blocking:
+        return "failed", ev
+    if uncaptured:
+        return "missing", {**ev, "reason": "arguments not captured", "tools": sorted(set(uncaptured))}
+    if not checked:
+        return "not_applicable", {**ev, "reason": "no schema or argument expectation applies to the calls made"}
+    return "passed", ev
+
+
+# --------------------------------------------------------------------------- execution
+
+def execution(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case = ctx.case
+    if not case.fit:
+        return "not_applicable", {}
+    calls = ctx.plan_calls
+    if not calls:
+        return "not_applicable", {"reason": "no tool call to execute"}
+    effective = ctx.view.last_calls(calls)
+    failed = [{"tool": c.name, "error": _short(c.error), "status": c.record.status_code}
+              for c in effective.values() if not c.ok]
+    recovered = [{"tool": c.name, "error": _short(c.error)} for c in calls if not c.ok and effective[c.name] is not c
+                 and effective[c.name].ok]
+    ev: dict[str, Any] = {"calls": [{"tool": c.name, "ok": c.ok, "servers": list(c.servers)}
+                                    for c in effective.values()],
+                          "errors": failed, "recovered": recovered}
+    if case.expected_server:
+        expected = (case.expected_server.lower(),)
+        wrong = [{"tool": c.name, "ran_on": list(c.servers)} for c in effective.values()
+                 if c.servers and not any(matches(s.lower(), expected) for s in c.servers)]
+        unknown = [c.name for c in effective.values() if not c.servers]
+        ev.update(expected_server=case.expected_server, wrong_server=wrong, server_unknown=unknown)
+        if not failed and not wrong and unknown:
+            return "missing", {**ev, "reason": "the trace does not show which server the call ran on"}
+        failed = failed + wrong
+    return ("failed" if failed else "passed"), ev
+
+
+# --------------------------------------------------------------------------- result usability
+
+def _is_type(value: Any, json_type: str) -> bool:
+    """JSON types: a boolean is not a number, and 2.0 is an integer (as in JSON Schema)."""
+    if isinstance(value, bool):
+        return json_type == "boolean"
+    if json_type == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _JSON_TYPES[json_type])
+
+
+def _field_problems(spec, value: Any) -> list[str]:
+    problems = []
+    if value is None:
+        if spec.non_null:
+            problems.append("is null")
+        return problems
+    if spec.type and not _is_type(value, spec.type):
+        problems.append(f"is {type(value).__name__}, not {spec.type}")
+    if spec.values is not None and not any(json_equal(value, v) for v in spec.values):
+        problems.append(f"{_short(value)!r} is not one of {spec.values}")
+    return problems
+
+
+def result_usability(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case = ctx.case
+    if not case.fit:
+        return "not_applicable", {}
+    if not case.required_result_fields:
+        return "not_applicable", {"reason": "the case declares no required result fields"}
+    ok_calls = [c for c in ctx.plan_calls if c.ok]
+    fields, any_failed, any_uncaptured = [], False, False
+    for spec in case.required_result_fields:
+        mine = [c for c in reversed(ok_calls) if spec.tool is None or tool_matches(c.name, (spec.tool,))]
+        row: dict[str, Any] = {"path": spec.path, "tool": spec.tool}
+        captured = [c for c in mine if c.result is not None]
+        if not mine:
+            row["problems"] = [f"no successful result from {spec.tool or 'any allowed tool'}"]
+        elif not captured:
+            row["problems"], any_uncaptured = [], True
+            row["reason"] = "result not captured"
+        else:
+            source = next((c for c in captured if select(c.result, spec.path)), captured[0])
+            found = select(source.result, spec.path)
+            row["from"] = source.name
+            row["found"] = [_short(v) for _, v in found[:5]]
+            row["problems"] = (["absent"] if not found else
+                               [f"{loc}: {p}" for loc, v in found for p in _field_problems(spec, v)])
+        any_failed = any_failed or bool(row["problems"])
+        fields.append(row)
+    if any_failed:
+        return "failed", {"fields": fields}
+    return ("missing" if any_uncaptured else "passed"), {"fields": fields}
+
+
+# --------------------------------------------------------------------------- completion
+
+def _criterion(c: Any) -> dict[str, Any]:
+    get = (lambda k: c.get(k)) if isinstance(c, dict) else (lambda k: getattr(c, k, None))
+    return {"name": get("criterion") or get("name") or get("id") or str(c),
+            "assessment": get("assessment") or get("status"), "evidence": get("evidence")}
+
+
+def completion(ctx: Context) -> tuple[str, dict[str, Any]]:
+    case, j = ctx.case, ctx.judgment
+    if not case.fit:
+        return "not_applicable", {"reason": "a negative control needs no judge"}
+    if not case.completion_criteria:
+        return "not_applicable", {"reason": "the case has no completion criteria"}
+    ev: dict[str, Any] = {"criteria": list(case.completion_criteria), "threshold": case.judge_threshold}
+    if j is None:
+        return "missing", {**ev, "reason": "no judgment"}
+    status = getattr(j, "status", None)
+    score = getattr(j, "score", None)
+    assessed = [_criterion(c) for c in getattr(j, "criteria", None) or []]
+    failing = [c for c in assessed if c["assessment"] in BAD_ASSESSMENTS]
+    ev.update(status=status, score=score, assessed=assessed, failing_criteria=failing,
+              missing_requirements=list(getattr(j, "missing_requirements", None) or []),
+              unsupported_claims=list(getattr(j, "unsupported_claims", None) or []),
+              error=getattr(j, "error", None))
+    if status in ("missing", "error"):
+        return "missing", ev
+    if status == "complete" and failing:
+        return "missing", {**ev, "error": "self-contradicting judgment: complete with failing criteria"}
+    if status == "complete" and getattr(j, "passed", False) and (score is None or score >= case.judge_threshold):
+        return "passed", ev
+    return "failed", ev
+
+
+STAGE_CHECKS = {"discovery": discovery, "selection": selection, "tool_resolution": tool_resolution,
+                "invocation": invocation, "execution": execution, "result_usability": result_usability,
+                "completion": completion}

@@ -1,0 +1,216 @@
+"""One case run scored on the seven-stage funnel (SPEC §6) with one failure class (SPEC §7).
+
+Stages are read in order; the first ``failed`` one is where the run left the funnel, and every
+later stage is ``not_observed`` (an uncalled tool did not fail). ``missing`` marks evidence that
+cannot exist in this run (no captured message content, no judge); it does not end the funnel,
+and only at Completion (a judge that did not answer) does it keep a run from passing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from ..semconv import SpanRecord
+from .artifacts import Layers, evaluate_layers
+from .case_models import Case, case_sha256
+from .labels import STAGES
+from .results import SessionScore
+from .run_view import RunView, build_view, hallucinated
+from .stage_checks import STAGE_CHECKS, Context, invalid_calls
+
+STAGE_STATES = ("passed", "failed", "not_observed", "missing", "not_applicable")
+FAILURE_CLASSES = ("crash", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable")
+
+STAGE_FIX = {
+    "discovery": "how the product is named and described where agents look for candidates",
+    "selection": "how the product is described against the competitors the agent chose instead",
+    "tool_resolution": "tool names, descriptions and catalog",
+    "invocation": "parameter semantics and examples",
+    "execution": "the tool's error and the server the call ran on",
+    "result_usability": "the fields the result returns: presence, types and values",
+    "completion": "missing or unsupported claims",
+}
+
+
+class JudgmentLike(Protocol):
+    """What scoring needs from a judgment (the judge itself lives in ``scoring.judge``).
+
+    ``criteria`` items are read by name: ``criterion`` (or ``name``) and ``status`` (or
+    ``assessment``) in satisfied | missing | contradicted | unsupported.
+    """
+
+    @property
+    def status(self) -> str: ...  # complete | incomplete | missing | error
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def score(self) -> float | None: ...
+
+    @property
+    def criteria(self) -> Sequence[Any]: ...
+
+    @property
+    def missing_requirements(self) -> Sequence[str]: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class StageResult:
+    state: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CaseRunResult:
+    case_id: str
+    case_sha256: str
+    stages: dict[str, StageResult]  # in funnel order
+    first_failed_stage: str | None
+    passed: bool
+    probe: bool
+    fit: bool
+    correct_abstention: bool | None  # negative controls only
+    controlled_exposure: bool
+    layers: Layers | None  # only when the case declares an artifact
+    failure_class: str | None
+    fix_hint: str | None
+    hit_cap: bool
+    crash: str | None = None
+
+    @property
+    def failed_assertions(self) -> tuple[str, ...]:
+        return self.layers.properties.failed_assertions if self.layers else ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the per-run archive (``--archive DIR``)."""
+        out = asdict(self)
+        out["stages"] = {k: {"state": v.state, "evidence": v.evidence} for k, v in self.stages.items()}
+        out["failed_assertions"] = list(self.failed_assertions)
+        return out
+
+
+def _crash(view: RunView, score: SessionScore, harness_error: str | None, layers: Layers | None) -> str | None:
+    """The harness or the agent process failed: not a wrong answer, a run that did not happen."""
+    if harness_error:
+        return harness_error
+    if not view.records:
+        return "no spans recorded for the run"
+    if not score.final_answer and not view.final_answer:
+        for root in view.roots:
+            if root.error and not root.step_limit:
+                return f"agent failed: {root.error}"
+    if layers is not None and layers.structural.state == "missing":
+        return "; ".join(layers.structural.problems)
+    return None
+
+
+def _unrecovered_tool_error(view: RunView) -> bool:
+    return any(not c.ok for c in view.last_calls().values())
+
+
+def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
+                 judgment: JudgmentLike | None = None, *, harness_error: str | None = None) -> CaseRunResult:
+    """Score one run of ``case``: stages, layers, pass, failure class and the fix to look at.
+
+    ``harness_error`` lets the harness report a crash the spans cannot show (the agent process
+    died, the sandbox was lost).
+    """
+    view = build_view(records, score.final_answer)
+    ctx = Context(case, view, score, judgment)
+    stages: dict[str, StageResult] = {}
+    exited: str | None = None
+    for name in STAGES:
+        if exited is not None:
+            stages[name] = StageResult("not_observed", {"after": exited})
+            continue
+        check: Callable[[Context], tuple[str, dict[str, Any]]] = STAGE_CHECKS[name]
+        state, evidence = check(ctx)
+        stages[name] = StageResult(state, evidence)
+        if state == "failed":
+            exited = name
+
+    layers = evaluate_layers(case, view, judgment) if case.artifact is not None and case.fit else None
+    crash = _crash(view, score, harness_error, layers)
+    hit_cap = bool(score.hit_cap)
+    selection = stages["selection"]
+    correct_abstention = None
+    if not case.fit:
+        correct_abstention = {"passed": True, "failed": False}.get(selection.state)
+
+    if case.fit:
+        stages_ok = exited is None and stages["completion"].state != "missing"
+    else:
+        stages_ok = correct_abstention is True
+    layers_ok = layers is None or layers.passed
+    passed = stages_ok and layers_ok and not hit_cap and crash is None
+
+    failure_class = None if passed else _failure_class(ctx, stages, layers, crash, hit_cap, exited)
+    return CaseRunResult(
+        case_id=case.id, case_sha256=case_sha256(case), stages=stages, first_failed_stage=exited, passed=passed,
+        probe=case.probe, fit=case.fit, correct_abstention=correct_abstention,
+        controlled_exposure=case.candidates_supplied, layers=layers, failure_class=failure_class,
+        fix_hint=None if passed else _fix_hint(ctx, stages, layers, crash, hit_cap, exited, failure_class),
+        hit_cap=hit_cap, crash=crash)
+
+
+def _judge_only(stages: dict[str, StageResult], layers: Layers | None, exited: str | None) -> bool:
+    """The run's only problem is a judgment that is missing or in error."""
+    judge_missing = stages["completion"].state == "missing" or (layers is not None and layers.judge.state == "missing")
+    if not judge_missing or exited is not None:
+        return False
+    if layers is not None and (layers.structural.state != "passed" or layers.properties.state != "passed"
+                               or layers.judge.state == "failed"):
+        return False
+    return True
+
+
+def _failure_class(ctx: Context, stages: dict[str, StageResult], layers: Layers | None, crash: str | None,
+                   hit_cap: bool, exited: str | None) -> str:
+    if crash:
+        return "crash"
+    if hit_cap:
+        return "cap_hit"
+    if ctx.case.fit and _judge_only(stages, layers, exited) and not _unrecovered_tool_error(ctx.view):
+        return "judge_unavailable"
+    if invalid_calls(ctx) or any(hallucinated(ctx.case, c) for c in ctx.view.calls) \
+            or ctx.score.invalid_tool_calls > 0:
+        return "invalid_tool_call"
+    if _unrecovered_tool_error(ctx.view):
+        return "tool_error"
+    return "wrong_output"
+
+
+def _fix_hint(ctx: Context, stages: dict[str, StageResult], layers: Layers | None, crash: str | None,
+              hit_cap: bool, exited: str | None, failure_class: str | None) -> str:
+    if crash:
+        return f"the crash: {crash}"
+    if hit_cap:
+        return "the step cap: where the run looped or repeated calls instead of finishing"
+    if not ctx.case.fit:
+        return "when the product does not fit the task, the agent should abstain or choose another"
+    if exited is not None:
+        hint = STAGE_FIX[exited]
+        if exited == "completion":
+            details = stages["completion"].evidence.get("missing_requirements") or \
+                [c["name"] for c in stages["completion"].evidence.get("failing_criteria", [])]
+            if details:
+                hint += ": " + "; ".join(map(str, details))
+        return hint
+    if layers is not None:
+        if layers.structural.state == "failed":
+            return "the artifact's structure: " + "; ".join(layers.structural.problems)
+        if layers.properties.state == "failed":
+            return "the failed assertions: " + ", ".join(layers.properties.failed_assertions)
+        if layers.judge.state == "failed":
+            return "the judge's reasoning: " + "; ".join(layers.judge.problems)
+    if failure_class == "judge_unavailable":
+        error = (stages["completion"].evidence.get("error") or stages["completion"].evidence.get("reason")
+                 or (layers.judge.problems[0] if layers and layers.judge.problems else "no judgment"))
+        return f"the judge, not the agent: {error}"
+    return "the run's evidence"
