@@ -7,6 +7,7 @@ never patched: one row per session, its ``version`` bumped on every re-score.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -99,6 +100,10 @@ class ScoredSession:
     status: str
     version: int
     records: tuple[SpanRecord, ...]
+    passed: bool | None = None  # case runs only
+    failure_class: str | None = None
+    judge_status: str | None = None
+    judge_score: float | None = None
 
 
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
@@ -124,6 +129,9 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                     result, judge_status, judge_score = found
                     row.update(passed=result.passed, failure_class=result.failure_class,
                                judge_status=judge_status, judge_score=judge_score)
+            scored = [dataclasses.replace(x, passed=row["passed"], failure_class=row["failure_class"],
+                                          judge_status=row["judge_status"], judge_score=row["judge_score"])
+                      for x, row in zip(scored, rows)]
         table = pa.table({c: pa.array([r[c] for r in rows], t) for c, t in _SESSION_COLUMNS.items()})
         con.register("_new_sessions", table)
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
