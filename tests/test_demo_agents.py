@@ -36,7 +36,7 @@ def test_population_arrives_over_grpc_and_http(server):
 
     roots = sql(server.db, f"""
         select count(distinct attributes->>'agentfunnel.run.id') filter (
-                   where resource_attributes->>'agentfunnel.run.id' = attributes->>'agentfunnel.run.id') as runs,
+                   where (resource_attributes->>'agentfunnel.run.id') = (attributes->>'agentfunnel.run.id')) as runs,
                count(*) filter (where status_code = 'ERROR' and events::varchar like '%MaxTurnsExceeded%') as capped,
                count(distinct {CONVERSATION}) filter (where resource_attributes->>'agentfunnel.server.services'
                                                       = 'dev.ucp.shopping') as declared_shop,
