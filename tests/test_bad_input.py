@@ -166,3 +166,11 @@ def test_random_bytes_never_break_the_server(seeded):
         status, headers, data = post(seeded, body, ctype=ctype, encoding=rnd.choice([None, "gzip"]))
         assert status in (200, 400), (status, data)
     still_serving_and_nothing_lost(seeded)
+
+
+def test_a_time_past_int64_is_refused_and_the_writer_survives(seeded):
+    """Valid protobuf, unrepresentable as a timestamp: a 400 for that request, not a dead writer."""
+    body = trace_request([{"name": "far-future", "start": 2**63 + 5, "end": 2**64 - 1}]).SerializeToString()
+    status, headers, data = post(seeded, body)
+    assert status == 400 and "refused this request's data" in message_of(status, headers, data)
+    still_serving_and_nothing_lost(seeded)

@@ -233,7 +233,9 @@ class Store:
     def _commit_group(self, items: list[_Item]) -> None:
         try:
             results = self._write(items)
-        except duckdb.Error as exc:
+        except (duckdb.Error, ValueError, OverflowError, TypeError) as exc:
+            # ValueError/OverflowError/TypeError: data Arrow cannot hold (e.g. a time past 2^63 ns);
+            # whatever the cause, the writer thread must survive it
             self.metrics.inc("commit_errors")
             if len(items) > 1:
                 # One bad batch must not keep failing the others: retry each on its own.
@@ -243,7 +245,8 @@ class Store:
             item = items[0]
             log.warning("store write failed: %s", exc)
             err: Exception
-            if isinstance(exc, (duckdb.ConversionException, duckdb.InvalidInputException)):
+            if isinstance(exc, (duckdb.ConversionException, duckdb.InvalidInputException, ValueError, OverflowError,
+                                TypeError)):
                 err = PermanentError(f"the store refused this request's data: {exc}")
             else:
                 err = RetryableError(f"the store could not commit: {exc}")
