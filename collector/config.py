@@ -66,6 +66,9 @@ class StoreSettings(_Model):
         3600.0, gt=0, description="Retries arriving within this window of the original are recognised."
     )
     dedupe_max_keys: int = Field(2_000_000, gt=0, description="Bound on keys held for duplicate detection.")
+    max_job_delay_seconds: float = Field(
+        1.0, ge=0, description="Longest session work waits behind newer ingest before it runs anyway."
+    )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
 
 
@@ -79,6 +82,12 @@ class SessionSettings(_Model):
         100_000, gt=0, description="Bound on traces held open; beyond it the least recently seen close early."
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
+    shutdown_assembly_seconds: float = Field(
+        10.0, ge=0, description="At shutdown, open traces are assembled for at most this long; the rest on the next start."
+    )
+    max_traces_per_job: int = Field(
+        256, gt=0, description="Traces assembled in one store job; larger batches are split so ingest never waits long."
+    )
     open_refresh_seconds: float = Field(
         5.0, ge=0, description="How often sessions still open are (re)written with what is known so far; 0 = never."
     )

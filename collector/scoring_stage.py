@@ -118,7 +118,8 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
     now = utcnow()
     scores = [scorer.score(sid, recs) for sid, recs in records.items() if recs]
     con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
-    scored = [ScoredSession(s, "open" if set(s.trace_ids) & set(open_traces) else "closed",
+    still_open = open_traces if isinstance(open_traces, (set, frozenset)) else set(open_traces)
+    scored = [ScoredSession(s, "open" if not still_open.isdisjoint(s.trace_ids) else "closed",
                             (versions.get(s.session_id) or 0) + 1, tuple(records[s.session_id])) for s in scores]
     if scores:
         rows = [_row(x.score, x.status, x.version, now) for x in scored]

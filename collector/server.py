@@ -194,7 +194,7 @@ class Server:
         self._query_pool.shutdown(wait=True)
         if self.store.con is not None:
             try:
-                self.sessions.flush()
+                self.sessions.flush(within_seconds=self.settings.sessions.shutdown_assembly_seconds)
             except Exception:  # noqa: BLE001 - the traces stay unassembled and are reopened on start
                 log.exception("could not assemble open traces at shutdown")
         if self.forwarder is not None:  # after the last assembly, before the store closes

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
@@ -80,24 +82,35 @@ class SessionService:
         fut.add_done_callback(notify)
         return fut
 
+    def _chunks(self, traces: dict[str, datetime]) -> list[dict[str, datetime]]:
+        """Bounded jobs: ingest commits wait at most one chunk's work (see Store._run)."""
+        n = self.settings.max_traces_per_job
+        items = list(traces.items())
+        return [dict(items[i:i + n]) for i in range(0, len(items), n)]
+
     def _assemble(self, traces: dict[str, datetime]) -> Future:
-        fut = self._job(traces)
+        futures = []
+        for chunk in self._chunks(traces):
+            fut = self._job(chunk)
 
-        def done(f: Future) -> None:
-            if f.exception() is not None:
-                self.metrics.inc("assembly_errors")
-                for tid, since in traces.items():  # keep them open; the next pass retries
-                    self.tracker.observe([tid], since)
-            else:
-                self.metrics.inc("traces_assembled", len(f.result()))
+            def done(f: Future, chunk: dict[str, datetime] = chunk) -> None:
+                if f.exception() is not None:
+                    self.metrics.inc("assembly_errors")
+                    for tid, since in chunk.items():  # keep them open; the next pass retries
+                        self.tracker.observe([tid], since)
+                else:
+                    self.metrics.inc("traces_assembled", len(f.result()))
 
-        fut.add_done_callback(done)
-        return fut
+            fut.add_done_callback(done)
+            futures.append(fut)
+        return _gather(futures)
 
     def preview_open(self) -> Future | None:
         """Show open sessions as they stand (status open), without waiting for the idle timeout."""
         traces = self.tracker.take_dirty()
-        return self._job(traces, still_open=traces) if traces else None
+        if not traces:
+            return None
+        return _gather([self._job(chunk, still_open=traces) for chunk in self._chunks(traces)])
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""
@@ -122,14 +135,29 @@ class SessionService:
             self._job(dict(rows[i:i + chunk])).result()
         return len(rows)
 
-    def assemble_idle(self) -> Future | None:
-        traces = self.tracker.take(idle_only=True)
-        return self._assemble(traces) if traces else None
+    def flush(self, within_seconds: float | None = None) -> list[AssembledTrace]:
+        """Assemble every open trace now and wait for it (``ingest`` end, shutdown, explicit flush).
 
-    def flush(self) -> list[AssembledTrace]:
-        """Assemble every open trace now and wait for it (``ingest`` end, shutdown, explicit flush)."""
+        With ``within_seconds`` (shutdown), chunks stop being started once that time has passed:
+        the traces left are stored unassembled and reopened on the next start, so a stop under
+        heavy load is prompt and loses nothing.
+        """
         traces = self.tracker.take()
-        return self._assemble(traces).result() if traces else []
+        if not traces:
+            return []
+        if within_seconds is None:
+            return self._assemble(traces).result()
+        deadline = time.monotonic() + within_seconds
+        done: list[AssembledTrace] = []
+        chunks = self._chunks(traces)
+        for i, chunk in enumerate(chunks):
+            if time.monotonic() >= deadline:
+                left = sum(len(c) for c in chunks[i:])
+                self.metrics.inc("traces_left_for_restart", left)
+                log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
+                break
+            done.extend(self._assemble(chunk).result())
+        return done
 
     async def run(self) -> None:
         """Assemble idle traces, and refresh open sessions, until cancelled."""
@@ -137,15 +165,44 @@ class SessionService:
         next_preview = loop.time() + self.settings.open_refresh_seconds
         while True:
             await asyncio.sleep(self.settings.check_interval_seconds)
-            futures = [self.assemble_idle()]
+            idle = self.tracker.take(idle_only=True)
+            futures = [self._assemble(idle)] if idle else []
             if self.settings.open_refresh_seconds and loop.time() >= next_preview:
                 next_preview = loop.time() + self.settings.open_refresh_seconds
-                futures.append(self.preview_open())
+                if len(idle) > self.settings.max_traces_per_job or self.store.jobs_waiting > len(futures):
+                    # session work is behind: finishing idle traces comes before refreshing open ones
+                    self.metrics.inc("open_refresh_skipped")
+                else:
+                    fut = self.preview_open()
+                    if fut is not None:
+                        futures.append(fut)
             for fut in futures:
-                if fut is None:
-                    continue
                 try:
                     await asyncio.wrap_future(fut)
                 except Exception:  # noqa: BLE001 - counted in done(); keep the loop alive
                     log.exception("assembly failed")
 
+
+def _gather(futures: list[Future]) -> Future:
+    """One future for several jobs: their results concatenated, or the first failure."""
+    out: Future = Future()
+    if not futures:
+        out.set_result([])
+        return out
+    remaining = [len(futures)]
+    lock = threading.Lock()  # callbacks run on the writer thread, or here if a job already finished
+
+    def done(_: Future) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        failed = next((f.exception() for f in futures if f.exception() is not None), None)
+        if failed is not None:
+            out.set_exception(failed)
+        else:
+            out.set_result([x for f in futures for x in f.result()])
+
+    for f in futures:
+        f.add_done_callback(done)
+    return out

@@ -29,6 +29,8 @@ DESCRIPTIONS = {
     "traces_assembled": "Traces assembled into sessions (idle timeout, flush, shutdown or early close).",
     "sessions_finalized_early": "Open traces closed before their idle timeout because max_open_traces was reached.",
     "assembly_errors": "Assembly jobs that failed (their traces stay open and are retried).",
+    "open_refresh_skipped": "Refreshes of open sessions skipped because session work was behind.",
+    "traces_left_for_restart": "Traces not assembled within shutdown_assembly_seconds; reopened on the next start.",
     "forward_sent_spans": "Spans the downstream accepted (forwarding).",
     "forward_sent_logs": "Evaluation log records the downstream accepted (forwarding, also_logs).",
     "forward_dropped": "Spans not forwarded, by reason (queue_full, intake_full, retry_expired, downstream:<answer>, "
@@ -43,6 +45,7 @@ GAUGES = {
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span and log keys held in the duplicate window.",
     "open_traces": "Traces received and not yet assembled into sessions.",
+    "jobs_waiting": "Store jobs (session assembly, rescoring, judgments) submitted and not finished.",
     "forward_queue_bytes": "Forwarding: encoded request bytes waiting to be sent downstream.",
     "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",
     "forward_held_bytes": "Forwarding, hold mode: bytes of spans held until their session closes.",

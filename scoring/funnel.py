@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,6 +36,11 @@ class StepMatcher:
         self._user = {name: [(s.key, tuple(p.lower() for p in s.patterns)) for s in uv.steps]
                       for name, uv in funnel.variants.items()}
         self._actions = tuple(p.lower() for p in funnel.action_patterns)
+        # Pattern matching is pure for a given config and a stream repeats few tool names: memoize it
+        # (bounded, so a stream of ever-new names cannot grow it).
+        self.commerce_step = functools.lru_cache(maxsize=4096)(self.commerce_step)  # type: ignore[method-assign]
+        self.user_variant_of = functools.lru_cache(maxsize=4096)(self.user_variant_of)  # type: ignore[method-assign]
+        self.is_action = functools.lru_cache(maxsize=4096)(self.is_action)  # type: ignore[method-assign]
 
     def commerce_step(self, tool: str, variant: str | None = None) -> str | None:
         """The first step of ``variant`` (in funnel order) the name matches, else the first anywhere."""

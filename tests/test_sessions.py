@@ -188,3 +188,22 @@ def test_rescore_rederives_sessions_after_a_config_change(tmp_path):
     # nothing is stale any more
     again = run_cli("rescore", "--db", str(db), "--config", str(cfg), "--stale")
     assert "rescored the sessions of 0 trace(s)" in again.stdout
+
+
+def test_a_stop_that_runs_out_of_assembly_time_leaves_the_rest_for_the_next_start(server_factory, tmp_path, fast_config):
+    """A prompt stop under load: traces not assembled within the shutdown budget are finished on restart."""
+    cfg = tmp_path / "stop.toml"
+    cfg.write_text("[sessions]\nidle_timeout_seconds = 600\nopen_refresh_seconds = 0\n"
+                   "shutdown_assembly_seconds = 0\nmax_traces_per_job = 1\n")
+    db = tmp_path / "stop.duckdb"
+    srv = server_factory(["--config", str(cfg)], db=db)
+    for spans in _turns():
+        _post(srv, spans)
+    assert srv.stop() == 0
+    assert "not yet assembled" in srv.logs()
+    assert sql(db, "SELECT count(*) AS n FROM sessions")[0]["n"] == 0
+    assert sql(db, "SELECT count(DISTINCT trace_id) AS n FROM spans WHERE dialect IS NULL")[0]["n"] == 3
+
+    again = server_factory(["--config", str(fast_config)], db=db)
+    row = _wait(lambda: (s := _session(again.db, CONV)) and s["status"] == "closed" and s)
+    assert row["trace_count"] == 3 and row["outcome"] == "purchase_completed"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections import deque
 import threading
 import time
 from concurrent.futures import Future
@@ -56,6 +57,7 @@ class _Item:
     future: Future
     nbytes: int
     job: Callable[[duckdb.DuckDBPyConnection], Any] | None = None
+    queued_at: float = 0.0
 
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -108,6 +110,8 @@ class Store:
         self.dedupe = DedupeWindow(settings.dedupe_window_seconds, settings.dedupe_max_keys)
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
+        self._jobs_waiting = 0
+        metrics.gauge("jobs_waiting", lambda: self._jobs_waiting)
         metrics.gauge("dedupe_keys", lambda: len(self.dedupe))
 
     # ------------------------------------------------------------------ lifecycle
@@ -154,6 +158,11 @@ class Store:
     def queue_bytes(self) -> int:
         return self._queue_bytes
 
+    @property
+    def jobs_waiting(self) -> int:
+        """Jobs submitted and not finished: session work that is behind when it stays above zero."""
+        return self._jobs_waiting
+
     def submit(self, batch: SpanBatch | LogBatch) -> Future:
         """Queue a batch for the next group commit; the future resolves after COMMIT."""
         fut: Future = Future()
@@ -172,48 +181,65 @@ class Store:
     def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any]) -> Future:
         """Run ``job(con)`` on the writer thread inside its own transaction; the future gets its return value.
 
-        Jobs (session assembly, rescoring) share the single write connection with ingest, in
-        arrival order, so they never race a commit and need no lock of their own.
+        Jobs (session assembly, rescoring) share the single write connection with ingest, so they
+        never race a commit and need no lock of their own; they run after every batch submitted
+        before them, and give way to newer batches for at most ``max_job_delay_seconds``.
         """
         fut: Future = Future()
         with self._lock:
             if self._closed:
                 raise RetryableError("the store is shutting down")
-        self._queue.put(_Item(None, fut, 0, job))
+            self._jobs_waiting += 1
+        self._queue.put(_Item(None, fut, 0, job, time.monotonic()))
         return fut
 
     # ------------------------------------------------------------------ writer thread
     def _run(self) -> None:
-        pending_job: _Item | None = None
+        """Commit data first; run jobs between commits.
+
+        Jobs (session assembly, rescoring, judgments) wait while requests are queued, so a burst of
+        ingest is never held up behind session work; a job that has waited ``max_job_delay_seconds``
+        runs next even under sustained load, so sessions keep moving. Every job still runs after
+        all data submitted before it (data is never held back for a job), which keeps
+        ``submit_job(lambda con: None)`` usable as a barrier.
+        """
+        jobs: deque[_Item] = deque()
+        stopping = False
         while True:
-            stop = False
-            first = pending_job or self._queue.get()
-            pending_job = None
-            if first is None:
-                break
-            if first.job is not None:
-                self._run_job(first)
-                continue
-            items = [first]
-            spans = len(first.batch)  # type: ignore[arg-type]
+            items: list[_Item] = []
+            spans = 0
+            block = not jobs and not stopping
             while spans < self.settings.max_batch_spans:
                 try:
-                    nxt = self._queue.get_nowait()
+                    nxt = self._queue.get() if block and not items else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
-                    stop = True
+                    stopping = True
                     break
                 if nxt.job is not None:
-                    pending_job = nxt  # data first, then the job, in arrival order
-                    break
+                    jobs.append(nxt)
+                    if not items:
+                        break  # nothing to commit yet: let the job be considered now
+                    continue
                 items.append(nxt)
                 spans += len(nxt.batch)  # type: ignore[arg-type]
-            self._commit_group(items)
-            if stop:  # draining met the close marker (never together with a pending job)
+            if items:
+                self._commit_group(items)
+            if jobs and (not items or self._queue.empty() or stopping
+                         or time.monotonic() - jobs[0].queued_at >= self.settings.max_job_delay_seconds):
+                self._run_job(jobs.popleft())
+            elif stopping and not items and not jobs:
                 break
 
     def _run_job(self, item: _Item) -> None:
+        try:
+            self._run_job_in_transaction(item)
+        finally:
+            with self._lock:
+                self._jobs_waiting -= 1
+
+    def _run_job_in_transaction(self, item: _Item) -> None:
         assert self.con is not None and item.job is not None
         con = self.con
         try:
