@@ -406,7 +406,8 @@ def run_agentfunnel(transport: str, bodies: list[bytes], warmup: list[bytes], ar
                     workdir: Path, say: Callable[[str], None]) -> Run:
     db = workdir / f"agentfunnel-{transport}.duckdb"
     child = Child(f"agentfunnel serve ({transport})",
-                  agentfunnel_cmd() + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0"],
+                  agentfunnel_cmd() + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0"]
+                  + (["--config", str(args.config)] if args.config else []),
                   AF_READY, workdir / f"agentfunnel-{transport}.log")
     m = child.start()
     _, grpc_addr, http_addr, _ = m.groups()
@@ -579,6 +580,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"timed requests per run, {SPANS_PER_REQUEST} spans each (default 400 ≈ 200k spans)")
     p.add_argument("--concurrency", type=int, default=4, help="concurrent clients (default 4)")
     p.add_argument("--transport", choices=["grpc", "http", "both"], default="both")
+    p.add_argument("--config", type=Path, help="an agentfunnel config file for the server (e.g. session settings)")
     p.add_argument("--keep", action="store_true", help="keep the databases and server logs, and print where")
     p.add_argument("--no-reference", action="store_true", help="skip the parse-and-count reference server")
     p.add_argument("--retry-sleep", type=float, default=0.05,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..semconv import SpanRecord
 from . import evidence as ev
@@ -19,10 +19,12 @@ FIXES = {
 
 
 def diagnose(variant_steps: Sequence[str], reached: Sequence[str], calls: Sequence[tuple[SpanRecord, str | None]],
-             terminal_pass: bool, settings: EvidenceSettings) -> DropOff | None:
+             terminal_pass: bool, settings: EvidenceSettings,
+             flags_of: Mapping[str, set[str]] | None = None) -> DropOff | None:
     """The drop-off of a commerce session that stopped before its terminal rung, else None.
 
-    ``calls`` are the session's tool calls in order with their step keys.
+    ``calls`` are the session's tool calls in order with their step keys; ``flags_of`` the
+    evidence already found in their results, by span id (found here when not given).
     """
     if terminal_pass or not reached:
         return None
@@ -44,7 +46,8 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], calls: Sequen
         return DropOff("tool_error", nxt, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
                        f"{call.tool_name}: {call.error}")
 
-    results = [(c, step, ev.find(c.result, settings)) for c, step in calls if not c.error]
+    results = [(c, step, flags_of[c.span_id] if flags_of is not None and c.span_id in flags_of
+                else ev.find(c.result, settings)) for c, step in calls if not c.error]
     # 2. checkout reached but it needs payment data the agent cannot give
     if nxt == "purchase" or last == "checkout":
         for c, _, flags in results:

@@ -105,10 +105,8 @@ class SessionScorer:
 
         call_steps = {c.span_id: self.matcher.step(c.tool_name or "", variant) for c in calls}
         reached = {call_steps[c.span_id] for c in calls if not c.error and call_steps[c.span_id]}
-        flags: set[str] = set()
-        for c in calls:
-            if not c.error:
-                flags |= ev.find(c.result, evs)
+        flags_of = {c.span_id: ev.find(c.result, evs) for c in calls if not c.error}
+        flags: set[str] = set().union(*flags_of.values())
         store_page = any(r.store_page for r in records)
         if variant == "generic":
             listed = any(r.mcp_method == "tools/list" for r in records)
@@ -141,7 +139,7 @@ class SessionScorer:
             completion = len(steps) / len(variant_steps) if variant_steps else 0.0
         drop = None
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
-            drop = diagnose(variant_steps, steps, [(c, call_steps[c.span_id]) for c in calls], terminal, evs)
+            drop = diagnose(variant_steps, steps, [(c, call_steps[c.span_id]) for c in calls], terminal, evs, flags_of)
 
         catalog = ToolCatalog.of(records)
         args_valid = {c.span_id: catalog.args_valid(c) for c in calls}
