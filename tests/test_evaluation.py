@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import urllib.error
+import urllib.request
 from html.parser import HTMLParser
 
 import pytest
 import yaml
 
 from agentfunnel.scoring.labels import STAGES, stage_label
-from conftest import read_db, run_cli
+from conftest import read_db, run_cli, sql
 from otlp_build import trace_request
 from test_judge import FakeMessagesAPI, Reply, error_body, verdict_reply
 from test_report import _row
@@ -130,6 +133,79 @@ def test_cases_check_names_the_case_and_field_and_cases_add_drafts_from_a_sessio
     assert "checkout-fails" in text and "complete_checkout" in text and "TODO" in text
     ok = run_cli("cases", "check", str(draft))
     assert "1 case(s) OK" in ok.stdout
+
+
+# ---------------------------------------------------------------------------- agentfunnel judge, on the file and through the server
+
+JUDGE_STATE = ("SELECT s.judge_status, s.judge_score, s.passed, r.completion FROM sessions s "
+               "JOIN case_runs r USING (session_id) WHERE s.session_id = 'fx-1'")
+
+
+def _summary(stdout: str) -> tuple[int, dict]:
+    """``judged N run(s)...; {stats}`` as (N, stats)."""
+    head, _, stats = stdout.strip().partition("; ")
+    return int(head.split()[1]), json.loads(stats)
+
+
+def test_judge_re_judges_a_run_whose_judge_was_unavailable(tmp_path, fake_api):
+    fake_api.push(NO_CREDIT)
+    cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
+    db = tmp_path / "fx.duckdb"
+    run_cli("ingest", "--db", str(db), "--config", cfg, str(_run_file(tmp_path, FULL_ANSWER)))
+    assert read_db(db, JUDGE_STATE) == [{"judge_status": "missing", "judge_score": None, "passed": False,
+                                         "completion": "missing"}]
+    fake_api.push(verdict_reply(ALL_MET))
+    out = run_cli("judge", "--db", str(db), "--config", cfg, "--session", "fx-1").stdout
+    judged, stats = _summary(out)
+    assert judged == 1 and stats["requests"] == 1 and stats["complete"] == 1 and stats["spent_usd"] > 0
+    assert read_db(db, JUDGE_STATE) == [{"judge_status": "complete", "judge_score": 1.0, "passed": True,
+                                         "completion": "passed"}]
+    assert [j["status"] for j in read_db(db, "SELECT status FROM judgments ORDER BY created_at")] == \
+        ["missing", "complete"]
+    no_suite = run_cli("judge", "--db", str(db), "--session", "fx-1", check=False)
+    assert no_suite.returncode == 2 and "no case suite configured" in no_suite.stderr
+
+
+def test_judge_goes_through_the_running_server(tmp_path, fake_api, server_factory):
+    """The server owns the file: ``agentfunnel judge`` asks it, and it judges with its own configuration."""
+    cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
+    srv = server_factory(["--config", cfg], env={"AGENTFUNNEL_BEARER_TOKEN": "s3cret"})
+    fake_api.push(NO_CREDIT)  # the server's own judgment when the run closes: the judge is out of credit
+    run_cli("ingest", "--db", str(srv.db), str(_run_file(tmp_path, FULL_ANSWER)))  # through the server, which closes it
+    deadline = time.monotonic() + 60
+    while not sql(srv.db, "SELECT status FROM judgments") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30  # the judgment is stored, then the session re-scored
+    while sql(srv.db, JUDGE_STATE)[0]["judge_status"] != "missing" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sql(srv.db, JUDGE_STATE) == [{"judge_status": "missing", "judge_score": None, "passed": False,
+                                         "completion": "missing"}]
+
+    # the admin endpoint takes the receivers' bearer token, like /sql, /flush and /rescore
+    anonymous = urllib.request.Request(srv.admin + "/judge", data=b'{"session": "fx-1"}', method="POST",
+                                       headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(anonymous, timeout=30)
+    assert refused.value.code == 401 and len(fake_api.requests) == 1
+
+    fake_api.push(verdict_reply(ALL_MET))
+    out = run_cli("judge", "--db", str(srv.db), "--session", "fx-1").stdout  # no --config: the server's counts
+    assert "in the running server" in out
+    judged, stats = _summary(out)
+    assert judged == 1 and stats["requests"] == 1 and stats["complete"] == 1 and "missing" not in stats
+    assert len(fake_api.requests) == 2
+    assert sql(srv.db, JUDGE_STATE) == [{"judge_status": "complete", "judge_score": 1.0, "passed": True,
+                                         "completion": "passed"}]
+    rows = sql(srv.db, "SELECT status, score, judge_model, base_url FROM judgments ORDER BY created_at")
+    assert [(r["status"], r["score"]) for r in rows] == [("missing", None), ("complete", 1.0)]
+    assert rows[1]["base_url"] == fake_api.url and rows[1]["judge_model"] == "claude-sonnet-4-5"
+    assert srv.stop() == 0
+    assert read_db(srv.db, JUDGE_STATE)[0]["judge_status"] == "complete"  # committed, not just visible
+
+
+def test_judge_through_a_server_without_cases_says_so(tmp_path, server):
+    out = run_cli("judge", "--db", str(server.db), "--experiment", "fx-*", check=False)
+    assert out.returncode == 2 and "no case suite configured" in out.stderr
 
 
 # ---------------------------------------------------------------------------- the report's evaluation sections
