@@ -103,8 +103,10 @@ def stacked_bar(parts: list[tuple[int, str, str]], total: int, width: int) -> Te
 
 
 def stages_table(e: ExperimentRuns, lang: str) -> Table:
+    legend = "  ".join(f"{glyph} {text(key, lang)}" for glyph, key in
+                       (("█", "passed_runs"), ("▓", "failed_first"), ("░", "missing_runs")))
     t = Table(title=text("fail_first", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False)
+              show_edge=False, pad_edge=False, caption=legend, caption_justify="right", caption_style="dim")
     t.add_column(text("stage", lang), no_wrap=True)
     for key in ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"):
         t.add_column(text(key, lang), justify="right")
