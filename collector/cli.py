@@ -181,24 +181,18 @@ def cmd_cases_check(args: argparse.Namespace) -> int:
 
 
 def _session_records(settings: Settings, session_id: str):
-    """The scored session and its records, read back from the store (for case drafts and judging)."""
-    from .assembly import assemble, read_views
+    """The scored session and its records, read back from the store (for case drafts)."""
+    from .scoring_stage import session_records
     from .store.writer import connect
     from ..scoring import SessionScorer
 
     con = connect(settings.store.path, read_only=True)
     try:
-        rows = con.execute("SELECT trace_id, first_received FROM trace_index WHERE list_contains(session_ids, ?)",
-                           [session_id]).fetchall()
-        if not rows:
-            return None
-        views = read_views(con, [r[0] for r in rows], min(r[1] for r in rows))
+        records = session_records(con, [session_id], (), tuple(settings.sessions.session_keys))[session_id]
     finally:
         con.close()
-    records = []
-    for v in views.values():
-        t = assemble(v, tuple(settings.sessions.session_keys))
-        records += [r for r in t.records if t.sessions.get(r.span_id) == session_id]
+    if not records:
+        return None
     return SessionScorer(settings.scoring).score(session_id, records), records
 
 
@@ -227,48 +221,43 @@ def cmd_cases_add(args: argparse.Namespace) -> int:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    """Judge evaluation runs now (a session, or an experiment), then re-score them."""
-    from .evaluation import Evaluator
-    from .query import running_server
+    """Judge evaluation runs now (a session, or an experiment), then re-score them; through the running server
+    when one owns the file (with its configuration), else on the file."""
+    from .evaluation import Evaluator, NotConfigured
+    from .query import QueryError, admin_post, running_server
     from .sessions import SessionService
     from .store.writer import Store
     from .telemetry import Metrics
 
     settings = _settings(args)
-    if running_server(settings.store.path):
-        print("agentfunnel judge: the server judges closed runs itself; stop it to re-judge from the CLI",
-              file=sys.stderr)
+    info = running_server(settings.store.path)
+    if info is not None:
+        try:
+            summary = admin_post(info, "/judge", {"session": args.session, "experiment": args.experiment})
+        except QueryError as exc:
+            print(f"agentfunnel judge: {exc}", file=sys.stderr)
+            return 2 if exc.status == 409 else 1  # 409: the server has no case suite or no judge
+        print(f"judged {summary['judged']} run(s) in the running server (its own configuration); "
+              f"{json.dumps(summary['stats'])}")
+        return 0
+    if not settings.store.path.exists():
+        print(f"agentfunnel judge: database {settings.store.path} does not exist", file=sys.stderr)
         return 1
-    if settings.cases.suite is None:
-        print("agentfunnel judge: no case suite configured (cases.suite in --config)", file=sys.stderr)
-        return 2
-    where = ("session_id = ?", [args.session]) if args.session else ("experiment GLOB ?", [args.experiment or "*"])
-    from .store.writer import connect
-
-    con = connect(settings.store.path, read_only=True)
-    try:
-        ids = [r[0] for r in con.execute(f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where[0]}",
-                                         where[1]).fetchall()]
-    finally:
-        con.close()
-    lookups = {sid: _session_records(settings, sid) for sid in ids}
     metrics = Metrics()
     store = Store(settings.store, metrics).open()
+    evaluator = None
     try:
         evaluator = Evaluator(settings.cases, settings.judge, store)
-        if not evaluator.judge.configured:
-            print("agentfunnel judge: no judge configured (judge.api_key or ANTHROPIC_API_KEY); Completion stays "
-                  "missing", file=sys.stderr)
-            return 2
         service = SessionService(settings.sessions, store, metrics, settings.scoring, evaluator)
-        judged = evaluator.judge_now(ids, lookups.get)
-        fut = service.rescore_sessions(ids) if ids else None
-        if fut is not None:
-            fut.result()
-        stats = evaluator.judge.stats()
+        summary = service.judge_runs(args.session, args.experiment)
+    except NotConfigured as exc:
+        print(f"agentfunnel judge: {exc}", file=sys.stderr)
+        return 2
     finally:
+        if evaluator is not None:
+            evaluator.close()
         store.close()
-    print(f"judged {judged} run(s); {json.dumps(stats)}")
+    print(f"judged {summary['judged']} run(s); {json.dumps(summary['stats'])}")
     return 0
 
 

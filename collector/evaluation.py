@@ -33,6 +33,10 @@ STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "exe
                  "completion")
 
 
+class NotConfigured(Exception):
+    """Judging on demand needs a case suite and a configured judge; the message says which is missing."""
+
+
 class _StoredJudgments:
     """The judge's cache is the ``judgments`` table: a re-score never pays twice for one input."""
 
@@ -168,6 +172,13 @@ class Evaluator:
         finally:
             with self._lock:
                 self._pending.discard(session_id)
+
+    def check_configured(self) -> None:
+        """Raise NotConfigured unless runs can be judged now (before any work is done)."""
+        if self.suite is None:
+            raise NotConfigured("no case suite configured (cases.suite in the configuration)")
+        if not self.judge.configured:
+            raise NotConfigured("no judge configured (judge.api_key or ANTHROPIC_API_KEY); Completion stays missing")
 
     def judge_now(self, session_ids: Sequence[str], records_of: Callable[[str], tuple[SessionScore, list[SpanRecord]] | None]) -> int:
         """Judge these sessions synchronously (``agentfunnel judge``); returns how many were judged."""

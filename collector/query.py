@@ -28,7 +28,14 @@ READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 
 class QueryError(Exception):
-    """The query failed or is not allowed; the message says which and why."""
+    """The query failed or is not allowed; the message says which and why.
+
+    ``status`` is the running server's HTTP answer when the request went through it.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,7 @@ def admin_post(info: dict[str, Any], path: str, payload: dict[str, Any], timeout
             message = json.loads(exc.read()).get("error", str(exc))
         except (json.JSONDecodeError, AttributeError):
             message = str(exc)
-        raise QueryError(message) from None
+        raise QueryError(message, exc.code) from None
 
 
 def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> QueryResult:

@@ -1,5 +1,9 @@
 """``agentfunnel report``: the funnel, outcome mix and drop-offs, in the terminal or as one HTML file.
 
+When the database holds case runs, the report adds per experiment where runs fail first (the
+``stage_funnel_of`` macro behind the ``stage_funnel`` view, over the filtered sessions) and which
+completion criteria and assertions are missed most (the ``criterion_results`` view).
+
 The data is read once, through :func:`query.query` (so it works while a server owns the file), into
 plain dataclasses; the renderers in ``report_terminal`` and ``report_html`` are pure functions of
 that data, so they are tested without a database. All SQL lives in :class:`ReportSQL`.
@@ -19,6 +23,8 @@ from .report_text import lang_of, text
 
 LATEST_SESSIONS = 20
 TOP_DROP_REASONS = 12
+TOP_EXPERIMENTS = 8  # the most recent ones; the views hold the rest
+TOP_MISSED_CRITERIA = 10  # per experiment
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
 OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
@@ -136,6 +142,61 @@ class SessionRow:
         return labels.outcome_label(self.outcome, self.variant, lang_of(lang))
 
 
+@dataclass(frozen=True)
+class StageRow:
+    """One row of ``stage_funnel``: ``failed`` is the runs that failed first here (later stages go unobserved)."""
+
+    stage: str
+    runs: int
+    reached: int
+    passed: int
+    failed: int
+    missing: int
+    cumulative: float | None
+    conditional: float | None  # None for Discovery and after a stage nobody passed
+
+    def name(self, lang: str) -> str:
+        return labels.stage_label(self.stage, lang_of(lang))
+
+
+@dataclass(frozen=True)
+class CriterionMiss:
+    """A completion criterion or artifact assertion and how often it was not met (``criterion_results``)."""
+
+    kind: str  # criterion | assertion
+    name: str
+    runs: int
+    missed: int  # not met, for any reason
+    share: float
+    judged: int  # the judge assessed it missing/contradicted/unsupported, or the assertion failed
+    judge_missing: int  # no judgment (not configured, unreachable, out of budget): never a pass
+    judge_error: int  # the judgment was unparsable or contradicted itself: never a pass
+    example: str | None  # a recent run that missed it, preferring one the judge actually assessed
+
+    @property
+    def other(self) -> int:
+        """Not met without a judged miss or an absent judge: a criterion the judgment did not assess."""
+        return self.missed - self.judged - self.judge_missing - self.judge_error
+
+
+@dataclass
+class ExperimentRuns:
+    """The case runs of one experiment: target-fit runs through the stages, negative controls apart."""
+
+    experiment: str | None
+    runs: int  # target-fit, not probes: the stage funnel's population
+    passes: int
+    controls: int  # negative controls
+    abstained: int  # ... that abstained correctly (their pass)
+    stages: list[StageRow] = field(default_factory=list)
+    misses: list[CriterionMiss] = field(default_factory=list)
+
+    def worst_stage(self) -> StageRow | None:
+        """Where most runs failed first, or None when no run failed at a stage."""
+        worst = max(self.stages, key=lambda s: s.failed, default=None)
+        return worst if worst is not None and worst.failed else None
+
+
 @dataclass
 class ReportData:
     """Everything a renderer needs; built by :func:`load_report` or by hand in tests."""
@@ -146,6 +207,9 @@ class ReportData:
     outcomes: dict[str | None, list[OutcomeCount]] = field(default_factory=dict)
     drops: list[DropReason] = field(default_factory=list)
     latest: list[SessionRow] = field(default_factory=list)
+    experiments: list[ExperimentRuns] = field(default_factory=list)
+    more_experiments: int = 0  # experiments with case runs beyond TOP_EXPERIMENTS
+    needs_upgrade: bool = False  # case runs stored by a version without the evaluation views
     filters: Filters = field(default_factory=Filters)
     generated_at: str | None = None
 
@@ -190,7 +254,9 @@ class ReportSQL:
         return f"WITH s AS (SELECT * FROM sessions WHERE {self.where})\n"
 
     tables = ("SELECT count(*) FILTER (WHERE table_name = 'sessions') AS has_sessions, "
-              "count(*) FILTER (WHERE table_name = 'funnel_steps') AS has_steps "
+              "count(*) FILTER (WHERE table_name = 'funnel_steps') AS has_steps, "
+              "count(*) FILTER (WHERE table_name = 'case_runs') AS has_case_runs, "
+              "count(*) FILTER (WHERE table_name = 'criterion_results') AS has_criterion_results "
               "FROM information_schema.tables")
 
     def summary(self) -> str:
@@ -244,6 +310,44 @@ class ReportSQL:
             " GROUP BY variant, drop_reason, drop_step, drop_fix"
             f" ORDER BY sessions DESC, drop_reason, variant, drop_step LIMIT {TOP_DROP_REASONS}")
 
+    def experiments(self) -> str:
+        """Experiments with case runs among the filtered sessions, the most recent first."""
+        return self._with() + (
+            "SELECT r.experiment, count(*) FILTER (WHERE coalesce(r.fit, true)) AS runs,"
+            " count(*) FILTER (WHERE coalesce(r.fit, true) AND r.passed) AS passes,"
+            " count(*) FILTER (WHERE NOT coalesce(r.fit, true)) AS controls,"
+            " count(*) FILTER (WHERE NOT coalesce(r.fit, true) AND r.correct_abstention) AS abstained,"
+            " count(*) OVER () AS experiments"
+            " FROM case_runs r JOIN s USING (session_id) WHERE NOT coalesce(r.probe, false)"
+            " GROUP BY r.experiment"
+            f" ORDER BY max(s.last_seen) DESC NULLS LAST, r.experiment LIMIT {TOP_EXPERIMENTS}")
+
+    def stages(self) -> str:
+        """The ``stage_funnel`` view's own macro, over the case runs among the filtered sessions."""
+        return self._with() + (
+            "SELECT * FROM stage_funnel_of("
+            "(SELECT coalesce(list(session_id), []::VARCHAR[]) FROM s WHERE case_id IS NOT NULL))"
+            " ORDER BY experiment, stage_index")
+
+    def missed_criteria(self) -> str:
+        """Criteria and assertions not met, most often first, per experiment (the stage funnel's population)."""
+        return self._with() + (
+            "SELECT c.experiment, c.kind, c.name, count(*) AS runs, count(*) FILTER (WHERE NOT c.met) AS missed,"
+            " count(*) FILTER (WHERE NOT c.met) / count(*) AS share,"
+            " count(*) FILTER (WHERE c.result IN ('missing', 'contradicted', 'unsupported', 'failed')) AS judged,"
+            " count(*) FILTER (WHERE c.result = 'judge_missing') AS judge_missing,"
+            " count(*) FILTER (WHERE c.result = 'judge_error') AS judge_error,"
+            " coalesce(arg_max(c.session_id, s.last_seen) FILTER (WHERE c.result IN"
+            " ('missing', 'contradicted', 'unsupported', 'failed')),"
+            " arg_max(c.session_id, s.last_seen) FILTER (WHERE NOT c.met)) AS example"
+            " FROM criterion_results c JOIN s USING (session_id)"
+            " WHERE NOT coalesce(c.probe, false) AND coalesce(c.fit, true)"
+            " GROUP BY c.experiment, c.kind, c.name HAVING count(*) FILTER (WHERE NOT c.met) > 0"
+            " QUALIFY row_number() OVER (PARTITION BY c.experiment"
+            " ORDER BY count(*) FILTER (WHERE NOT c.met) DESC, judged DESC, c.kind, c.name)"
+            f" <= {TOP_MISSED_CRITERIA}"
+            " ORDER BY c.experiment, missed DESC, judged DESC, c.kind, c.name")
+
     def latest(self) -> str:
         return self._with() + (
             "SELECT session_id, variant, outcome, outcome_reads_as, completion_rate, steps, agent_name, model,"
@@ -286,7 +390,33 @@ def load_report(db: Path, filters: Filters, now: dt.datetime | None = None) -> R
     data.latest = [SessionRow(r["session_id"], r["variant"], r["outcome"], r["outcome_reads_as"], r["completion_rate"],
                               list(r["steps"] or []), r["agent_name"], r["model"], r["status"], r["last_seen"])
                    for r in _rows(db, sql.latest())]
+    if have["has_case_runs"]:
+        if have["has_criterion_results"]:
+            _load_experiments(db, sql, data)
+        else:
+            data.needs_upgrade = bool(_rows(db, "SELECT count(*) AS n FROM case_runs")[0]["n"])
     return data
+
+
+def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
+    """The evaluation sections: nothing when the filtered sessions hold no case runs."""
+    rows = _rows(db, sql.experiments())
+    if not rows:
+        return
+    data.more_experiments = int(rows[0]["experiments"]) - len(rows)
+    by_name = {r["experiment"]: ExperimentRuns(r["experiment"], int(r["runs"]), int(r["passes"]),
+                                               int(r["controls"]), int(r["abstained"])) for r in rows}
+    for r in _rows(db, sql.stages()):
+        if r["experiment"] in by_name:
+            by_name[r["experiment"]].stages.append(StageRow(
+                r["stage"], int(r["runs"]), int(r["reached"]), int(r["passed"]), int(r["failed"]), int(r["missing"]),
+                r["cumulative"], r["conditional"]))
+    for r in _rows(db, sql.missed_criteria()):
+        if r["experiment"] in by_name:
+            by_name[r["experiment"]].misses.append(CriterionMiss(
+                r["kind"], r["name"], int(r["runs"]), int(r["missed"]), float(r["share"]), int(r["judged"]),
+                int(r["judge_missing"]), int(r["judge_error"]), r["example"]))
+    data.experiments = list(by_name.values())
 
 
 # ---------------------------------------------------------------------------- command

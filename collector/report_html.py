@@ -11,8 +11,9 @@ import math
 import re
 
 from ..scoring import labels
-from .report import DropReason, FunnelStep, OutcomeCount, ReportData, SessionRow
-from .report_text import clip_width, drop_reason_name, lang_of, pct, short_time, text, variant_name
+from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
+from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
+                          stage_fix, text, variant_name)
 
 FUNNEL_FILL = "#4338CA"  # only the funnel bars use this colour (the screenshot test looks for it)
 CONNECTOR_FILL = "#E0E7FF"
@@ -24,6 +25,7 @@ READS_AS_COLORS = {
     "unknown": ("#9CA3AF", "#D1D5DB"),
     "neutral": ("#94A3B8", "#CBD5E1"),
 }
+STAGE_COLORS = {"ok": "#16A34A", "ff": "#DC2626", "mi": "#F59E0B"}  # passed, failed first, missing
 PILL = {"pass": ("#DCFCE7", "#166534"), "partial": ("#FEF3C7", "#92400E"), "info": ("#E0F2FE", "#075985"),
         "fail": ("#FEE2E2", "#991B1B"), "unknown": ("#F3F4F6", "#374151"), "neutral": ("#F1F5F9", "#334155")}
 
@@ -181,6 +183,67 @@ def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
             f'<td><code title="{esc(d.example)}">{esc(clip_width(d.example, 28))}</code></td></tr>')
 
 
+def _stage_row(s, worst: bool, lang: str) -> str:
+    segments = "".join(f'<span class="{cls}" style="width:{100 * n / s.runs:.1f}%"></span>'
+                       for cls, n in (("ok", s.passed), ("ff", s.failed), ("mi", s.missing)) if n and s.runs)
+    failed = f'<strong class="ff-n">{s.failed}</strong>' if s.failed else "0"
+    return (f'<tr{" class=worst" if worst else ""}><td class="nw">{esc(s.name(lang))}</td>'
+            f'<td class="num">{s.reached}</td><td class="num">{s.passed}</td><td class="num">{failed}</td>'
+            f'<td class="num">{s.missing}</td><td class="num">{esc(pct(s.cumulative))}</td>'
+            f'<td class="num">{"—" if s.conditional is None else esc(pct(s.conditional))}</td>'
+            f'<td><div class="sbar" title="{esc(s.name(lang))}: {esc(text("passed_runs", lang))} {s.passed} · '
+            f'{esc(text("failed_first", lang))} {s.failed} · {esc(text("missing_runs", lang))} {s.missing}">'
+            f'{segments}</div></td>'
+            f'<td class="fix">{esc(stage_fix(s.stage, lang)) if s.failed else ""}</td></tr>')
+
+
+def _miss_row(m: CriterionMiss, lang: str) -> str:
+    why = "<br>".join(esc(r) for r in miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang))
+    return (f'<tr><td><div>{esc(m.name)}</div><div class="muted small">{esc(text("kind_" + m.kind, lang))}</div></td>'
+            f'<td class="num">{m.missed}</td><td class="num">{m.runs}</td>'
+            f'<td class="num"><div>{esc(pct(m.share))}</div>'
+            f'<div class="mini miss"><span style="width:{100 * m.share:.0f}%"></span></div></td>'
+            f'<td class="small">{why}</td>'
+            f'<td><code title="{esc(m.example)}">{esc(clip_width(m.example, 28))}</code></td></tr>')
+
+
+def experiment_section(e: ExperimentRuns, lang: str) -> str:
+    badge = text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs)) if e.runs else ""
+    parts = [f'<section class="card eval"><h2>{esc(text("experiment", lang))} '
+             f'<code>{esc(experiment_name(e.experiment, lang))}</code>'
+             + (f'<span class="badge">{esc(badge)}</span>' if badge else "") + "</h2>"]
+    if e.controls:
+        parts.append(f'<p class="muted small">{esc(text("controls", lang, abstained=e.abstained, controls=e.controls))}</p>')
+    if e.stages:
+        worst = e.worst_stage()
+        head = "".join(f'<th class="num">{esc(text(k, lang))}</th>' for k in
+                       ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"))
+        legend = " ".join(f'<span class="swatch" style="background:{STAGE_COLORS[cls]}"></span>{esc(text(k, lang))}'
+                          for cls, k in (("ok", "passed_runs"), ("ff", "failed_first"), ("mi", "missing_runs")))
+        parts.append(f'<h3>{esc(text("fail_first", lang))}</h3><table class="data stages"><thead><tr>'
+                     f'<th>{esc(text("stage", lang))}</th>{head}<th></th><th>{esc(text("look_at", lang))}</th>'
+                     f'</tr></thead><tbody>{"".join(_stage_row(s, s is worst, lang) for s in e.stages)}</tbody></table>'
+                     f'<p class="note">{legend} · {esc(text("stages_note", lang))}</p>')
+    if e.misses:
+        head = "".join(f"<th{' class=num' if k in ('missed', 'of_runs', 'share') else ''}>{esc(text(k, lang))}</th>"
+                       for k in ("criterion", "missed", "of_runs", "share", "why", "example"))
+        parts.append(f'<h3 class="gap">{esc(text("missed_most", lang))}</h3><table class="data misses"><thead><tr>'
+                     f'{head}</tr></thead><tbody>{"".join(_miss_row(m, lang) for m in e.misses)}</tbody></table>')
+    return "".join(parts) + "</section>"
+
+
+def evaluation_sections(data: ReportData, lang: str) -> str:
+    """Per experiment: where runs fail first and the criteria missed most; nothing without case runs."""
+    if data.needs_upgrade:
+        return f'<section class="card"><p class="muted">{esc(text("needs_upgrade", lang))}</p></section>'
+    if not data.experiments:
+        return ""
+    more = (f'<p class="note">{esc(text("more_experiments", lang, n=data.more_experiments))}</p>'
+            if data.more_experiments else "")
+    return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>'
+            + "".join(experiment_section(e, lang) for e in data.experiments) + more)
+
+
 def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
     reads = r.reads_as or labels.OUTCOME_READS_AS.get(r.outcome or "", "unknown")
     rate = r.completion_rate
@@ -259,6 +322,17 @@ border-radius:4px;padding:1px 5px;word-break:break-all}}
 .step-chip{{display:inline-block;background:#F3F4F6;color:#374151;border-radius:4px;padding:0 6px;margin:1px 3px 1px 0;
 font-size:12px;white-space:nowrap}}
 .live{{font-size:11px;color:#047857;background:#D1FAE5;border-radius:999px;padding:0 7px;margin-left:4px}}
+.part{{font-size:19px;margin:28px 0 12px}}
+.eval h2 code{{font-size:15px}}
+h3.gap{{margin-top:22px}}
+.sbar{{display:flex;height:10px;background:#F3F4F6;border-radius:3px;min-width:140px;overflow:hidden;margin-top:4px}}
+.sbar span{{display:block;height:100%}}
+.sbar .ok{{background:{STAGE_COLORS["ok"]}}}.sbar .ff{{background:{STAGE_COLORS["ff"]}}}
+.sbar .mi{{background:{STAGE_COLORS["mi"]}}}
+.note .swatch{{margin:0 5px 0 10px}}.note .swatch:first-child{{margin-left:0}}
+.ff-n{{color:{STAGE_COLORS["ff"]}}}
+tr.worst td{{background:#FEF2F2}}
+.mini.miss span{{background:#F87171}}
 .empty{{padding:40px 24px;text-align:center;color:#4B5563;font-size:15px}}
 footer{{color:#9CA3AF;font-size:12px;text-align:center;margin-top:24px}}
 @media print{{body{{background:#fff}}.card,.kpi{{box-shadow:none;break-inside:avoid}}}}
@@ -274,7 +348,8 @@ def render_html(data: ReportData, lang: str = "en") -> str:
                 + re.sub(r"`([^`]+)`", r"<code>\1</code>", message) + "</section>")
     else:
         sections = [variant_section(data, v, lang, note=i == 0) for i, v in enumerate(data.variants())]
-        body = header_html(data, lang) + "".join(sections) + drops_section(data, lang) + sessions_section(data, lang)
+        body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang)
+                + evaluation_sections(data, lang) + sessions_section(data, lang))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'
             '<meta http-equiv="Content-Security-Policy" '

@@ -11,8 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..scoring import labels
-from .report import FunnelStep, OutcomeCount, ReportData
-from .report_text import clip_width, lang_of, pct, short_time, text, variant_name
+from .report import ExperimentRuns, FunnelStep, OutcomeCount, ReportData
+from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
+                          variant_name)
 
 BAR_WIDTH = 28
 READS_AS_STYLE = {"pass": "green", "partial": "yellow", "info": "cyan", "fail": "red", "unknown": "bright_black",
@@ -89,6 +90,83 @@ def drops_table(data: ReportData, lang: str) -> RenderableType:
     return t
 
 
+def stacked_bar(parts: list[tuple[int, str, str]], total: int, width: int) -> Text:
+    """Adjacent segments of one bar (count out of ``total``, colour, glyph): the glyphs tell them apart uncoloured."""
+    out, used = Text(), 0
+    for count, style, glyph in parts:
+        cells = round(width * count / total) if total else 0
+        cells = min(cells, width - used)
+        out.append(glyph * cells, style=style)
+        used += cells
+    out.append(" " * (width - used))
+    return out
+
+
+def stages_table(e: ExperimentRuns, lang: str) -> Table:
+    legend = "  ".join(f"{glyph} {text(key, lang)}" for glyph, key in
+                       (("█", "passed_runs"), ("▓", "failed_first"), ("░", "missing_runs")))
+    t = Table(title=text("fail_first", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False, caption=legend, caption_justify="right", caption_style="dim")
+    t.add_column(text("stage", lang), no_wrap=True)
+    for key in ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"):
+        t.add_column(text(key, lang), justify="right")
+    t.add_column("", no_wrap=True)
+    worst = e.worst_stage()
+    for s in e.stages:
+        failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
+        t.add_row(s.name(lang), str(s.reached), str(s.passed), failed, str(s.missing), pct(s.cumulative),
+                  "—" if s.conditional is None else pct(s.conditional),
+                  stacked_bar([(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")], s.runs, 16))
+    return t
+
+
+def look_at(e: ExperimentRuns, lang: str) -> list[RenderableType]:
+    """The fix to look at for every stage where runs failed first, the most frequent first."""
+    failing = sorted((s for s in e.stages if s.failed), key=lambda s: -s.failed)
+    return [Text(f"{text('look_at', lang)} · {s.name(lang)} ({s.failed}): {stage_fix(s.stage, lang)}", style="dim")
+            for s in failing]
+
+
+def misses_table(e: ExperimentRuns, lang: str) -> Table:
+    t = Table(title=text("missed_most", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False)
+    t.add_column(text("criterion", lang), overflow="fold", ratio=1)
+    t.add_column(text("missed", lang), justify="right")
+    t.add_column(text("of_runs", lang), justify="right")
+    t.add_column(text("share", lang), justify="right")
+    t.add_column("", no_wrap=True)
+    t.add_column(text("why", lang))
+    t.add_column(text("example", lang), no_wrap=True)
+    for m in e.misses:
+        name = Text(m.name)
+        name.append(f"\n{text('kind_' + m.kind, lang)}", style="dim")
+        t.add_row(name, str(m.missed), str(m.runs), pct(m.share), Text(bar(m.share, 12), style="red"),
+                  "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)),
+                  clip_width(m.example, 30))
+    return t
+
+
+def evaluation_renderables(data: ReportData, lang: str) -> list[RenderableType]:
+    """Per experiment: where runs fail first, and the criteria missed most; nothing without case runs."""
+    if data.needs_upgrade:
+        return [Text(text("needs_upgrade", lang), style="yellow")]
+    out: list[RenderableType] = []
+    for e in data.experiments:
+        title = f"{text('experiment', lang)} {experiment_name(e.experiment, lang)}"
+        if e.runs:
+            title += " · " + text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs))
+        out.append(Rule(title, align="left", style="magenta"))
+        if e.controls:
+            out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
+        if e.stages:
+            out += [stages_table(e, lang), *look_at(e, lang), Text()]
+        if e.misses:
+            out += [misses_table(e, lang), Text()]
+    if data.more_experiments:
+        out.append(Text(text("more_experiments", lang, n=data.more_experiments), style="dim"))
+    return out
+
+
 def terminal_renderables(data: ReportData, lang: str) -> list[RenderableType]:
     """The whole report, top to bottom."""
     lang = lang_of(lang)
@@ -104,6 +182,9 @@ def terminal_renderables(data: ReportData, lang: str) -> list[RenderableType]:
         if data.outcomes.get(v):
             out += [outcome_table(data.outcomes[v], lang), Text()]
     out += [Rule(style="blue"), drops_table(data, lang)]
+    evaluation = evaluation_renderables(data, lang)
+    if evaluation:
+        out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
     return out
 
 

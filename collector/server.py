@@ -26,7 +26,7 @@ from .query import QueryError, remove_sidecar, run_query, write_sidecar
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
-from .evaluation import Evaluator
+from .evaluation import Evaluator, NotConfigured
 from .sessions import SessionService
 from .errors import UnauthorizedError
 from .forward import Forwarder
@@ -134,32 +134,57 @@ class Server:
         app.router.add_get("/metrics", self._metrics_json)
         app.router.add_post("/flush", self._flush)
         app.router.add_post("/rescore", self._rescore)
+        app.router.add_post("/judge", self._judge)
         return app
 
-    async def _rescore(self, request: web.Request) -> web.Response:
-        """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """The receivers' bearer-token rule on the admin endpoints: a 401 answer, or None when allowed."""
         try:
             check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
         except UnauthorizedError as exc:
             return web.json_response({"error": exc.message}, status=401)
+        return None
+
+    async def _rescore(self, request: web.Request) -> web.Response:
+        """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
+        if (refused := self._refused(request)) is not None:
+            return refused
         stale = bool((await request.json()).get("stale_only")) if request.can_read_body else False
         traces = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.rescore, stale)
         return web.json_response({"traces": traces})
 
+    async def _judge(self, request: web.Request) -> web.Response:
+        """Judge case runs now with the running configuration (``agentfunnel judge`` while serving).
+
+        The judge's HTTP calls and the re-score run on the query pool, never on the event loop.
+        """
+        if (refused := self._refused(request)) is not None:
+            return refused
+        try:
+            doc = await request.json() if request.can_read_body else {}
+        except json.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict) or any(doc.get(k) is not None and not isinstance(doc[k], str)
+                                            for k in ("session", "experiment")):
+            return web.json_response({"error": 'body must be JSON {"session": "..."} or {"experiment": "..."}'},
+                                     status=400)
+        try:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                self._query_pool, self.sessions.judge_runs, doc.get("session"), doc.get("experiment"))
+        except NotConfigured as exc:
+            return web.json_response({"error": str(exc)}, status=409)
+        return web.json_response(summary)
+
     async def _flush(self, request: web.Request) -> web.Response:
         """Assemble every open trace now, without waiting for the idle timeout."""
-        try:
-            check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
-        except UnauthorizedError as exc:
-            return web.json_response({"error": exc.message}, status=401)
+        if (refused := self._refused(request)) is not None:
+            return refused
         assembled = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.flush)
         return web.json_response({"traces": len(assembled)})
 
     async def _sql(self, request: web.Request) -> web.Response:
-        try:
-            check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
-        except UnauthorizedError as exc:
-            return web.json_response({"error": exc.message}, status=401)
+        if (refused := self._refused(request)) is not None:
+            return refused
         try:
             doc = await request.json()
             sql = doc["query"]

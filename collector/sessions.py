@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .config import SessionSettings
-from .scoring_stage import ScoredSession, score_sessions, write_funnel_steps
+from .scoring_stage import ScoredSession, score_sessions, session_records, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -134,6 +134,36 @@ class SessionService:
         for i in range(0, len(rows), chunk):
             self._job(dict(rows[i:i + chunk])).result()
         return len(rows)
+
+    def judge_runs(self, session_id: str | None = None, experiment: str | None = None) -> dict[str, Any]:
+        """Judge case runs now and re-score them: ``agentfunnel judge``, offline or through the server.
+
+        One session, or every run of the experiments matching a glob (all when neither is given).
+        Returns ``{"judged": n, "stats": {...}}``, the judge's counters that moved while it ran.
+        Raises ``evaluation.NotConfigured`` without a case suite or a judge.
+        """
+        evaluator = self.evaluator
+        assert evaluator is not None, "judging needs the service built with an Evaluator"
+        evaluator.check_configured()
+        where, params = (("session_id = ?", [session_id]) if session_id
+                         else ("experiment GLOB ?", [experiment or "*"]))
+        assert self.store.con is not None
+        cur = self.store.con.cursor()  # a reader beside the writer thread, like the SQL endpoint
+        try:
+            ids = [r[0] for r in cur.execute(
+                f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where} ORDER BY session_id",
+                params).fetchall()]
+            records = session_records(cur, ids, (), tuple(self.settings.session_keys)) if ids else {}
+        finally:
+            cur.close()
+        before = evaluator.judge.stats()
+        judged = evaluator.judge_now(
+            ids, lambda sid: (self.scorer.score(sid, records[sid]), records[sid]) if records.get(sid) else None)
+        if ids and (fut := self.rescore_sessions(ids)) is not None:
+            fut.result()
+        after = evaluator.judge.stats()
+        moved = {k: round(v - before.get(k, 0), 6) for k, v in after.items() if v != before.get(k, 0)}
+        return {"judged": judged, "stats": {**moved, "spent_usd": moved.get("spent_usd", 0.0)}}
 
     def flush(self, within_seconds: float | None = None) -> list[AssembledTrace]:
         """Assemble every open trace now and wait for it (``ingest`` end, shutdown, explicit flush).

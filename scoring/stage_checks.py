@@ -15,6 +15,7 @@ from .artifacts import schema_errors
 from .assertions import MISSING, json_equal, resolve_pointer, select
 from .case_models import ArgumentExpectation, Case, tool_matches
 from .config import matches
+from .judge.checks import criterion_key
 from .results import SessionScore
 from .run_view import (Call, RunView, identify, mentions, parse_json_text, parties, party_of_call,
                        stated_choices)
@@ -346,9 +347,11 @@ def result_usability(ctx: Context) -> tuple[str, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- completion
 
-def _criterion(c: Any) -> dict[str, Any]:
+def _criterion(c: Any, case_texts: dict[str, str]) -> dict[str, Any]:
+    """One assessment, named by the case's own criterion text (the judge may echo it escaped or quoted)."""
     get = (lambda k: c.get(k)) if isinstance(c, dict) else (lambda k: getattr(c, k, None))
-    return {"name": get("criterion") or get("name") or get("id") or str(c),
+    name = get("criterion") or get("name") or get("id") or str(c)
+    return {"name": case_texts.get(criterion_key(name), name),
             "assessment": get("assessment") or get("status"), "evidence": get("evidence")}
 
 
@@ -363,7 +366,8 @@ def completion(ctx: Context) -> tuple[str, dict[str, Any]]:
         return "missing", {**ev, "reason": "no judgment"}
     status = getattr(j, "status", None)
     score = getattr(j, "score", None)
-    assessed = [_criterion(c) for c in getattr(j, "criteria", None) or []]
+    case_texts = {criterion_key(t): t for t in case.completion_criteria}
+    assessed = [_criterion(c, case_texts) for c in getattr(j, "criteria", None) or []]
     failing = [c for c in assessed if c["assessment"] in BAD_ASSESSMENTS]
     ev.update(status=status, score=score, assessed=assessed, failing_criteria=failing,
               missing_requirements=list(getattr(j, "missing_requirements", None) or []),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from agentfunnel.scoring.labels import STAGES, stage_label
 from conftest import ROOT, read_db, run_cli
+from test_report import _row
 
 
 def readme_sql_examples() -> list[str]:
@@ -65,6 +67,29 @@ def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_reg
                 assert row["passes"] == case.passes[experiment], (experiment, case.id, row)
             else:
                 assert row["passes"] == 0, (experiment, case.id, row)  # Completion reads missing
+
+    # the report's evaluation sections: the stage_funnel view's numbers, per experiment
+    out = run_cli("report", "--db", str(db)).stdout
+    for experiment in EXPERIMENTS:
+        section = out[out.index(f"Experiment {experiment} · "):]
+        for r in read_db(db, f"SELECT * FROM stage_funnel WHERE experiment = '{experiment}' ORDER BY stage_index"):
+            assert _row(section, stage_label(r["stage"]))[:4] == [
+                str(r["reached"]), str(r["passed"]), str(r["failed"]), str(r["missing"])], (experiment, r)
+    # ... sliced like the rest of the report: one agent's runs, counted here from case_runs itself
+    agent = "shop-assistant"
+    runs = read_db(db, "SELECT r.experiment, r.fit, r.first_failed_stage, r.correct_abstention FROM case_runs r "
+                       f"JOIN sessions s USING (session_id) WHERE s.agent_name = '{agent}'")
+    sliced = run_cli("report", "--db", str(db), "--agent", agent).stdout
+    for experiment in EXPERIMENTS:
+        section = sliced[sliced.index(f"Experiment {experiment} · "):]
+        fit = [r for r in runs if r["experiment"] == experiment and r["fit"]]
+        controls = [r for r in runs if r["experiment"] == experiment and not r["fit"]]
+        assert f"{len(fit)} target-fit runs" in section.splitlines()[0]
+        abstained = sum(1 for r in controls if r["correct_abstention"])
+        assert f"negative controls: {abstained} of {len(controls)} abstained correctly" in section
+        for stage in STAGES:
+            failed_first = sum(1 for r in fit if r["first_failed_stage"] == stage)
+            assert _row(section, stage_label(stage))[2] == str(failed_first), (experiment, stage)
 
     result = run_cli("compare", "--db", str(db), "baseline", "fix-1", "--format", "json", check=False)
     assert result.returncode == 1, result.stderr

@@ -5,16 +5,36 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
 
 import pytest
 import yaml
 
-from conftest import read_db, run_cli
+from agentfunnel.scoring.labels import STAGES, stage_label
+from conftest import read_db, run_cli, sql
 from otlp_build import trace_request
-from test_judge import FakeMessagesAPI, verdict_reply
-from test_stages import ANSWER, ARGS, FX, RESULT
+from test_judge import FakeMessagesAPI, Reply, error_body, verdict_reply
+from test_report import _row
+from test_stages import ANSWER, ARGS, FULL_ANSWER, FX, RESULT
 
 CRITERIA = FX["completion_criteria"]
+
+
+def _verdict(*statuses: str, missing: list[str] = ()) -> dict:
+    """A verdict on the exchange-rate criteria, in order."""
+    met = all(s == "satisfied" for s in statuses)
+    return {"status": "complete" if met else "incomplete", "score": 1.0 if met else 0.6,
+            "explanation": "Rate, direction and date match." if met else "The date is not stated.",
+            "missing_requirements": list(missing), "unsupported_claims": [],
+            "criteria": [{"criterion": c, "status": s, "evidence": "..."} for c, s in zip(CRITERIA, statuses)]}
+
+
+DATE_MISSING = _verdict("satisfied", "satisfied", "missing", missing=["the requested date 2026-01-15"])
+ALL_MET = _verdict("satisfied", "satisfied", "satisfied")
+NO_CREDIT = Reply(402, error_body("billing_error", "Your credit balance is too low to access the Anthropic API."))
 
 
 @pytest.fixture
@@ -24,7 +44,7 @@ def fake_api():
     api.close()
 
 
-def _run_file(tmp_path, answer: str, run_id: str = "1"):
+def _run_file(tmp_path, answer: str, run_id: str = "1", args: dict = ARGS):
     tid, root = os.urandom(16), os.urandom(8)
     tags = {"agentfunnel.case.id": "fx-rate", "agentfunnel.experiment": "fx-exp", "agentfunnel.run.id": run_id}
     spans = [
@@ -39,7 +59,7 @@ def _run_file(tmp_path, answer: str, run_id: str = "1"):
         {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "execute_tool get_rate",
          "start": 30, "end": 40,
          "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "mcp__fxrates__get_rate",
-                        "gen_ai.tool.call.arguments": json.dumps(ARGS), "gen_ai.tool.call.result": json.dumps(RESULT)}},
+                        "gen_ai.tool.call.arguments": json.dumps(args), "gen_ai.tool.call.result": json.dumps(RESULT)}},
         {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "chat claude", "start": 50, "end": 60,
          "attributes": {"gen_ai.operation.name": "chat", "gen_ai.request.model": "claude-sonnet-4-5",
                         "gen_ai.response.finish_reasons": ["stop"]}},
@@ -59,11 +79,7 @@ def _config(tmp_path, judge: dict | None) -> str:
 
 
 def test_the_exchange_rate_answer_without_its_date_fails_at_completion(tmp_path, fake_api, monkeypatch):
-    verdict = {"status": "incomplete", "score": 0.6, "explanation": "The date is not stated.",
-               "missing_requirements": ["the requested date 2026-01-15"], "unsupported_claims": [],
-               "criteria": [{"criterion": c, "status": s, "evidence": "..."}
-                            for c, s in zip(CRITERIA, ("satisfied", "satisfied", "missing"))]}
-    fake_api.push(verdict_reply(verdict))
+    fake_api.push(verdict_reply(DATE_MISSING))
     cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
     db = tmp_path / "fx.duckdb"
     run_cli("ingest", "--db", str(db), "--config", cfg, str(_run_file(tmp_path, ANSWER)))
@@ -117,3 +133,184 @@ def test_cases_check_names_the_case_and_field_and_cases_add_drafts_from_a_sessio
     assert "checkout-fails" in text and "complete_checkout" in text and "TODO" in text
     ok = run_cli("cases", "check", str(draft))
     assert "1 case(s) OK" in ok.stdout
+
+
+# ---------------------------------------------------------------------------- agentfunnel judge, on the file and through the server
+
+JUDGE_STATE = ("SELECT s.judge_status, s.judge_score, s.passed, r.completion FROM sessions s "
+               "JOIN case_runs r USING (session_id) WHERE s.session_id = 'fx-1'")
+
+
+def _summary(stdout: str) -> tuple[int, dict]:
+    """``judged N run(s)...; {stats}`` as (N, stats)."""
+    head, _, stats = stdout.strip().partition("; ")
+    return int(head.split()[1]), json.loads(stats)
+
+
+def test_judge_re_judges_a_run_whose_judge_was_unavailable(tmp_path, fake_api):
+    fake_api.push(NO_CREDIT)
+    cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
+    db = tmp_path / "fx.duckdb"
+    run_cli("ingest", "--db", str(db), "--config", cfg, str(_run_file(tmp_path, FULL_ANSWER)))
+    assert read_db(db, JUDGE_STATE) == [{"judge_status": "missing", "judge_score": None, "passed": False,
+                                         "completion": "missing"}]
+    fake_api.push(verdict_reply(ALL_MET))
+    out = run_cli("judge", "--db", str(db), "--config", cfg, "--session", "fx-1").stdout
+    judged, stats = _summary(out)
+    assert judged == 1 and stats["requests"] == 1 and stats["complete"] == 1 and stats["spent_usd"] > 0
+    assert read_db(db, JUDGE_STATE) == [{"judge_status": "complete", "judge_score": 1.0, "passed": True,
+                                         "completion": "passed"}]
+    assert [j["status"] for j in read_db(db, "SELECT status FROM judgments ORDER BY created_at")] == \
+        ["missing", "complete"]
+    no_suite = run_cli("judge", "--db", str(db), "--session", "fx-1", check=False)
+    assert no_suite.returncode == 2 and "no case suite configured" in no_suite.stderr
+
+
+def test_judge_goes_through_the_running_server(tmp_path, fake_api, server_factory):
+    """The server owns the file: ``agentfunnel judge`` asks it, and it judges with its own configuration."""
+    cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
+    srv = server_factory(["--config", cfg], env={"AGENTFUNNEL_BEARER_TOKEN": "s3cret"})
+    fake_api.push(NO_CREDIT)  # the server's own judgment when the run closes: the judge is out of credit
+    run_cli("ingest", "--db", str(srv.db), str(_run_file(tmp_path, FULL_ANSWER)))  # through the server, which closes it
+    deadline = time.monotonic() + 60
+    while not sql(srv.db, "SELECT status FROM judgments") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30  # the judgment is stored, then the session re-scored
+    while sql(srv.db, JUDGE_STATE)[0]["judge_status"] != "missing" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sql(srv.db, JUDGE_STATE) == [{"judge_status": "missing", "judge_score": None, "passed": False,
+                                         "completion": "missing"}]
+
+    # the admin endpoint takes the receivers' bearer token, like /sql, /flush and /rescore
+    anonymous = urllib.request.Request(srv.admin + "/judge", data=b'{"session": "fx-1"}', method="POST",
+                                       headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(anonymous, timeout=30)
+    assert refused.value.code == 401 and len(fake_api.requests) == 1
+
+    fake_api.push(verdict_reply(ALL_MET))
+    out = run_cli("judge", "--db", str(srv.db), "--session", "fx-1").stdout  # no --config: the server's counts
+    assert "in the running server" in out
+    judged, stats = _summary(out)
+    assert judged == 1 and stats["requests"] == 1 and stats["complete"] == 1 and "missing" not in stats
+    assert len(fake_api.requests) == 2
+    assert sql(srv.db, JUDGE_STATE) == [{"judge_status": "complete", "judge_score": 1.0, "passed": True,
+                                         "completion": "passed"}]
+    rows = sql(srv.db, "SELECT status, score, judge_model, base_url FROM judgments ORDER BY created_at")
+    assert [(r["status"], r["score"]) for r in rows] == [("missing", None), ("complete", 1.0)]
+    assert rows[1]["base_url"] == fake_api.url and rows[1]["judge_model"] == "claude-sonnet-4-5"
+    assert srv.stop() == 0
+    assert read_db(srv.db, JUDGE_STATE)[0]["judge_status"] == "complete"  # committed, not just visible
+
+
+def test_judge_through_a_server_without_cases_says_so(tmp_path, server):
+    out = run_cli("judge", "--db", str(server.db), "--experiment", "fx-*", check=False)
+    assert out.returncode == 2 and "no case suite configured" in out.stderr
+
+
+# ---------------------------------------------------------------------------- the report's evaluation sections
+
+
+class _Tables(HTMLParser):
+    """The text of every cell of every ``<table>``, keyed by the table's classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._rows: list[list[str]] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self._rows = self.tables.setdefault(dict(attrs).get("class", ""), [])
+        elif tag == "tr" and self._rows is not None:
+            self._rows.append([])
+        elif tag in ("td", "th") and self._rows is not None:
+            self._cell = []
+        elif tag in ("br", "div") and self._cell is not None:
+            self._cell.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self._rows = None
+        elif tag in ("td", "th") and self._cell is not None and self._rows is not None:
+            self._rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(doc: str) -> dict[str, list[list[str]]]:
+    parser = _Tables()
+    parser.feed(doc)
+    return parser.tables
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.0f}%"
+
+
+def test_the_report_shows_where_runs_fail_first_and_the_criteria_missed_most(tmp_path, fake_api):
+    """Four runs of the exchange-rate case: the date left out (Completion fails), the full answer (passes),
+    lower-case currency codes (Invocation fails) and a judge out of credit (Completion missing)."""
+    cfg = _config(tmp_path, {"api_key": "test-key", "base_url": fake_api.url, "max_retries": 0})
+    db = tmp_path / "runs.duckdb"
+    # run 3 asks what run 2 asked (a cached verdict, no request); run 4's answer is new, so it is sent
+    runs = [("1", ANSWER, ARGS, [verdict_reply(DATE_MISSING)]), ("2", FULL_ANSWER, ARGS, [verdict_reply(ALL_MET)]),
+            ("3", FULL_ANSWER, {**ARGS, "base": "eur"}, []), ("4", "1 EUR = 1.10 USD on 2026-01-15.", ARGS, [NO_CREDIT])]
+    for run_id, answer, args, replies in runs:  # one at a time: each run gets its scripted verdict
+        fake_api.push(*replies)
+        run_cli("ingest", "--db", str(db), "--config", cfg, str(_run_file(tmp_path, answer, run_id, args)))
+    assert len(fake_api.requests) == 3
+    first = {r["run_id"]: r["first_failed_stage"] for r in read_db(db, "SELECT run_id, first_failed_stage FROM case_runs")}
+    assert first == {"1": "completion", "2": None, "3": "invocation", "4": None}
+
+    view = {r["stage"]: r for r in read_db(db, "SELECT * FROM stage_funnel WHERE experiment = 'fx-exp'")}
+    assert (view["invocation"]["failed"], view["completion"]["failed"], view["completion"]["missing"]) == (1, 1, 1)
+    assert view["completion"]["passed"] == 1 and view["discovery"]["runs"] == 4
+    missed = read_db(db, "SELECT name, count(*) AS runs, count(*) FILTER (WHERE NOT met) AS missed, "
+                         "count(*) FILTER (WHERE result = 'missing') AS judged, "
+                         "count(*) FILTER (WHERE result = 'judge_missing') AS unjudged "
+                         "FROM criterion_results GROUP BY name ORDER BY missed DESC, name")
+    date = "states the requested date 2026-01-15"
+    # runs 1, 2 and 4 reached Completion; the judge found the date missing once, and was unavailable once
+    assert missed[0] == {"name": date, "runs": 3, "missed": 2, "judged": 1, "unjudged": 1}
+    assert [m["missed"] for m in missed[1:]] == [1, 1]
+
+    out = run_cli("report", "--db", str(db)).stdout
+    assert "Evaluation runs" in out and "Experiment fx-exp" in out and "4 target-fit runs, 1 passed (25%)" in out
+    for stage in STAGES:
+        r = view[stage]
+        assert _row(out, stage_label(stage))[:6] == [
+            str(r["reached"]), str(r["passed"]), str(r["failed"]), str(r["missing"]), _pct(r["cumulative"]),
+            _pct(r["conditional"])], stage
+    assert "Look at · Invocation (1): parameter semantics and examples" in out
+    assert "Look at · Completion (1): missing or unsupported claims" in out
+    criteria = out[out.index("Criteria missed most"):]
+    assert criteria.index(date) < min(criteria.index(m["name"]) for m in missed[1:])  # the most missed first
+    cells = _row(criteria, date)
+    assert cells[:3] == ["2", "3", "67%"] and "fx-1" in cells  # the example is the run the judge assessed
+    lines = criteria.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(date))
+    assert "judge: not met 1" in lines[at] and "no judgment 1" in lines[at + 1]  # why, one reason a line
+
+    page = tmp_path / "runs.html"
+    run_cli("report", "--db", str(db), "--html", str(page))
+    tables = html_tables(page.read_text(encoding="utf-8"))
+    stage_rows = tables["data stages"][1:]
+    assert [r[0] for r in stage_rows] == [stage_label(s) for s in STAGES]
+    for row in stage_rows:
+        r = view[next(s for s in STAGES if stage_label(s) == row[0])]
+        assert row[1:7] == [str(r["reached"]), str(r["passed"]), str(r["failed"]), str(r["missing"]),
+                            _pct(r["cumulative"]), _pct(r["conditional"])]
+        assert bool(row[8]) == bool(r["failed"])  # what to look at, where runs failed first
+    miss_rows = tables["data misses"][1:]
+    assert miss_rows[0][:4] == [f"{date} completion criterion", "2", "3", "67%"]
+    assert miss_rows[0][4] == "judge: not met 1 no judgment 1" and miss_rows[0][5] == "fx-1"
+    assert len(miss_rows) == len(missed)
+
+    ja = run_cli("report", "--db", str(db), "--lang", "ja").stdout
+    assert "最初に失敗した段階" in ja and "満たされなかった基準" in ja
+    assert _row(ja, stage_label("completion", "ja"))[:4] == ["3", "1", "1", "1"]  # reached, passed, failed, missing

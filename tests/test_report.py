@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfunnel.collector.report import (Filters, FunnelStep, OutcomeCount, ReportData, ReportSQL, SessionRow,
-                                          Summary, sql_string)
+from agentfunnel.collector.report import (CriterionMiss, ExperimentRuns, Filters, FunnelStep, OutcomeCount,
+                                          ReportData, ReportSQL, SessionRow, StageRow, Summary, sql_string)
 from agentfunnel.collector.report_html import FUNNEL_FILL, render_html
 from agentfunnel.collector.report_terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
@@ -139,6 +139,7 @@ def test_terminal_report_shows_funnels_outcomes_and_drop_offs(db):
     assert "variant_unmapped" in out and "return clear variant" in out and "include checkout links" in out
     assert out.index("variant_unmapped") < out.index("cart_no_checkout_url")
     assert HOSTILE_ID in out  # the latest of the five variant_unmapped sessions is the example
+    assert "Evaluation runs" not in out and "Where runs fail first" not in out  # no case runs, no sections
 
 
 def test_terminal_report_agrees_with_the_funnel_conversion_view(db):
@@ -222,6 +223,7 @@ def test_html_report_is_self_contained_and_escaped(db, tmp_path):
                   "return actionable identifiers in search results", "shop-bot", "claude-sonnet-4-5"):
         assert label in doc
     assert doc.count('<tr><td><code title=') == 20  # the latest 20 sessions
+    assert "Evaluation runs" not in doc and 'class="data stages"' not in doc and 'class="data misses"' not in doc
 
 
 def test_html_report_in_japanese(db, tmp_path):
@@ -251,6 +253,29 @@ def test_renderers_are_pure_functions_of_the_data():
     doc = render_html(data, "en")
     assert "s&amp;1" in doc and "&lt;b&gt;" in doc and "a&quot;gent" in doc and "Not scored yet" in doc
     assert render_html(data, "en") == doc
+
+
+def test_evaluation_sections_from_hand_built_data():
+    """An experiment without a name, an assertion whose name is markup, a judge in error; and an old database."""
+    stages = [StageRow(stage, 4, 4 if i < 3 else 3, 4 if i < 2 else 3, 1 if i == 2 else 0, 1 if i == 6 else 0,
+                       (4 if i < 2 else 3) / 4, None if i == 0 else 1.0) for i, stage in enumerate(
+                           ("discovery", "selection", "tool_resolution", "invocation", "execution",
+                            "result_usability", "completion"))]
+    misses = [CriterionMiss("assertion", "<b>steps</b> renderable", 3, 2, 2 / 3, 2, 0, 0, "r&1"),
+              CriterionMiss("criterion", "cites the source", 3, 1, 1 / 3, 0, 0, 1, "r2")]
+    data = _sample()
+    data.experiments = [ExperimentRuns(None, 4, 0, 2, 1, stages, misses)]
+    out = render_terminal(data, "en")
+    assert "Experiment (no experiment) · 4 target-fit runs, 0 passed (0%)" in out
+    assert "negative controls: 1 of 2 abstained correctly" in out
+    assert _row(out, "Tool Resolution")[:4] == ["4", "3", "1", "0"]
+    assert "Look at · Tool Resolution (1): tool names, descriptions and catalog" in out
+    assert _row(out, "<b>steps</b> renderable")[:3] == ["2", "3", "67%"] and "failed 2" in out and "judge error 1" in out
+    doc = render_html(data, "ja")
+    assert "(実験名なし)" in doc and "&lt;b&gt;steps&lt;/b&gt; renderable" in doc and "<b>steps" not in doc
+    assert "r&amp;1" in doc and "判定エラー 1" in doc and "ツール名、説明、カタログ" in doc
+    data.experiments, data.needs_upgrade = [], True
+    assert "agentfunnel rescore" in render_terminal(data, "en") and "agentfunnel rescore" in render_html(data, "en")
 
 
 # ---------------------------------------------------------------------------- screenshot

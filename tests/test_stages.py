@@ -124,6 +124,16 @@ def test_answer_omitting_the_date_fails_only_at_completion():
     assert r.stages["execution"].evidence["calls"][0]["servers"] == ["fxrates"]
 
 
+def test_assessments_are_named_by_the_cases_own_criterion_text():
+    """The judge may echo a criterion quoted or re-spaced; evidence (and criterion_results) use the case's text."""
+    echoed = [{"criterion": f'"  {c.upper()} "', "status": s}
+              for c, s in zip(FX["completion_criteria"], ("satisfied", "satisfied", "missing"))]
+    r = run(case_of(), good_run(ANSWER), Judgment("incomplete", False, 0.6, echoed))
+    ev = r.stages["completion"].evidence
+    assert [c["name"] for c in ev["assessed"]] == FX["completion_criteria"]
+    assert [c["name"] for c in ev["failing_criteria"]] == ["states the requested date 2026-01-15"]
+
+
 def test_the_full_answer_passes():
     r = run(case_of(), good_run())
     assert set(states(r).values()) == {"passed"}

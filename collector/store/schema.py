@@ -326,3 +326,79 @@ MIGRATIONS.append((
     FROM counted;
     """,
 ))
+
+# The stage funnel over any set of runs (the report slices it by its filters), and one row per
+# completion criterion and artifact assertion of every run, so "which criterion is missed most" is SQL.
+MIGRATIONS.append((
+    "0005_stage_funnel_of_and_criterion_results",
+    """
+    -- stage_funnel_of(NULL) is every run; stage_funnel_of(['id', ...]) only these sessions' runs.
+    -- "failed" counts the runs that failed first at the stage: every later stage is not_observed.
+    CREATE MACRO stage_funnel_of(session_ids) AS TABLE
+    WITH runs AS (
+        SELECT r.* FROM case_runs r
+        WHERE NOT coalesce(r.probe, false) AND coalesce(r.fit, true)
+          AND (session_ids IS NULL OR r.session_id IN (SELECT unnest(session_ids)))
+    ),
+    stages(stage, stage_index) AS (
+        VALUES ('discovery', 1), ('selection', 2), ('tool_resolution', 3), ('invocation', 4), ('execution', 5),
+               ('result_usability', 6), ('completion', 7)
+    ),
+    states AS (
+        SELECT r.experiment, s.stage, s.stage_index,
+               CASE s.stage WHEN 'discovery' THEN r.discovery WHEN 'selection' THEN r.selection
+                    WHEN 'tool_resolution' THEN r.tool_resolution WHEN 'invocation' THEN r.invocation
+                    WHEN 'execution' THEN r.execution WHEN 'result_usability' THEN r.result_usability
+                    ELSE r.completion END AS state,
+               r.session_id
+        FROM runs r, stages s
+    ),
+    passed_through AS (
+        SELECT experiment, stage, stage_index, session_id,
+               bool_and(state IN ('passed', 'not_applicable')) OVER (
+                   PARTITION BY experiment, session_id ORDER BY stage_index
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ok,
+               state
+        FROM states
+    ),
+    counted AS (
+        SELECT experiment, stage, stage_index, count(*) AS runs, count(*) FILTER (WHERE ok) AS passed,
+               count(*) FILTER (WHERE state = 'failed') AS failed, count(*) FILTER (WHERE state = 'missing') AS missing,
+               count(*) FILTER (WHERE state = 'not_observed') AS not_observed
+        FROM passed_through GROUP BY experiment, stage, stage_index
+    )
+    SELECT experiment, stage, stage_index, runs, passed, failed, missing, not_observed,
+           passed / runs AS cumulative,
+           passed / nullif(lag(passed) OVER (PARTITION BY experiment ORDER BY stage_index), 0) AS conditional,
+           coalesce(lag(passed) OVER (PARTITION BY experiment ORDER BY stage_index), runs) AS reached
+    FROM counted;
+    CREATE OR REPLACE VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL);
+    -- a criterion is judged per run; when the judge is missing or in error it is judge_missing / judge_error
+    CREATE VIEW criterion_results AS
+    WITH judged AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe,
+               completion_evidence->>'$.status' AS judge_status,
+               from_json(completion_evidence->'$.assessed', '[{"name": "VARCHAR", "assessment": "VARCHAR"}]') AS assessed,
+               unnest(from_json(completion_evidence->'$.criteria', '["VARCHAR"]')) AS name
+        FROM case_runs WHERE json_type(completion_evidence->'$.criteria') = 'ARRAY'
+    ),
+    criteria AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe, 'criterion' AS kind, name,
+               CASE WHEN judge_status IS NULL OR judge_status IN ('missing', 'error')
+                    THEN 'judge_' || coalesce(judge_status, 'missing')
+                    ELSE coalesce((SELECT any_value(a.assessment) FROM (SELECT unnest(assessed) AS a)
+                                   WHERE a.name = judged.name), 'not_assessed') END AS result
+        FROM judged
+    ),
+    assertions AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe, 'assertion' AS kind, a.name,
+               CASE WHEN a.passed THEN 'passed' ELSE 'failed' END AS result
+        FROM (SELECT *, unnest(from_json(layers->'$.properties.evidence.assertions',
+                                         '[{"name": "VARCHAR", "passed": "BOOLEAN"}]')) AS a
+              FROM case_runs WHERE json_type(layers->'$.properties.evidence.assertions') = 'ARRAY')
+    )
+    SELECT *, result IN ('satisfied', 'passed') AS met FROM criteria
+    UNION ALL BY NAME
+    SELECT *, result IN ('satisfied', 'passed') AS met FROM assertions;
+    """,
+))

@@ -39,7 +39,7 @@ def reference_sha256(inp: JudgeInput) -> str:
     }))
 
 
-def _norm(text: str) -> str:
+def criterion_key(text: str) -> str:
     """Criterion text for matching: the prompt shows it as JSON, so quotes and the fence escapes may come back."""
     for escaped, char in (("\\u003c", "<"), ("\\u003e", ">"), ("\\u0026", "&")):
         text = text.replace(escaped, char)
@@ -50,8 +50,8 @@ def check_verdict(verdict: Verdict, inp: JudgeInput) -> str | None:
     """The reason the verdict contradicts itself or skips a criterion, or None when it holds together."""
     if not 0.0 <= verdict.score <= 1.0:
         return f"score {verdict.score} is outside 0..1"
-    wanted = [_norm(c) for c in inp.criteria]
-    got = [_norm(a.criterion) for a in verdict.criteria]
+    wanted = [criterion_key(c) for c in inp.criteria]
+    got = [criterion_key(a.criterion) for a in verdict.criteria]
     for text, key in zip(inp.criteria, wanted):
         if got.count(key) != 1:
             how = "not assessed" if key not in got else "assessed more than once"
