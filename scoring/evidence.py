@@ -53,6 +53,9 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
     confirmed = set(ev.confirmed_statuses)
     checkout_statuses = set(ev.checkout_statuses)
     for d in _dicts(result):
+        present = {k for k, v in d.items() if _present(v)}  # then one C-level set test per key list
+        if not present:
+            continue
         for obj_key in ev.order_objects:
             obj = d.get(obj_key)
             if isinstance(obj, dict) and _present(obj.get("id") or obj.get("confirmation_number")):
@@ -60,24 +63,24 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
                                               (_status(obj) is None and _present(obj.get("confirmation_number"))))
                           else ORDER_PENDING)
         status = _status(d)
-        if any(_present(d.get(k)) for k in ev.order_id_keys):
+        if not present.isdisjoint(ev.order_id_keys):
             found.add(ORDER_CONFIRMED if status in confirmed else ORDER_PENDING)
         for key in ev.booking_id_keys:  # a booking counts once confirmed (a confirmation number is one)
-            if _present(d.get(key)) and (status in confirmed or (status is None and "confirmation" in key.lower())):
+            if key in present and (status in confirmed or (status is None and "confirmation" in key.lower())):
                 found.add(ORDER_CONFIRMED)
-        if any(_present(d.get(k)) for k in ev.checkout_url_keys):
+        if not present.isdisjoint(ev.checkout_url_keys):
             found.add(CHECKOUT_URL)
-        if _status(d) in checkout_statuses or any(_present(d.get(k)) for k in ev.checkout_objects):
+        if status in checkout_statuses or not present.isdisjoint(ev.checkout_objects):
             found.add(CHECKOUT_STATUS)
-        if any(_present(d.get(k)) for k in ev.cart_keys):
+        if not present.isdisjoint(ev.cart_keys):
             found.add(CART)
-        if any(_present(d.get(k)) for k in ev.rfq_keys):
+        if not present.isdisjoint(ev.rfq_keys):
             found.add(RFQ)
-        if any(_present(d.get(k)) for k in ev.quote_keys):
+        if not present.isdisjoint(ev.quote_keys):
             found.add(QUOTE)
-        if any(_present(d.get(k)) for k in ev.po_keys):
+        if not present.isdisjoint(ev.po_keys):
             found.add(PO)
-        if any(_present(d.get(k)) for k in ev.product_id_keys):
+        if not present.isdisjoint(ev.product_id_keys):
             found.add(PRODUCT_IDS)
         for v in d.values():
             if isinstance(v, str) and v.startswith("http") and "/checkout" in v:
