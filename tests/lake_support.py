@@ -251,6 +251,46 @@ def lake_sql(python: str, config: Path, query: str) -> list[dict[str, Any]]:
     return json.loads(proc.stdout)
 
 
+_READ_ALL = """
+import json, sys
+from pathlib import Path
+from agentfunnel.collector.config import load_settings
+from agentfunnel.collector.query import run_query
+from agentfunnel.collector.store.lake import open_reader
+con = open_reader(load_settings(Path(sys.argv[1])).store.lake)
+out = {}
+for name, q in json.loads(sys.argv[2]).items():
+    r = run_query(con, q)
+    out[name] = [dict(zip(r.columns, row)) for row in r.rows]
+print(json.dumps(out))
+"""
+
+
+def lake_rows(python: str, config: Path, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """Several queries through one lake reader (what ``agentfunnel sql`` does, without a process per query)."""
+    proc = subprocess.run([python, "-c", _READ_ALL, str(config), json.dumps(queries)], capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode != 0:
+        raise AssertionError(f"reading the lake failed: {proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def file_rows(db: Path, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """The same queries against a DuckDB file no process holds, read with the same result conversion."""
+    from agentfunnel.collector.query import run_query
+    from agentfunnel.collector.store.writer import connect
+
+    con = connect(db, read_only=True)
+    try:
+        out = {}
+        for name, q in queries.items():
+            r = run_query(con, q)
+            out[name] = [dict(zip(r.columns, row)) for row in r.rows]
+        return out
+    finally:
+        con.close()
+
+
 def admin(url: str, path: str) -> dict[str, Any]:
     req = urllib.request.Request(url + path, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:

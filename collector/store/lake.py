@@ -97,6 +97,7 @@ def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPy
                                              "autoload_known_extensions": "false"})
     try:
         con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")  # never mixed into a command's output
         for p in paths:
             con.execute(f"LOAD {_quote(str(p))}")
         data = lake.data_path if "://" in lake.data_path or lake.data_path.endswith("/") else lake.data_path + "/"
@@ -209,15 +210,32 @@ def reader_views(schemas: list[str]) -> list[str]:
     return out
 
 
-def _build_readers(con: duckdb.DuckDBPyConnection, schemas: list[str]) -> None:
-    statements = reader_views(schemas)
-    signature = hashlib.sha256("\n".join(statements).encode()).hexdigest()
+def complete_schemas(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The replicas' schemas that have every migration (a replica that never started has none)."""
+    names = sorted((r[0] for r in con.execute(
+        "SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_catalog = ? "
+        "AND table_name = '_agentfunnel_migrations'", [CATALOG]).fetchall() if re.fullmatch(r"r\d+", r[0])),
+        key=lambda s: int(s[1:]))
+    wanted = {n for n, _ in MIGRATIONS + LAKE_MIGRATIONS}
+    return [s for s in names if wanted <= {r[0] for r in con.execute(
+        f"SELECT name FROM {CATALOG}.{s}._agentfunnel_migrations").fetchall()}]
 
-    def run() -> None:
+
+def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """(Re)build ``lake.main`` over every complete schema unless it already covers them; returns them.
+
+    Each replica calls it after migrating its own schema, so the last one to start sees them
+    all. Two replicas building at once conflict on the signature table; the loser retries with
+    the schema list read again, so the views never go back to fewer schemas.
+    """
+    def run() -> list[str]:
+        schemas = complete_schemas(con)
+        statements = reader_views(schemas)
+        signature = hashlib.sha256("\n".join(statements).encode()).hexdigest()
         con.execute(f"CREATE TABLE IF NOT EXISTS {READERS}._agentfunnel_views (signature VARCHAR)")
         row = con.execute(f"SELECT signature FROM {READERS}._agentfunnel_views").fetchone()
         if row and row[0] == signature:
-            return
+            return schemas
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(f"USE {READERS}")
@@ -232,30 +250,17 @@ def _build_readers(con: duckdb.DuckDBPyConnection, schemas: list[str]) -> None:
             except duckdb.Error:  # a failed COMMIT already ended it
                 pass
             raise
+        return schemas
 
-    retry_conflicts(run)
-
-
-def replica_schemas(con: duckdb.DuckDBPyConnection, replicas: int) -> list[str]:
-    """r0..r(N-1), plus any schema of a larger former N (its rows stay readable)."""
-    found = {r[0] for r in con.execute(
-        "SELECT schema_name FROM information_schema.schemata WHERE catalog_name = ?", [CATALOG]).fetchall()}
-    extra = sorted((s for s in found if re.fullmatch(r"r\d+", s) and int(s[1:]) >= replicas), key=lambda s: int(s[1:]))
-    return [schema_of(i) for i in range(replicas)] + extra
+    return retry_conflicts(run)
 
 
 def open_replica(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
-    """Attach the lake, migrate every replica's schema (own first) and the readers' views; USE our schema.
-
-    Every replica prepares all N schemas, so the views can be built whichever replica starts
-    first; concurrent starts race on the catalog and retry.
-    """
+    """Attach the lake, migrate this replica's schema, (re)build the readers' views; USE our schema."""
     con = connect_lake(lake)
     try:
-        order = [lake.replica] + [i for i in range(lake.replicas) if i != lake.replica]
-        for i in order:
-            _migrate_schema(con, schema_of(i))
-        _build_readers(con, replica_schemas(con, lake.replicas))
+        _migrate_schema(con, schema_of(lake.replica))
+        build_readers(con)
         con.execute(f"USE {CATALOG}.{schema_of(lake.replica)}")
     except BaseException:
         con.close()
@@ -283,7 +288,7 @@ def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, afte
     if upto <= after:
         return []
     out: list[tuple[str, list[str]]] = []
-    for schema in replica_schemas(con, lake.replicas):
+    for schema in complete_schemas(con):
         if schema == schema_of(lake.replica):
             continue
         out.extend((tid, list(sids or [])) for tid, sids in con.execute(
