@@ -121,8 +121,12 @@ def read_views(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: 
                sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
     views: dict[str, list[SpanView]] = {}
     log_events = _log_events(con, trace_ids, since, sources)
+    seen: set[tuple[str, str]] = set()
     for row in con.execute(_SPAN_QUERY.format(spans=sources.spans), [since, list(trace_ids)]).fetchall():
         (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
+        if (tid, sid) in seen:  # on a lake, a span two replicas stored (after a change of the ring)
+            continue
+        seen.add((tid, sid))
         views.setdefault(tid, []).append(SpanView(
             trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
             resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),

@@ -35,7 +35,10 @@ log = logging.getLogger(__name__)
 CATALOG = "lake"
 READERS = f"{CATALOG}.main"
 EXTENSIONS = ("ducklake", "postgres_scanner")
-EVERY_REPLICA = Sources(spans=f"{READERS}.spans", logs=f"{READERS}.logs", trace_index=f"{READERS}.trace_index")
+# Scoring reads a few traces at a time: plain unions (a filter on trace_id reaches every schema's
+# scan), duplicates dropped while reading, instead of the readers' de-duplicating views.
+EVERY_REPLICA = Sources(spans=f"{READERS}._spans_everywhere", logs=f"{READERS}._logs_everywhere",
+                        trace_index=f"{READERS}._trace_index_everywhere")
 T = TypeVar("T")
 
 # Tables only the lake has: step results the owner computed for calls stored on any replica, and
@@ -206,6 +209,9 @@ def reader_views(schemas: list[str]) -> list[str]:
     out.append(f"CREATE OR REPLACE VIEW {READERS}.tool_calls AS SELECT t.* REPLACE (c.step AS step, "
                f"c.args_valid AS args_valid) FROM {READERS}._tool_calls_stored t LEFT JOIN {READERS}.call_scores c "
                "ON c.span_id = t.span_id AND c.session_id = t.session_id")
+    for t in ("spans", "logs", "trace_index"):
+        out.append(f"CREATE OR REPLACE VIEW {READERS}._{t}_everywhere AS "
+                   + " UNION ALL BY NAME ".join(f"SELECT * FROM {CATALOG}.{s}.{t}" for s in schemas))
     out.extend(derived)
     return out
 
