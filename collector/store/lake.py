@@ -172,8 +172,9 @@ def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
     """Table names, and the view and macro statements, of the migrations in order."""
     tables: list[str] = []
     derived: list[str] = []
+    parser = duckdb.connect(":memory:")
     for _, sql in migrations:
-        for statement in duckdb.connect(":memory:").extract_statements(sql):
+        for statement in parser.extract_statements(sql):
             m = _OBJECT.match(statement.query)
             if m is None:
                 continue
