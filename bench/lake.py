@@ -9,7 +9,7 @@ stored row count is checked through a lake reader. Idle assembly is left running
 
 By hand, from the repository root, with the lake environment made (``.ci/run`` does it):
 
-    python bench/lake.py                     # 1, 2, 3 replicas, 120 requests of 512 spans each
+    python bench/lake.py                     # 1, 2, 3 replicas, 60 requests of 512 spans each
     python bench/lake.py --replicas 3 --requests 300
 """
 
@@ -78,7 +78,7 @@ def run(pg: Postgres, python: str, replicas: int, requests: int, clients: int) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, nargs="*", default=[1, 2, 3])
-    ap.add_argument("--requests", type=int, default=120, help="requests of 512 spans, before splitting")
+    ap.add_argument("--requests", type=int, default=60, help="requests of 512 spans, before splitting")
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients per replica")
     args = ap.parse_args()
     python, why = lake_python()
