@@ -73,10 +73,21 @@ def resolve_sessions(records: Sequence[SpanRecord]) -> dict[str, str | None]:
 
 # ---------------------------------------------------------------------------- reading a trace back
 
+@dataclass(frozen=True)
+class Sources:
+    """Where reads of whole sessions go: this store's tables, or on a lake every replica's (its readers' views)."""
+
+    spans: str = "spans"
+    logs: str = "logs"
+    trace_index: str = "trace_index"
+
+
+LOCAL = Sources()
+
 _SPAN_QUERY = """
 SELECT trace_id, span_id, parent_span_id, name, kind, status_code, status_message, scope_name,
        attributes, resource_attributes, events, epoch_ns(start_time) AS start_ns, epoch_ns(end_time) AS end_ns
-FROM spans WHERE received_at >= ? AND trace_id IN (SELECT unnest(?::VARCHAR[]))
+FROM {spans} WHERE received_at >= ? AND trace_id IN (SELECT unnest(?::VARCHAR[]))
 ORDER BY trace_id, start_time, span_id
 """
 
@@ -87,16 +98,17 @@ def _loads(text: str | None) -> Any:
 
 _LOG_QUERY = """
 SELECT span_id, event_name, epoch_ns(coalesce(time, observed_time)) AS t, attributes, body
-FROM logs WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id IN (SELECT unnest(?::VARCHAR[]))
+FROM {logs} WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id IN (SELECT unnest(?::VARCHAR[]))
 ORDER BY t
 """
 
 
-def _log_events(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime) -> dict[str, list[dict]]:
+def _log_events(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime,
+                sources: Sources = LOCAL) -> dict[str, list[dict]]:
     """Log records tied to a span, shaped like span events: instrumentations put message content,
     exceptions and evaluations in either place, and the dialects read both the same way."""
     out: dict[str, list[dict]] = {}
-    for span_id, event_name, t, attrs, body in con.execute(_LOG_QUERY, [since, list(trace_ids)]).fetchall():
+    for span_id, event_name, t, attrs, body in con.execute(_LOG_QUERY.format(logs=sources.logs), [since, list(trace_ids)]).fetchall():
         attributes = _loads(attrs) or {}
         if body is not None:
             attributes.setdefault("body", _loads(body))
@@ -105,11 +117,16 @@ def _log_events(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since:
     return out
 
 
-def read_views(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime) -> dict[str, list[SpanView]]:
+def read_views(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str], since: datetime,
+               sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
     views: dict[str, list[SpanView]] = {}
-    log_events = _log_events(con, trace_ids, since)
-    for row in con.execute(_SPAN_QUERY, [since, list(trace_ids)]).fetchall():
+    log_events = _log_events(con, trace_ids, since, sources)
+    seen: set[tuple[str, str]] = set()
+    for row in con.execute(_SPAN_QUERY.format(spans=sources.spans), [since, list(trace_ids)]).fetchall():
         (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
+        if (tid, sid) in seen:  # on a lake, a span two replicas stored (after a change of the ring)
+            continue
+        seen.add((tid, sid))
         views.setdefault(tid, []).append(SpanView(
             trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
             resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),
@@ -296,7 +313,9 @@ def assemble_job(traces: dict[str, datetime], session_keys: Sequence[str] = (),
             "session_ids": pa.array([sorted(t.session_ids) for t in assembled], pa.list_(pa.string())),
         })
         con.register("_trace_index", index)
-        con.execute("INSERT OR REPLACE INTO trace_index SELECT trace_id, first_received, span_count, session_ids, "
+        # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
+        con.execute("DELETE FROM trace_index WHERE trace_id IN (SELECT trace_id FROM _trace_index)")
+        con.execute("INSERT INTO trace_index SELECT trace_id, first_received, span_count, session_ids, "
                     "now()::TIMESTAMP FROM _trace_index")
         con.unregister("_trace_index")
         if on_assembled is not None:

@@ -68,7 +68,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                   TimeRemainingColumn(), console=console, disable=not show) as progress:
         task = progress.add_task("ingesting", total=total)
         report = ingest_files(paths, settings, args.signal, on_progress=lambda n: progress.advance(task, n))
-    where = "the running server" if report.via == "server" else str(settings.store.path)
+    lake = settings.store.lake
+    where = ("the running server" if report.via == "server"
+             else f"the lake (replica {lake.replica} of {lake.replicas})" if lake else str(settings.store.path))
     print(f"ingested {report.files} file(s) into {where}: {report.spans} spans, {report.logs} log records"
           f" ({report.duplicates} already stored, {report.rejected} refused)")
     for err in report.errors:
@@ -96,7 +98,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     try:
-        result = query(settings.store.path, args.query)
+        result = query(settings.store, args.query)
     except QueryError as exc:
         print(f"agentfunnel sql: {exc}", file=sys.stderr)
         return 1
@@ -121,7 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import run_report
 
     settings = _settings(args)
-    return run_report(settings.store.path, args.lang, args.html, args.variant, args.agent, args.since)
+    return run_report(settings.store if settings.store.lake else settings.store.path, args.lang, args.html,
+                      args.variant, args.agent, args.since)
 
 
 # ---------------------------------------------------------------------------- demo
@@ -271,7 +274,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     try:
-        result = compare(settings.store.path, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
+        result = compare(settings.store if settings.store.lake else settings.store.path, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
                          max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
                          max_cost=args.max_cost)
     except (QueryError, ValueError) as exc:
@@ -307,7 +310,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     from .store.writer import Store
     from .telemetry import Metrics
 
-    if not settings.store.path.exists():
+    if settings.store.lake is None and not settings.store.path.exists():
         print(f"agentfunnel rescore: database {settings.store.path} does not exist", file=sys.stderr)
         return 1
     metrics = Metrics()

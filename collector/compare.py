@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .config import StoreSettings
 from .query import query
 
 _CASES_SQL = """
@@ -76,7 +77,7 @@ def _escape(pattern: str) -> str:
     return pattern.replace("'", "''")
 
 
-def load_side(db: Path, pattern: str) -> Side:
+def load_side(db: Path | StoreSettings, pattern: str) -> Side:
     p = _escape(pattern)
     side = Side(pattern)
     cases = query(db, _CASES_SQL.format(pattern=p))
@@ -86,7 +87,7 @@ def load_side(db: Path, pattern: str) -> Side:
     return side
 
 
-def compare(db: Path, a: str, b: str, *, min_pass_hat_k: float | None = None, max_regressions: int = 0,
+def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float | None = None, max_regressions: int = 0,
             max_p95_cost: float | None = None, max_cost: float | None = None) -> Comparison:
     side_a, side_b = load_side(db, a), load_side(db, b)
     rows = []

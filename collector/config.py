@@ -57,8 +57,46 @@ class ReceiverSettings(_Model):
     tls: TLSSettings | None = None
 
 
+class LakeSettings(_Model):
+    """Shared storage for several replicas: a DuckLake (PostgreSQL catalog, Parquet data); needs the ``lake`` extra.
+
+    Every replica writes only into its own schema (``r<replica>``), so each table has one writer;
+    each session is scored by one replica, chosen by a hash of its id over ``replicas``.
+    """
+
+    catalog: str = Field(description="DuckLake catalog: `postgres:<libpq conninfo>`, e.g. "
+                                     "`postgres:host=pg dbname=agentfunnel user=agentfunnel` (password: PGPASSWORD).")
+    data_path: str = Field(description="Where the Parquet files go: a directory every replica shares, or `s3://bucket/prefix/`.")
+    replica: int = Field(ge=0, description="This replica's index, 0..replicas-1; a name ending in -N (a StatefulSet "
+                                           "pod's hostname) gives N.")
+    replicas: int = Field(ge=1, le=1024, description="How many replicas share the lake (fixes session ownership).")
+    poll_interval_seconds: float = Field(
+        1.0, gt=0, description="How often a replica looks for traces other replicas assembled for sessions it owns.")
+
+    @field_validator("replica", mode="before")
+    @classmethod
+    def _ordinal(cls, value: Any) -> Any:
+        """``agentfunnel-2`` → 2: replicas can take their index from a stable host name."""
+        if isinstance(value, str) and not value.strip().isdigit():
+            head, sep, tail = value.strip().rpartition("-")
+            if not sep or not tail.isdigit():
+                raise ValueError(f"{value!r} is neither an index nor a name ending in -N")
+            return int(tail)
+        return value
+
+    @model_validator(mode="after")
+    def _in_range(self) -> "LakeSettings":
+        if self.replica >= self.replicas:
+            raise ValueError(f"replica {self.replica} is out of range for replicas={self.replicas} (0..{self.replicas - 1})")
+        if not self.catalog.startswith("postgres:"):
+            raise ValueError("catalog must be a PostgreSQL catalog: 'postgres:<conninfo>'")
+        if not self.data_path.strip():
+            raise ValueError("data_path is empty")
+        return self
+
+
 class StoreSettings(_Model):
-    """The DuckDB file and how it is written."""
+    """The DuckDB file (or the shared lake) and how it is written."""
 
     path: Path = Field(Path("agentfunnel.duckdb"), description="DuckDB database file.")
     max_batch_spans: int = Field(50_000, gt=0, description="Most spans one group commit holds.")
@@ -70,6 +108,7 @@ class StoreSettings(_Model):
         1.0, ge=0, description="Longest session work waits behind newer ingest before it runs anyway."
     )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
+    lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
 
 
 class SessionSettings(_Model):
@@ -171,6 +210,10 @@ ENV_VARS = {
     "AGENTFUNNEL_DB": ("store", "path"),
     "AGENTFUNNEL_HOST": ("receivers", "host"),
     "AGENTFUNNEL_BEARER_TOKEN": ("receivers", "bearer_token"),
+    "AGENTFUNNEL_LAKE_CATALOG": ("store", "lake", "catalog"),
+    "AGENTFUNNEL_LAKE_DATA_PATH": ("store", "lake", "data_path"),
+    "AGENTFUNNEL_LAKE_REPLICA": ("store", "lake", "replica"),
+    "AGENTFUNNEL_LAKE_REPLICAS": ("store", "lake", "replicas"),
 }
 
 

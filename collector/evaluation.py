@@ -46,7 +46,7 @@ class _StoredJudgments:
     def get(self, input_hash: str) -> Judgment | None:
         if self.store.con is None:
             return None
-        cur = self.store.con.cursor()
+        cur = self.store.reader()
         try:
             row = cur.execute("SELECT judgment FROM judgments WHERE input_hash = ? AND status IN ('complete', "
                               "'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()

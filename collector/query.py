@@ -22,6 +22,7 @@ from typing import Any
 
 import duckdb
 
+from .config import LakeSettings, StoreSettings
 from .store.writer import connect
 
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
@@ -160,8 +161,26 @@ def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> Query
     return QueryResult(doc["columns"], doc["types"], doc["rows"])
 
 
-def query(db: Path, sql: str, max_rows: int | None = None) -> QueryResult:
-    """Run read-only SQL against ``db`` wherever it can be read right now."""
+def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None) -> QueryResult:
+    """Read every replica through the lake's views; no server is involved (DuckLake has many readers)."""
+    from .store.lake import LakeUnavailable, open_reader
+
+    try:
+        con = open_reader(lake)
+    except LakeUnavailable as exc:
+        raise QueryError(str(exc)) from None
+    try:
+        return run_query(con, sql, max_rows)
+    finally:
+        con.close()
+
+
+def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None) -> QueryResult:
+    """Run read-only SQL against ``db`` (a file, or the store settings: a file or a lake) wherever it can be read."""
+    if isinstance(db, StoreSettings):
+        if db.lake is not None:
+            return _query_lake(db.lake, sql, max_rows)
+        db = db.path
     info = running_server(db)
     if info is not None:
         try:

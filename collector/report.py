@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..scoring import labels
+from .config import StoreSettings
 from .query import QueryError, query
 from .report_text import lang_of, text
 
@@ -355,12 +356,12 @@ class ReportSQL:
             f" ORDER BY last_seen DESC NULLS LAST, session_id LIMIT {LATEST_SESSIONS}")
 
 
-def _rows(db: Path, sql: str) -> list[dict[str, Any]]:
+def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
     res = query(db, sql)
     return [dict(zip(res.columns, r)) for r in res.rows]
 
 
-def load_report(db: Path, filters: Filters, now: dt.datetime | None = None) -> ReportData:
+def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None) -> ReportData:
     """Read everything the report shows; raises QueryError when the database cannot be read."""
     generated = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     sql = ReportSQL(filters)
@@ -422,7 +423,7 @@ def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
 # ---------------------------------------------------------------------------- command
 
 
-def run_report(db: Path, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
+def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
                agent: str | None = None, since: str | None = None) -> int:
     """The ``report`` command; returns the exit status."""
     lang = lang_of(lang)

@@ -20,7 +20,8 @@ import pyarrow as pa
 from ..scoring import SessionScore, SessionScorer
 from ..scoring.config import BUILTIN_VARIANTS
 from ..semconv import SpanRecord
-from .assembly import AssembledTrace, assemble, read_views
+from .assembly import LOCAL, AssembledTrace, Sources, assemble, read_views
+from .config import LakeSettings
 from .store.writer import _utcnow as utcnow
 
 _SESSION_COLUMNS = {
@@ -72,15 +73,19 @@ def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
 
 
 def session_records(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
-                    fresh: Sequence[AssembledTrace], session_keys: Sequence[str]) -> dict[str, list[SpanRecord]]:
+                    fresh: Sequence[AssembledTrace], session_keys: Sequence[str],
+                    sources: Sources = LOCAL) -> dict[str, list[SpanRecord]]:
     """Every record of these sessions, from the traces just assembled and those assembled before."""
     traces = {t.trace_id: t for t in fresh}
     rows = con.execute(
-        "SELECT trace_id, first_received FROM trace_index WHERE list_has_any(session_ids, ?::VARCHAR[])",
+        f"SELECT trace_id, first_received FROM {sources.trace_index} WHERE list_has_any(session_ids, ?::VARCHAR[])",
         [list(session_ids)]).fetchall()
-    older = {tid: since for tid, since in rows if tid not in traces}
+    older: dict[str, datetime] = {}
+    for tid, since in rows:  # on a lake a trace moved between replicas can be indexed twice: read it from its first span
+        if tid not in traces:
+            older[tid] = min(since, older.get(tid, since))
     if older:
-        for views in read_views(con, list(older), min(older.values())).values():
+        for views in read_views(con, list(older), min(older.values()), sources).values():
             t = assemble(views, session_keys)
             traces[t.trace_id] = t
     out: dict[str, list[SpanRecord]] = {sid: [] for sid in session_ids}
@@ -108,11 +113,21 @@ class ScoredSession:
 
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
                    scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str],
-                   evaluate: Callable[..., Any] | None = None) -> list[ScoredSession]:
-    """Re-score these sessions and replace their rows (a session left with no spans is removed)."""
+                   evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None) -> list[ScoredSession]:
+    """Re-score these sessions and replace their rows (a session left with no spans is removed).
+
+    On a lake only the sessions this replica owns are scored, from every replica's traces, and
+    the steps of their tool calls go to ``call_scores`` (the calls may be stored elsewhere).
+    """
+    sources = LOCAL
+    if lake is not None:
+        from .store.lake import EVERY_REPLICA, owner_of
+
+        session_ids = {s for s in session_ids if owner_of(s, lake.replicas) == lake.replica}
+        sources = EVERY_REPLICA
     if not session_ids:
         return []
-    records = session_records(con, session_ids, fresh, session_keys)
+    records = session_records(con, session_ids, fresh, session_keys, sources)
     versions = dict(con.execute("SELECT session_id, version FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
                                 [list(session_ids)]).fetchall())
     now = utcnow()
@@ -138,7 +153,9 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
         con.unregister("_new_sessions")
         calls = [(span_id, step, s.call_args_valid.get(span_id)) for s in scores for span_id, step in s.call_steps.items()]
-        if calls:
+        if lake is not None:
+            _write_call_scores(con, session_ids, scores, now)
+        elif calls:
             con.register("_call_scores", pa.table({"span_id": pa.array([c[0] for c in calls], pa.string()),
                                                    "step": pa.array([c[1] for c in calls], pa.string()),
                                                    "args_valid": pa.array([c[2] for c in calls], pa.bool_())}))
@@ -147,3 +164,18 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                         [list(session_ids)])
             con.unregister("_call_scores")
     return scored
+
+
+def _write_call_scores(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], scores: Sequence[SessionScore],
+                       now: datetime) -> None:
+    """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
+    con.execute("DELETE FROM call_scores WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
+    rows = [(s.session_id, span_id, step, s.call_args_valid.get(span_id)) for s in scores
+            for span_id, step in s.call_steps.items()]
+    if rows:
+        con.register("_call_scores", pa.table({
+            "session_id": pa.array([r[0] for r in rows], pa.string()), "span_id": pa.array([r[1] for r in rows], pa.string()),
+            "step": pa.array([r[2] for r in rows], pa.string()), "args_valid": pa.array([r[3] for r in rows], pa.bool_()),
+            "updated_at": pa.array([now] * len(rows), pa.timestamp("us"))}))
+        con.execute("INSERT INTO call_scores BY NAME SELECT * FROM _call_scores")
+        con.unregister("_call_scores")

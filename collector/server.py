@@ -192,7 +192,7 @@ class Server:
         except (json.JSONDecodeError, KeyError, TypeError):
             return web.json_response({"error": 'body must be JSON {"query": "..."}'}, status=400)
         assert self.store.con is not None
-        cursor = self.store.con.cursor()
+        cursor = self.store.reader()
         try:
             result = await asyncio.get_running_loop().run_in_executor(
                 self._query_pool, run_query, cursor, sql, max_rows)

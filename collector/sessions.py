@@ -10,10 +10,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+import duckdb
 
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
@@ -39,6 +41,7 @@ class SessionService:
         self.scorer = SessionScorer(scoring)
         self.evaluator = evaluator
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
+        self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
         metrics.gauge("open_traces", lambda: len(self.tracker))
@@ -65,11 +68,18 @@ class SessionService:
         written: list[ScoredSession] = []
 
         def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
-            written.extend(score_sessions(con, sessions, assembled, self.scorer, keys,
-                                          set(self.tracker.open_ids()) | extra,
-                                          self.evaluator.evaluate if self.evaluator else None))
+            written.extend(self._score(con, sessions, assembled, extra))
 
-        fut = self.store.submit_job(assemble_job(traces, keys, score))
+        return self._notify(self.store.submit_job(assemble_job(traces, keys, score)), written)
+
+    def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
+               still_open: Collection[str] = ()) -> list[ScoredSession]:
+        return score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
+                              set(self.tracker.open_ids()) | set(still_open),
+                              self.evaluator.evaluate if self.evaluator else None, self.lake)
+
+    def _notify(self, fut: Future, written: list[ScoredSession]) -> Future:
+        """Tell the listeners about the sessions a job wrote, once it committed."""
 
         def notify(f: Future) -> None:
             if f.exception() is None and written:
@@ -87,6 +97,42 @@ class SessionService:
         n = self.settings.max_traces_per_job
         items = list(traces.items())
         return [dict(items[i:i + n]) for i in range(0, len(items), n)]
+
+    def _score_job(self, session_ids: Collection[str]) -> Future:
+        """Re-score these sessions from what is stored, without re-assembling their traces."""
+        written: list[ScoredSession] = []
+        ids = set(session_ids)
+        return self._notify(self.store.submit_job(lambda con: written.extend(self._score(con, ids, []))), written)
+
+    def poll_lake(self) -> Future | None:
+        """Score the sessions this replica owns whose traces other replicas assembled since the last poll.
+
+        Reads DuckLake's change feed of the other replicas' ``trace_index`` from the snapshot
+        recorded in ``lake_progress`` (written in the same transaction, so a restart resumes
+        there). A session this replica scored before that lost a trace (a provisional session
+        merged away) is re-scored too, and so removed.
+        """
+        if self.lake is None:
+            return None
+        from .store import lake as lakestore
+
+        lake = self.lake
+        written: list[ScoredSession] = []
+
+        def job(con: duckdb.DuckDBPyConnection) -> int:
+            after, upto = lakestore.progress(con), lakestore.snapshot(con)
+            changed = lakestore.assembled_elsewhere(con, lake, after, upto)
+            if changed:
+                ids = {sid for _, sids in changed for sid in sids if lakestore.owner_of(sid, lake.replicas) == lake.replica}
+                ids |= {sid for (sid,) in con.execute(
+                    "SELECT session_id FROM sessions WHERE list_has_any(trace_ids, ?::VARCHAR[])",
+                    [[tid for tid, _ in changed]]).fetchall()}
+                written.extend(self._score(con, ids, []))
+            if upto > after:
+                lakestore.set_progress(con, upto, utcnow())
+            return len(written)
+
+        return self._notify(self.store.submit_job(job), written)
 
     def _assemble(self, traces: dict[str, datetime]) -> Future:
         futures = []
@@ -114,6 +160,8 @@ class SessionService:
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""
+        if self.lake is not None:  # their traces may be on other replicas: score from the lake as it is
+            return self._score_job(session_ids) if session_ids else None
         rows = self.store.submit_job(lambda con: con.execute(
             "SELECT trace_id, first_received FROM trace_index WHERE list_has_any(session_ids, ?::VARCHAR[])",
             [session_ids]).fetchall()).result()
@@ -133,7 +181,34 @@ class SessionService:
             f"SELECT trace_id, first_received FROM trace_index {where} ORDER BY first_received", params).fetchall()).result()
         for i in range(0, len(rows), chunk):
             self._job(dict(rows[i:i + chunk])).result()
+        if self.lake is not None:
+            self._rescore_owned(stale_only, chunk)
         return len(rows)
+
+    def _rescore_owned(self, stale_only: bool, chunk: int) -> None:
+        """On a lake: every session this replica owns, wherever its traces are; drop rows of sessions it no longer owns."""
+        from .store.lake import EVERY_REPLICA, owner_of
+
+        lake = self.lake
+        assert lake is not None
+
+        def owned(con: duckdb.DuckDBPyConnection) -> list[str]:
+            ids = [r[0] for r in con.execute(f"SELECT DISTINCT unnest(session_ids) FROM {EVERY_REPLICA.trace_index}").fetchall()]
+            mine = {s for s in ids if owner_of(s, lake.replicas) == lake.replica}
+            for table in ("sessions", "case_runs", "call_scores"):  # a change of replicas moved them to another owner
+                stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
+                gone = [s for s in stored if owner_of(s, lake.replicas) != lake.replica]
+                if gone:
+                    con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
+            if stale_only:
+                fresh = {r[0] for r in con.execute("SELECT session_id FROM sessions WHERE config_hash = ?",
+                                                    [self.scorer.config_hash]).fetchall()}
+                mine -= fresh
+            return sorted(mine)
+
+        ids = self.store.submit_job(owned).result()
+        for i in range(0, len(ids), chunk):
+            self._score_job(ids[i:i + chunk]).result()
 
     def judge_runs(self, session_id: str | None = None, experiment: str | None = None) -> dict[str, Any]:
         """Judge case runs now and re-score them: ``agentfunnel judge``, offline or through the server.
@@ -173,30 +248,36 @@ class SessionService:
         heavy load is prompt and loses nothing.
         """
         traces = self.tracker.take()
-        if not traces:
-            return []
-        if within_seconds is None:
-            return self._assemble(traces).result()
-        deadline = time.monotonic() + within_seconds
+        deadline = None if within_seconds is None else time.monotonic() + within_seconds
         done: list[AssembledTrace] = []
         chunks = self._chunks(traces)
         for i, chunk in enumerate(chunks):
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 left = sum(len(c) for c in chunks[i:])
                 self.metrics.inc("traces_left_for_restart", left)
                 log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
                 break
             done.extend(self._assemble(chunk).result())
+        polled = self.poll_lake()  # on a lake: and catch up with what the other replicas assembled
+        if polled is not None:
+            polled.result()
         return done
 
     async def run(self) -> None:
         """Assemble idle traces, and refresh open sessions, until cancelled."""
         loop = asyncio.get_running_loop()
         next_preview = loop.time() + self.settings.open_refresh_seconds
+        next_poll = loop.time()
         while True:
-            await asyncio.sleep(self.settings.check_interval_seconds)
+            await asyncio.sleep(min(self.settings.check_interval_seconds,
+                                    self.lake.poll_interval_seconds if self.lake else float("inf")))
             idle = self.tracker.take(idle_only=True)
             futures = [self._assemble(idle)] if idle else []
+            if self.lake is not None and loop.time() >= next_poll:
+                next_poll = loop.time() + self.lake.poll_interval_seconds
+                polled = self.poll_lake()
+                if polled is not None:
+                    futures.append(polled)
             if self.settings.open_refresh_seconds and loop.time() >= next_preview:
                 next_preview = loop.time() + self.settings.open_refresh_seconds
                 if len(idle) > self.settings.max_traces_per_job or self.store.jobs_waiting > len(futures):

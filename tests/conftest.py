@@ -36,11 +36,12 @@ class ServerProcess:
     http: str = ""
     admin: str = ""
     log_path: Path | None = None
+    python: str = sys.executable  # another environment's interpreter (the lake's)
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
         self.log_path = self.db.with_suffix(f".serve{int(time.time() * 1000) % 100000}.log")
         log = open(self.log_path, "w")
-        cmd = agentfunnel_cmd() + ["serve", "--db", str(self.db), "--grpc-port", "0", "--http-port", "0", *self.args]
+        cmd = [self.python, "-m", "agentfunnel.collector.cli", "serve", "--db", str(self.db), "--grpc-port", "0", "--http-port", "0", *self.args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                      env={**os.environ, **(self.env or {})})
         deadline = time.monotonic() + timeout

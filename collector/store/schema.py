@@ -61,28 +61,34 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
-def current_version(con: Any) -> list[str]:
+def current_version(con: Any, ddl: Callable[[str], str] = str) -> list[str]:
     con.execute(
-        "CREATE TABLE IF NOT EXISTS _agentfunnel_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
+        ddl("CREATE TABLE IF NOT EXISTS _agentfunnel_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
     )
     return [r[0] for r in con.execute("SELECT name FROM _agentfunnel_migrations ORDER BY name").fetchall()]
 
 
 def migrate(con: Any, migrations: list[Migration] | None = None,
-            on_apply: Callable[[str], None] | None = None) -> list[str]:
-    """Apply the migrations this database has not seen; return their names."""
-    applied = set(current_version(con))
+            on_apply: Callable[[str], None] | None = None, ddl: Callable[[str], str] = str) -> list[str]:
+    """Apply the migrations this database has not seen; return their names.
+
+    ``ddl`` rewrites each statement for a store that lacks something (DuckLake: keys).
+    """
+    applied = set(current_version(con, ddl))
     done = []
     for name, sql in migrations or MIGRATIONS:
         if name in applied:
             continue
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(sql)
+            con.execute(ddl(sql))
             con.execute("INSERT INTO _agentfunnel_migrations VALUES (?, now()::TIMESTAMP)", [name])
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
+            try:
+                con.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - a failed COMMIT already ended it; keep the first error
+                pass
             raise
         done.append(name)
         if on_apply:

@@ -116,10 +116,15 @@ class Store:
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> "Store":
-        path = self.settings.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = connect(path)
-        migrate(self.con)
+        if self.settings.lake is not None:  # the shared lake: our own schema in it
+            from .lake import open_replica
+
+            self.con = open_replica(self.settings.lake)
+        else:
+            path = self.settings.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.con = connect(path)
+            migrate(self.con)
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
         self._thread.start()
@@ -148,10 +153,21 @@ class Store:
             self._thread.join()
         if self.con is not None:
             try:
-                self.con.execute("CHECKPOINT")
+                if self.settings.lake is None:  # on a lake CHECKPOINT is maintenance, run from one place
+                    self.con.execute("CHECKPOINT")
             finally:
                 self.con.close()
                 self.con = None
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views)."""
+        assert self.con is not None
+        cur = self.con.cursor()
+        if self.settings.lake is not None:
+            from .lake import READERS
+
+            cur.execute(f"USE {READERS}")
+        return cur
 
     # ------------------------------------------------------------------ submit
     @property

@@ -1,0 +1,314 @@
+"""Shared storage on DuckLake: one schema per replica, union views for readers, one owner per session.
+
+DuckLake commits concurrent appends to one table, but an UPDATE or DELETE conflicts with any
+concurrent write to the same table, and it has no PRIMARY KEY or UNIQUE. So every replica writes
+only into its own schema (``lake.r<i>``, the ordinary migrations minus the constraints it lacks):
+each table has exactly one writer and the store's UPDATE/DELETE code runs unchanged. Readers use
+the views in ``lake.main``, named like the tables, that put the schemas together; spans and logs
+are de-duplicated there, and the newest row of a session wins (after a change of ``replicas``
+two owners may both have written one).
+
+Each session has one owner, ``owner_of(session_id, replicas)``; only it writes the session's rows
+(sessions, case runs, judgments and the per-call step results in ``call_scores``). The extensions
+are loaded from their PyPI wheels (the ``lake`` extra): nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from importlib import util as importlib_util
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+from ..assembly import Sources
+from ..config import LakeSettings
+from .schema import MIGRATIONS, Migration, migrate
+
+log = logging.getLogger(__name__)
+
+CATALOG = "lake"
+READERS = f"{CATALOG}.main"
+EXTENSIONS = ("ducklake", "postgres_scanner")
+# Scoring reads a few traces at a time: plain unions (a filter on trace_id reaches every schema's
+# scan), duplicates dropped while reading, instead of the readers' de-duplicating views.
+EVERY_REPLICA = Sources(spans=f"{READERS}._spans_everywhere", logs=f"{READERS}._logs_everywhere",
+                        trace_index=f"{READERS}._trace_index_everywhere")
+T = TypeVar("T")
+
+# Tables only the lake has: step results the owner computed for calls stored on any replica, and
+# how far each replica has read the others' assemblies (a DuckLake snapshot id).
+LAKE_MIGRATIONS: list[Migration] = [
+    ("lake_0001_call_scores", """
+    CREATE TABLE call_scores (
+        session_id VARCHAR NOT NULL,
+        span_id VARCHAR NOT NULL,
+        step VARCHAR,
+        args_valid BOOLEAN,
+        updated_at TIMESTAMP
+    );
+    CREATE TABLE lake_progress (snapshot_id BIGINT, updated_at TIMESTAMP);
+    """),
+]
+
+
+class LakeUnavailable(RuntimeError):
+    """The lake cannot be opened here (extension wheels missing, catalog unreachable)."""
+
+
+def schema_of(replica: int) -> str:
+    return f"r{replica}"
+
+
+def owner_of(session_id: str, replicas: int) -> int:
+    """The replica that scores this session: stable across processes and Python versions."""
+    return int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big") % replicas
+
+
+def extension_path(name: str) -> Path:
+    """The ``.duckdb_extension`` file shipped in the ``duckdb-extension-<name>`` wheel for this DuckDB."""
+    package = f"duckdb_extension_{name}"
+    spec = importlib_util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise LakeUnavailable(f"the DuckDB extension {name!r} is not installed: pip install 'agentfunnel[lake]'")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    wanted = root / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if wanted.is_file():
+        return wanted
+    found = sorted(root.glob(f"extensions/*/{name}.duckdb_extension"))
+    have = ", ".join(p.parent.name for p in found) or "none"
+    raise LakeUnavailable(f"the {name} extension wheel is not built for DuckDB {duckdb.__version__} (it has {have}); "
+                          "install the versions the 'lake' extra pins")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+_RACED = re.compile(r"already exists|duplicate key|conflict", re.IGNORECASE)
+
+
+def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the lake attached as ``lake``; extensions from the wheels only."""
+    paths = [extension_path(n) for n in EXTENSIONS]
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
+                                             "autoload_known_extensions": "false"})
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET enable_progress_bar = false")  # never mixed into a command's output
+        for p in paths:
+            con.execute(f"LOAD {_quote(str(p))}")
+        data = lake.data_path if "://" in lake.data_path or lake.data_path.endswith("/") else lake.data_path + "/"
+        if "://" not in data:
+            Path(data).mkdir(parents=True, exist_ok=True)
+        options = f"DATA_PATH {_quote(data)}" + (", READ_ONLY" if read_only else "")
+        for attempt in range(5):
+            try:
+                con.execute(f"ATTACH {_quote('ducklake:' + lake.catalog)} AS {CATALOG} ({options})")
+                break
+            except duckdb.Error as exc:  # replicas starting together race to create the catalog's tables
+                if attempt == 4 or not _RACED.search(str(exc)):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+    except duckdb.Error as exc:
+        con.close()
+        raise LakeUnavailable(f"cannot attach the lake ({lake.catalog.split(' password=')[0]}): {exc}") from None
+    return con
+
+
+def retry_conflicts(fn: Callable[[], T], attempts: int = 20) -> T:
+    """Run catalog changes again when another replica committed a conflicting one first."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except (duckdb.TransactionException, duckdb.CatalogException) as exc:
+            if attempt == attempts - 1 or not _RACED.search(str(exc)):
+                raise
+            log.info("lake catalog conflict, retrying: %s", str(exc).splitlines()[-1])
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+_PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
+
+
+def lake_ddl(sql: str) -> str:
+    """A migration as DuckLake takes it: no PRIMARY KEY (each replica's single writer keeps rows unique)."""
+    return _PRIMARY_KEY.sub("", sql)
+
+
+def _migrate_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
+    def run() -> None:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {CATALOG}.{schema}")
+        con.execute(f"USE {CATALOG}.{schema}")
+        migrate(con, MIGRATIONS + LAKE_MIGRATIONS, ddl=lake_ddl)
+
+    retry_conflicts(run)
+
+
+# ---------------------------------------------------------------------------- readers' views
+
+_OBJECT = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
+# how the union of one table over every schema keeps one row per key (None: every row)
+_LATEST = "ORDER BY updated_at DESC NULLS LAST, replica"
+_DEDUPE: dict[str, str] = {
+    "spans": "PARTITION BY trace_id, span_id ORDER BY received_at, replica",
+    "logs": "PARTITION BY record_id ORDER BY received_at, replica",
+    "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
+    "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
+    "sessions": f"PARTITION BY session_id {_LATEST}",
+    "case_runs": f"PARTITION BY session_id {_LATEST}",
+    "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
+}
+_PRIVATE = {"_agentfunnel_migrations", "lake_progress"}
+
+
+def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
+    """Table names, and the view and macro statements, of the migrations in order."""
+    tables: list[str] = []
+    derived: list[str] = []
+    parser = duckdb.connect(":memory:")
+    for _, sql in migrations:
+        for statement in parser.extract_statements(sql):
+            m = _OBJECT.match(statement.query)
+            if m is None:
+                continue
+            if m.group(1).upper() == "TABLE":
+                tables.append(m.group(2))
+            else:
+                derived.append(re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?", r"\1CREATE OR REPLACE ",
+                                      statement.query, count=1, flags=re.IGNORECASE))
+    return tables, derived
+
+
+def union_sql(table: str, schemas: list[str]) -> str:
+    """One table over every replica's schema, with the replica that wrote each row."""
+    parts = " UNION ALL BY NAME ".join(
+        f"SELECT *, {int(s[1:])} AS replica FROM {CATALOG}.{s}.{table}" for s in schemas)
+    key = _DEDUPE.get(table)
+    body = f"SELECT * FROM ({parts})" + (f" QUALIFY row_number() OVER ({key}) = 1" if key else "")
+    if table == "funnel_steps":  # every replica writes the same steps
+        body = f"SELECT DISTINCT * EXCLUDE (replica) FROM ({parts})"
+    return body
+
+
+def reader_views(schemas: list[str]) -> list[str]:
+    """The statements that build ``lake.main``: one view per table, then the derived views and macros."""
+    tables, derived = _objects(MIGRATIONS + LAKE_MIGRATIONS)
+    out = []
+    for t in tables:
+        if t in _PRIVATE:
+            continue
+        name = "_tool_calls_stored" if t == "tool_calls" else t
+        out.append(f"CREATE OR REPLACE VIEW {READERS}.{name} AS {union_sql(t, schemas)}")
+    # a call's step and schema check come from its session's owner, wherever the call is stored
+    out.append(f"CREATE OR REPLACE VIEW {READERS}.tool_calls AS SELECT t.* REPLACE (c.step AS step, "
+               f"c.args_valid AS args_valid) FROM {READERS}._tool_calls_stored t LEFT JOIN {READERS}.call_scores c "
+               "ON c.span_id = t.span_id AND c.session_id = t.session_id")
+    for t in ("spans", "logs", "trace_index"):
+        out.append(f"CREATE OR REPLACE VIEW {READERS}._{t}_everywhere AS "
+                   + " UNION ALL BY NAME ".join(f"SELECT * FROM {CATALOG}.{s}.{t}" for s in schemas))
+    out.extend(derived)
+    return out
+
+
+def complete_schemas(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The replicas' schemas that have every migration (a replica that never started has none)."""
+    names = sorted((r[0] for r in con.execute(
+        "SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_catalog = ? "
+        "AND table_name = '_agentfunnel_migrations'", [CATALOG]).fetchall() if re.fullmatch(r"r\d+", r[0])),
+        key=lambda s: int(s[1:]))
+    wanted = {n for n, _ in MIGRATIONS + LAKE_MIGRATIONS}
+    return [s for s in names if wanted <= {r[0] for r in con.execute(
+        f"SELECT name FROM {CATALOG}.{s}._agentfunnel_migrations").fetchall()}]
+
+
+def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """(Re)build ``lake.main`` over every complete schema unless it already covers them; returns them.
+
+    Each replica calls it after migrating its own schema, so the last one to start sees them
+    all. Two replicas building at once conflict on the signature table; the loser retries with
+    the schema list read again, so the views never go back to fewer schemas.
+    """
+    def run() -> list[str]:
+        schemas = complete_schemas(con)
+        statements = reader_views(schemas)
+        signature = hashlib.sha256("\n".join(statements).encode()).hexdigest()
+        con.execute(f"CREATE TABLE IF NOT EXISTS {READERS}._agentfunnel_views (signature VARCHAR)")
+        row = con.execute(f"SELECT signature FROM {READERS}._agentfunnel_views").fetchone()
+        if row and row[0] == signature:
+            return schemas
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"USE {READERS}")
+            for st in statements:
+                con.execute(st)
+            con.execute(f"DELETE FROM {READERS}._agentfunnel_views")
+            con.execute(f"INSERT INTO {READERS}._agentfunnel_views VALUES (?)", [signature])
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:  # a failed COMMIT already ended it
+                pass
+            raise
+        return schemas
+
+    return retry_conflicts(run)
+
+
+def open_replica(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
+    """Attach the lake, migrate this replica's schema, (re)build the readers' views; USE our schema."""
+    con = connect_lake(lake)
+    try:
+        _migrate_schema(con, schema_of(lake.replica))
+        build_readers(con)
+        con.execute(f"USE {CATALOG}.{schema_of(lake.replica)}")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def open_reader(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
+    """A read-only connection whose unqualified names are the readers' views."""
+    con = connect_lake(lake, read_only=True)
+    try:
+        con.execute(f"USE {READERS}")
+    except duckdb.Error as exc:
+        con.close()
+        raise LakeUnavailable(f"the lake has no agentfunnel views yet (start a replica first): {exc}") from None
+    return con
+
+
+def snapshot(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])
+
+
+def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, after: int, upto: int) -> list[tuple[str, list[str]]]:
+    """(trace_id, session_ids) of traces other replicas (re)assembled in snapshots ``after``+1..``upto``."""
+    if upto <= after:
+        return []
+    out: list[tuple[str, list[str]]] = []
+    for schema in complete_schemas(con):
+        if schema == schema_of(lake.replica):
+            continue
+        out.extend((tid, list(sids or [])) for tid, sids in con.execute(
+            f"SELECT trace_id, session_ids FROM ducklake_table_insertions('{CATALOG}', '{schema}', 'trace_index', "
+            f"{int(after) + 1}, {int(upto)})").fetchall())
+    return out
+
+
+def progress(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT max(snapshot_id) FROM lake_progress").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def set_progress(con: duckdb.DuckDBPyConnection, snapshot_id: int, now: Any) -> None:
+    con.execute("DELETE FROM lake_progress")
+    con.execute("INSERT INTO lake_progress VALUES (?, ?)", [snapshot_id, now])
