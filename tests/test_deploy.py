@@ -505,3 +505,47 @@ def test_the_deployment_config_boots_a_server_that_takes_the_collectors_requests
         with pytest.raises(grpc.RpcError) as refused:
             stub.Export(trace_service_pb2.ExportTraceServiceRequest(), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+# ---------------------------------------------------------------------------- shared storage wiring
+
+
+def _lake_of(env: dict[str, str]):
+    """The lake settings a replica gets from its environment and the shipped config file."""
+    plain = {k: v for k, v in env.items() if not v.startswith("${")}
+    lake = load_settings(DEPLOY / "agentfunnel.yaml", environ=plain).store.lake
+    assert lake is not None, "the replica is not configured for the shared DuckLake"
+    return lake
+
+
+def test_compose_replicas_share_one_lake_with_distinct_indices() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    replicas = sorted(n for n in services if n.startswith("agentfunnel-"))
+    lakes = [_lake_of(services[n]["environment"]) for n in replicas]
+    assert sorted(lake.replica for lake in lakes) == list(range(len(replicas)))
+    assert {lake.replicas for lake in lakes} == {len(replicas)}
+    assert len({(lake.catalog, lake.data_path) for lake in lakes}) == 1
+    host = dict(part.split("=", 1) for part in lakes[0].catalog.removeprefix("postgres:").split())
+    assert host["host"] == "postgres" and host["dbname"] == services["postgres"]["environment"]["POSTGRES_DB"]
+    mount = next(v for v in services[replicas[0]]["volumes"] if v.startswith("lakedata:")).split(":")[1]
+    assert lakes[0].data_path.rstrip("/") == mount.rstrip("/")
+    assert compose["x-replica"]["build"]["args"]["EXTRAS"] == "[lake]"
+    assert "PGPASSWORD" in services[replicas[0]]["environment"]
+
+
+def test_k8s_replicas_share_one_lake_and_take_their_index_from_the_pod_name() -> None:
+    docs = k8s_docs()
+    sts = find(docs, "StatefulSet", "agentfunnel")
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AGENTFUNNEL_LAKE_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "agentfunnel-secrets"
+    plain = {k: e["value"] for k, e in env.items() if "value" in e}
+    for ordinal in range(sts["spec"]["replicas"]):  # what each pod's name gives
+        lake = _lake_of({**plain, "AGENTFUNNEL_LAKE_REPLICA": f"{sts['metadata']['name']}-{ordinal}"})
+        assert lake.replica == ordinal and lake.replicas == sts["spec"]["replicas"]
+    service = find(docs, "Service", "postgres")
+    assert f"host={service['metadata']['name']}" in plain["AGENTFUNNEL_LAKE_CATALOG"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert plain["AGENTFUNNEL_LAKE_DATA_PATH"].rstrip("/") in mounts
