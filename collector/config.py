@@ -107,6 +107,9 @@ class StoreSettings(_Model):
     max_job_delay_seconds: float = Field(
         1.0, ge=0, description="Longest session work waits behind newer ingest before it runs anyway."
     )
+    job_share: float = Field(
+        0.25, gt=0, le=1, description="Share of the writer's time session work takes while requests are waiting."
+    )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
     lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import logging
 import signal
@@ -117,6 +118,7 @@ class Server:
         if self.http:
             self.http.ready = True
         self.endpoints = Endpoints(grpc_addr, http_addr, admin_url)
+        gc.freeze()  # what start-up built lives as long as the process: keep it out of every full collection
         return self.endpoints
 
     async def _serve_app(self, app: web.Application, host: str, port: int, ssl_ctx: ssl.SSLContext | None) -> int:

@@ -31,6 +31,7 @@ from .dedupe import DedupeWindow
 from .schema import migrate
 
 log = logging.getLogger(__name__)
+INGEST_GRACE_SECONDS = 0.02  # how long a job that used up its share waits for the next request
 
 _SPAN_COLUMNS = (
     "trace_id", "span_id", "parent_span_id", "name", "kind", "status_code", "status_message",
@@ -214,20 +215,34 @@ class Store:
         """Commit data first; run jobs between commits.
 
         Jobs (session assembly, rescoring, judgments) wait while requests are queued, so a burst of
-        ingest is never held up behind session work; a job that has waited ``max_job_delay_seconds``
-        runs next even under sustained load, so sessions keep moving. Every job still runs after
+        ingest is never held up behind session work. Under sustained load a job that has waited
+        ``max_job_delay_seconds`` runs anyway, as long as jobs have not had more than ``job_share``
+        of the writer's time: sessions keep moving and ingest keeps the rest. Every job still runs after
         all data submitted before it (data is never held back for a job), which keeps
         ``submit_job(lambda con: None)`` usable as a barrier.
         """
         jobs: deque[_Item] = deque()
         stopping = False
+        jobs_not_before = 0.0  # jobs had their share of the writer's time until then
         while True:
+            now = time.monotonic()
+            wait: float | None
+            if stopping:
+                wait = 0.0
+            elif not jobs:
+                wait = None  # nothing else to do: sleep until something arrives
+            elif now < jobs_not_before:
+                # Clients usually send their next request as soon as the last one is acknowledged:
+                # an empty queue right after a commit is not idleness. Give them a moment.
+                wait = INGEST_GRACE_SECONDS
+            else:
+                wait = 0.0
             items: list[_Item] = []
             spans = 0
-            block = not jobs and not stopping
+            replan = False
             while spans < self.settings.max_batch_spans:
                 try:
-                    nxt = self._queue.get() if block and not items else self._queue.get_nowait()
+                    nxt = self._queue.get_nowait() if items or wait == 0.0 else self._queue.get(timeout=wait)
                 except queue.Empty:
                     break
                 if nxt is None:
@@ -235,18 +250,28 @@ class Store:
                     break
                 if nxt.job is not None:
                     jobs.append(nxt)
-                    if not items:
-                        break  # nothing to commit yet: let the job be considered now
+                    if not items and wait is None:
+                        replan = True  # woken by a job: decide with it in view
+                        break
                     continue
                 items.append(nxt)
                 spans += len(nxt.batch)  # type: ignore[arg-type]
             if items:
                 self._commit_group(items)
-            if jobs and (not items or self._queue.empty() or stopping
-                         or time.monotonic() - jobs[0].queued_at >= self.settings.max_job_delay_seconds):
-                self._run_job(jobs.popleft())
-            elif stopping and not items and not jobs:
-                break
+            if replan or (stopping and items):
+                continue
+            if not jobs:
+                if stopping:
+                    break
+                continue
+            now = time.monotonic()
+            if items and not (now >= jobs_not_before and (
+                    self._queue.empty() or now - jobs[0].queued_at >= self.settings.max_job_delay_seconds)):
+                continue
+            self._run_job(jobs.popleft())
+            took = time.monotonic() - now
+            share = self.settings.job_share
+            jobs_not_before = time.monotonic() + took * (1 - share) / share
 
     def _run_job(self, item: _Item) -> None:
         try:
