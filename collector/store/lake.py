@@ -90,6 +90,9 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+LAKE_RETRY_WAIT_MS = 2
+LAKE_MAX_RETRIES = 40
+LAKE_RETRY_BACKOFF = 1.2
 _RACED = re.compile(r"already exists|duplicate key|conflict", re.IGNORECASE)
 
 
@@ -103,6 +106,11 @@ def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPy
         con.execute("SET enable_progress_bar = false")  # never mixed into a command's output
         for p in paths:
             con.execute(f"LOAD {_quote(str(p))}")
+        # Replicas commit to one catalog all the time: a commit that lost the race retries at once
+        # (its appends never conflict), not after DuckLake's default 100 ms sleep.
+        con.execute(f"SET ducklake_retry_wait_ms = {LAKE_RETRY_WAIT_MS}")
+        con.execute(f"SET ducklake_max_retry_count = {LAKE_MAX_RETRIES}")
+        con.execute(f"SET ducklake_retry_backoff = {LAKE_RETRY_BACKOFF}")  # the 40th wait is about 2.5 s
         data = lake.data_path if "://" in lake.data_path or lake.data_path.endswith("/") else lake.data_path + "/"
         if "://" not in data:
             Path(data).mkdir(parents=True, exist_ok=True)
