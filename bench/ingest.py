@@ -20,6 +20,9 @@ This is a by-hand benchmark, never part of the test suite. Run it from the repos
 
     python bench/ingest.py                          # 400 requests (~200k spans), 4 clients, both transports
     python bench/ingest.py --requests 200 --concurrency 8 --transport grpc --keep
+
+BENCH_SERVER_WRAPPER="py-spy record -o prof.svg --" runs the agentfunnel server under a profiler
+(its CPU figures then count the wrapper, not the server).
 """
 
 from __future__ import annotations
@@ -383,8 +386,10 @@ class Run:
         return self.drive.server_cpu / self.drive.seconds if self.drive.seconds else 0.0
 
 
-def agentfunnel_cmd() -> list[str]:
-    return [sys.executable, "-m", "agentfunnel.collector.cli"]
+def agentfunnel_cmd(wrap: bool = False) -> list[str]:
+    """The CLI; the server itself under BENCH_SERVER_WRAPPER (e.g. a profiler command) when set."""
+    prefix = os.environ.get("BENCH_SERVER_WRAPPER", "").split() if wrap else []
+    return prefix + [sys.executable, "-m", "agentfunnel.collector.cli"]
 
 
 def stored_spans(db: Path) -> int:
@@ -406,7 +411,7 @@ def run_agentfunnel(transport: str, bodies: list[bytes], warmup: list[bytes], ar
                     workdir: Path, say: Callable[[str], None]) -> Run:
     db = workdir / f"agentfunnel-{transport}.duckdb"
     child = Child(f"agentfunnel serve ({transport})",
-                  agentfunnel_cmd() + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0"]
+                  agentfunnel_cmd(wrap=True) + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0"]
                   + (["--config", str(args.config)] if args.config else []),
                   AF_READY, workdir / f"agentfunnel-{transport}.log")
     m = child.start()

@@ -234,6 +234,9 @@ class TraceTracker:
     def __len__(self) -> int:
         return len(self._open)
 
+    def __contains__(self, trace_id: object) -> bool:
+        return trace_id in self._open
+
     def observe(self, trace_ids: Iterable[str], received_after: datetime) -> list[str]:
         """Note activity; returns traces that must close early because the bound was reached."""
         now = self.clock()

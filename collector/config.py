@@ -110,6 +110,11 @@ class StoreSettings(_Model):
     job_share: float = Field(
         0.25, gt=0, le=1, description="Share of the writer's time session work takes while requests are waiting."
     )
+    checkpoint_threshold_mb: int = Field(
+        128, gt=0, description="Write-ahead log size that triggers a checkpoint into the file. Larger means the "
+        "newest row group is compressed and rewritten fewer times (less CPU per span) and a longer log to replay "
+        "after a crash (about 0.5 s per 100 MB).",
+    )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
     lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
 

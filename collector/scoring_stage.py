@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Container, Sequence
 from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,7 +112,7 @@ class ScoredSession:
 
 
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
-                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Collection[str],
+                   scorer: SessionScorer, session_keys: Sequence[str], open_traces: Container[str],
                    evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None) -> list[ScoredSession]:
     """Re-score these sessions and replace their rows (a session left with no spans is removed).
 
@@ -133,8 +133,7 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
     now = utcnow()
     scores = [scorer.score(sid, recs) for sid, recs in records.items() if recs]
     con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
-    still_open = open_traces if isinstance(open_traces, (set, frozenset)) else set(open_traces)
-    scored = [ScoredSession(s, "open" if not still_open.isdisjoint(s.trace_ids) else "closed",
+    scored = [ScoredSession(s, "open" if any(t in open_traces for t in s.trace_ids) else "closed",
                             (versions.get(s.session_id) or 0) + 1, tuple(records[s.session_id])) for s in scores]
     if scores:
         rows = [_row(x.score, x.status, x.version, now) for x in scored]

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -63,7 +63,7 @@ class SessionService:
     def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = ()) -> Future:
         """Assemble these traces and re-score their sessions, in one store transaction."""
         keys = tuple(self.settings.session_keys)
-        extra = set(still_open)
+        extra = still_open if isinstance(still_open, frozenset) else frozenset(still_open)
 
         written: list[ScoredSession] = []
 
@@ -75,7 +75,7 @@ class SessionService:
     def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
                still_open: Collection[str] = ()) -> list[ScoredSession]:
         return score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
-                              set(self.tracker.open_ids()) | set(still_open),
+                              _OpenTraces(self.tracker, still_open),
                               self.evaluator.evaluate if self.evaluator else None, self.lake)
 
     def _notify(self, fut: Future, written: list[ScoredSession]) -> Future:
@@ -156,7 +156,8 @@ class SessionService:
         traces = self.tracker.take_dirty()
         if not traces:
             return None
-        return _gather([self._job(chunk, still_open=traces) for chunk in self._chunks(traces)])
+        still_open = frozenset(traces)  # made once: every chunk's job shares it
+        return _gather([self._job(chunk, still_open=still_open) for chunk in self._chunks(traces)])
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""
@@ -292,6 +293,17 @@ class SessionService:
                     await asyncio.wrap_future(fut)
                 except Exception:  # noqa: BLE001 - counted in done(); keep the loop alive
                     log.exception("assembly failed")
+
+
+class _OpenTraces(Container[str]):
+    """Traces still open: those the tracker holds and those the job was told are open; nothing copied."""
+
+    def __init__(self, tracker: TraceTracker, previewed: Collection[str]) -> None:
+        self.tracker = tracker
+        self.previewed = previewed
+
+    def __contains__(self, trace_id: object) -> bool:
+        return trace_id in self.tracker or trace_id in self.previewed
 
 
 def _gather(futures: list[Future]) -> Future:

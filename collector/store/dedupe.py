@@ -28,9 +28,14 @@ class DedupeWindow:
     def __contains__(self, key: str) -> bool:
         return key in self._keys
 
-    def fresh_mask(self, keys: list[str]) -> list[bool]:
-        """True for keys neither in the window nor earlier in ``keys`` itself."""
+    def fresh_mask(self, keys: list[str]) -> list[bool] | None:
+        """True for keys neither in the window nor earlier in ``keys`` itself; None when all are.
+
+        Retries are rare, so the common case is settled by two set operations in C.
+        """
         seen = self._keys
+        if seen.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            return None
         batch: set[str] = set()
         mask = []
         for key in keys:
@@ -42,9 +47,7 @@ class DedupeWindow:
 
     def add(self, keys: Iterable[str], at: float | None = None) -> None:
         now = self._clock() if at is None else at
-        store = self._keys
-        for key in keys:
-            store[key] = now
+        self._keys.update(dict.fromkeys(keys, now))
         self._evict(now)
 
     def _evict(self, now: float) -> None:

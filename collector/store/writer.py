@@ -10,6 +10,7 @@ one commit. The queue is bounded in payload bytes: when it is full, ``submit`` r
 from __future__ import annotations
 
 import logging
+import operator
 import queue
 from collections import deque
 import threading
@@ -125,6 +126,7 @@ class Store:
             path = self.settings.path
             path.parent.mkdir(parents=True, exist_ok=True)
             self.con = connect(path)
+            self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
             migrate(self.con)
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
@@ -341,12 +343,14 @@ class Store:
         pending: set[str] = set()
         for item in items:
             b = item.batch
-            if isinstance(b, SpanBatch):
-                keys = [t + s for t, s in zip(b.trace_id, b.span_id)]
+            keys = list(map(operator.add, b.trace_id, b.span_id)) if isinstance(b, SpanBatch) else b.record_id
+            mask = self.dedupe.fresh_mask(keys)
+            if mask is None and pending.isdisjoint(keys):  # the usual case: nothing seen before
+                fresh = keys
             else:
-                keys = list(b.record_id)
-            mask = [k not in pending and flag for k, flag in zip(keys, self.dedupe.fresh_mask(keys))]
-            fresh = [k for k, keep in zip(keys, mask) if keep]
+                fresh_in_window = mask or [True] * len(keys)
+                mask = [keep and k not in pending for k, keep in zip(keys, fresh_in_window)]
+                fresh = [k for k, keep in zip(keys, mask) if keep]
             pending.update(fresh)
             new_keys.extend(fresh)
             dup = len(keys) - len(fresh)
