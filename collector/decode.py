@@ -39,6 +39,8 @@ else:
         _wire = None
 # Whether decode_traces_protobuf takes the compiled path; AGENTFUNNEL_PURE_PYTHON=1 turns it off.
 USE_WIRE = _wire is not None and os.environ.get("AGENTFUNNEL_PURE_PYTHON") != "1"
+# The compiled module for other stages (the store builds Arrow buffers with it), None when off.
+WIRE: Any = _wire if USE_WIRE else None
 
 # ---------------------------------------------------------------------------- protobuf
 

@@ -634,3 +634,53 @@ def test_span_table_stores_the_columns_verbatim(tmp_path: Path) -> None:
             if mask is None or mask[i]:
                 want.append(tuple(getattr(b, c)[i] for c in cols) + (b.start_ns[i], b.end_ns[i], b.flags[i], received))
     assert got == want and len(want) == 9
+
+
+# ---------------------------------------------------------------------------- Arrow buffers
+
+_TEXT = st.one_of(st.none(), st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
+
+
+@given(st.lists(_TEXT, max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_string_buffers_make_the_array_pyarrow_makes(values: list[str | None]) -> None:
+    import pyarrow as pa
+
+    validity, offsets, data, nulls = _wire.string_buffers(values)
+    arr = pa.Array.from_buffers(pa.string(), len(values),
+                                [validity and pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)], nulls)
+    arr.validate(full=True)
+    assert arr.equals(pa.array(values, pa.string())) and arr.null_count == values.count(None)
+
+
+@given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_int64_buffer_makes_the_array_pyarrow_makes(values: list[int]) -> None:
+    import pyarrow as pa
+
+    arr = pa.Array.from_buffers(pa.timestamp("ns"), len(values), [None, pa.py_buffer(_wire.int64_buffer(values))])
+    assert arr.equals(pa.array(values, pa.timestamp("ns")))
+
+
+def test_arrow_buffers_refuse_what_pyarrow_refuses() -> None:
+    with pytest.raises(TypeError, match="item 1 is int"):
+        _wire.string_buffers(["a", 1])
+    with pytest.raises(TypeError, match="item 0 is NoneType"):
+        _wire.int64_buffer([None])
+    with pytest.raises(OverflowError):
+        _wire.int64_buffer([0, 2**63])  # a time past 2^63 ns: the writer turns this into a refusal
+    with pytest.raises(UnicodeEncodeError):
+        _wire.string_buffers(["\ud800"])
+
+
+def test_span_table_without_the_compiled_module_is_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import datetime
+
+    from agentfunnel.collector.store import writer
+
+    parts = [(decode.decode_traces_protobuf(genai_request_bytes(20, 3)), None),
+             (decode.decode_traces_protobuf(EDGE_BODIES["bytes value, all paddings"]), [True])]
+    at = datetime(2026, 1, 1)
+    compiled = writer.Store._span_table(parts, at)
+    monkeypatch.setattr(writer, "WIRE", None)
+    assert writer.Store._span_table(parts, at).equals(compiled)
