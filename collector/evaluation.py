@@ -15,18 +15,21 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from ..scoring import SessionScore
 from ..scoring.cases import LoadedSuite, load_suite
-from ..scoring.judge import AnthropicJudge, JudgeInput, JudgeSettings, Judgment
+from ..scoring.judge import JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
 from .config import CaseSettings
 from .store.writer import Store, _utcnow as utcnow
+
+if TYPE_CHECKING:
+    from ..scoring.judge import AnthropicJudge
 
 log = logging.getLogger(__name__)
 STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
@@ -83,11 +86,23 @@ class Evaluator:
             self.suite = load_suite(settings.suite, settings.fallback)
             log.info("loaded %s", self.suite.describe())
         self.cases = {c.id: c for c in self.suite.cases} if self.suite else {}
-        self.judge = judge or AnthropicJudge(judge_settings, cache=_StoredJudgments(store))
+        self.judge_settings = judge_settings
+        self._judge = judge
+        self._judge_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=judge_settings.max_concurrency, thread_name_prefix="agentfunnel-judge")
         self._pending: set[str] = set()
         self._futures: list[Future] = []
         self._lock = threading.Lock()
+
+    @property
+    def judge(self) -> AnthropicJudge:
+        """Made on first use: importing the anthropic SDK takes seconds, and most sessions are not case runs."""
+        with self._judge_lock:
+            if self._judge is None:
+                from ..scoring.judge import AnthropicJudge
+
+                self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store))
+            return self._judge
 
     def drain(self, timeout: float = 120.0) -> None:
         """Wait for queued judgments (``ingest`` does, before it closes the file)."""

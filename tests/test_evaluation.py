@@ -314,3 +314,22 @@ def test_the_report_shows_where_runs_fail_first_and_the_criteria_missed_most(tmp
     ja = run_cli("report", "--db", str(db), "--lang", "ja").stdout
     assert "最初に失敗した段階" in ja and "満たされなかった基準" in ja
     assert _row(ja, stage_label("completion", "ja"))[:4] == ["3", "1", "1", "1"]  # reached, passed, failed, missing
+
+
+def test_the_judge_sdk_is_imported_only_when_a_case_run_needs_the_judge(tmp_path):
+    """Importing the anthropic SDK takes seconds: a server without case runs never pays for it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from agentfunnel.collector.config import Settings\n"
+        "from agentfunnel.collector.server import Server\n"
+        f"server = Server(Settings.model_validate({{'store': {{'path': {str(tmp_path / 'e.duckdb')!r}}}}}))\n"
+        "print('anthropic' in sys.modules)\n"
+        "server.evaluator.judge\n"
+        "print('anthropic' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]
