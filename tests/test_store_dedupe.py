@@ -1,4 +1,4 @@
-"""Retried spans are stored once: within a request, within one group commit, and across commits."""
+"""What one group commit stores: retried spans once (within a request, a commit and across commits), spans and logs together."""
 
 from __future__ import annotations
 
@@ -64,3 +64,27 @@ def test_window_forgets_keys_past_its_age_and_its_size():
     assert "old" not in window and len(window) == 2
     window.add(["c", "d"])  # one over the size bound: the oldest goes
     assert "a" not in window and len(window) == 3 and window.evicted_by_size == 1
+
+
+def test_spans_and_log_records_queued_together_share_one_commit(tmp_path: Path):
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from agentfunnel.collector.decode import decode_logs_protobuf
+
+    store = Store(StoreSettings(path=tmp_path / "m.duckdb"), Metrics()).open()
+    try:
+        tid, sid = os.urandom(16), os.urandom(8)
+        logs = ExportLogsServiceRequest()
+        logs.resource_logs.add().scope_logs.add().log_records.add(trace_id=tid, span_id=sid, event_name="e")
+        release = threading.Event()
+        busy = store.submit_job(lambda con: release.wait(30))
+        spans = store.submit(decode_traces_protobuf(_body([sid], tid)))
+        records = store.submit(decode_logs_protobuf(logs.SerializeToString()))
+        release.set()
+        busy.result(30)
+        assert spans.result(30).written == 1 and records.result(30).written == 1
+        con = store.reader()
+        assert con.execute("SELECT count(*) FROM logs WHERE span_id = ?", [sid.hex()]).fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM spans WHERE span_id = ?", [sid.hex()]).fetchone()[0] == 1
+    finally:
+        store.close()

@@ -384,23 +384,29 @@ class Store:
                 log_parts.append((b, part_mask))
 
         t0 = time.perf_counter()
-        con.execute("BEGIN TRANSACTION")
-        try:
-            if span_parts:
-                spans_tbl = self._span_table(span_parts, received_at)  # noqa: F841 (read by DuckDB)
-                if spans_tbl.num_rows:
-                    con.execute("INSERT INTO spans BY NAME SELECT * FROM spans_tbl")
-            if log_parts:
-                logs_tbl = self._log_table(log_parts, received_at)  # noqa: F841
-                if logs_tbl.num_rows:
-                    con.execute("INSERT INTO logs BY NAME SELECT * FROM logs_tbl")
-            con.execute("COMMIT")
-        except BaseException:
+        inserts = []
+        if span_parts:
+            spans_tbl = self._span_table(span_parts, received_at)  # noqa: F841 (read by DuckDB)
+            if spans_tbl.num_rows:
+                inserts.append("INSERT INTO spans BY NAME SELECT * FROM spans_tbl")
+        if log_parts:
+            logs_tbl = self._log_table(log_parts, received_at)  # noqa: F841
+            if logs_tbl.num_rows:
+                inserts.append("INSERT INTO logs BY NAME SELECT * FROM logs_tbl")
+        if len(inserts) == 1:
+            con.execute(inserts[0])  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
+        elif inserts:
+            con.execute("BEGIN TRANSACTION")
             try:
-                con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
-            raise
+                for sql in inserts:
+                    con.execute(sql)
+                con.execute("COMMIT")
+            except BaseException:
+                try:
+                    con.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
         evicted = self.dedupe.evicted_by_size
