@@ -14,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests search at random, as they should, but a loaded machine must not turn a slow example into a failure
+settings.register_profile("agentfunnel", deadline=None, print_blob=True)
+settings.load_profile("agentfunnel")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
