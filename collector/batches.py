@@ -293,3 +293,46 @@ class LogBatch:
         self.scope_name.append(resource.scope_name)
         self.attrs.append(attrs)
         self.body_value.append(body)
+
+
+TRUNCATION_MARK = "…[truncated by agentfunnel: {dropped} more bytes]"
+
+
+def _truncated(value: Any, limit: int, count: list[int]) -> Any:
+    if isinstance(value, str):
+        raw = value.encode()
+        if len(raw) <= limit:
+            return value
+        count[0] += 1
+        kept = raw[:limit].decode(errors="ignore")  # never cut a character in two
+        return kept + TRUNCATION_MARK.format(dropped=len(raw) - len(kept.encode()))
+    if isinstance(value, dict):
+        return {k: _truncated(v, limit, count) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_truncated(v, limit, count) for v in value]
+    return value
+
+
+def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
+    """Cut every string value longer than ``limit`` bytes (attributes, events, log bodies); how many were cut.
+
+    What one span may cost is then bounded everywhere after decoding: in the store, and above
+    all in session assembly, where a value is held several times over (its text, its parsed
+    form, the tool call derived from it). Only rows whose JSON is longer than the limit are
+    looked at, so ordinary traffic pays one length check per value. Log records keep the id
+    of what was sent, so a retry is still recognised.
+    """
+    count = [0]
+    columns = ("attributes", "events") if isinstance(batch, SpanBatch) else ("attributes", "body")
+    for name in columns:
+        column = getattr(batch, name)
+        for i, text in enumerate(column):
+            if text is not None and len(text) * 4 > limit:  # a character is at most four bytes
+                column[i] = to_json(_truncated(json.loads(text), limit, count))
+    if count[0]:
+        if isinstance(batch, SpanBatch):  # the views are parsed again from the cut text when read
+            batch._attrs = batch._event_list = None
+        else:
+            batch.attrs = [json.loads(a) for a in batch.attributes]
+            batch.body_value = [None if b is None else json.loads(b) for b in batch.body]
+    return count[0]

@@ -9,6 +9,7 @@ import gc
 import io
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from .ingest import ingest_files
+    from .terminal import visible_controls
 
     settings = _settings(args)
     paths = [Path(p) for p in args.files]
@@ -75,7 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     print(f"ingested {report.files} file(s) into {where}: {report.spans} spans, {report.logs} log records"
           f" ({report.duplicates} already stored, {report.rejected} refused)")
     for err in report.errors:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {visible_controls(err, keep_line_breaks=True)}", file=sys.stderr)
     return 1 if report.errors else 0
 
 
@@ -83,28 +85,34 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
+    """Cells are data: shown as typed, never as markup, with control characters (line breaks too) escaped."""
     from rich.console import Console
     from rich.table import Table
 
+    from .terminal import data_text
+
     table = Table(show_lines=False)
     for c in columns:
-        table.add_column(c, overflow="fold")
+        table.add_column(data_text(c), overflow="fold")
     for r in rows:
-        table.add_row(*["" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for v in r])
-    Console(width=max(120, Console().width)).print(table)
+        table.add_row(*[data_text("" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else v))
+                        for v in r])
+    Console(width=max(120, Console().width), markup=False, emoji=False, highlight=False).print(table)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from .query import QueryError, query
+    from .terminal import json_for_terminal, visible_controls
 
     settings = _settings(args)
     try:
-        result = query(settings.store, args.query)
+        result = query(settings.store, args.query, limits=settings.sql)
     except QueryError as exc:
-        print(f"agentfunnel sql: {exc}", file=sys.stderr)
+        print(f"agentfunnel sql: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
         return 1
+    # json: exact values, terminal controls as \u escapes; csv: exact values (quoted by the csv module), for files
     if args.format == "json":
-        print(json.dumps([dict(zip(result.columns, r)) for r in result.rows], ensure_ascii=False))
+        print(json_for_terminal([dict(zip(result.columns, r)) for r in result.rows]))
     elif args.format == "csv":
         buf = io.StringIO()
         w = csv.writer(buf)
@@ -272,6 +280,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Two experiments case by case; exit 1 when a gate fails, so CI can gate on it."""
     from .compare import compare, print_terminal, render_html, to_json_text
     from .query import QueryError
+    from .terminal import visible_controls
 
     settings = _settings(args)
     try:
@@ -279,7 +288,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
                          max_cost=args.max_cost)
     except (QueryError, ValueError) as exc:
-        print(f"agentfunnel compare: {exc}", file=sys.stderr)
+        print(f"agentfunnel compare: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
         return 2
     if args.format == "json":
         print(to_json_text(result))
@@ -417,13 +426,21 @@ GC_THRESHOLDS = (50_000, 20, 20)
 
 def main(argv: list[str] | None = None) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
+    # Databases, their WAL, sidecars, archives and reports hold what agents and users said: every
+    # file agentfunnel creates is readable by its owner only, from the moment it exists.
+    os.umask(0o077)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .query import UntrustedSidecar
+
     try:
         return args.func(args)
     except ConfigError as exc:
         print(f"agentfunnel: {exc}", file=sys.stderr)
+        return 2
+    except UntrustedSidecar as exc:
+        print(f"agentfunnel: not following the server's sidecar: {exc}", file=sys.stderr)
         return 2
 
 

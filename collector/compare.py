@@ -125,17 +125,21 @@ def _fmt(v: float | None, money: bool = False) -> str:
 
 
 def print_terminal(cmp: Comparison) -> None:
+    """Case ids, experiment names and gate messages come from telemetry: printed as inert text."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    from .terminal import data_text
+
+    console = Console(markup=False, emoji=False, highlight=False)
     head = Table(title="Experiments", title_justify="left")
     for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap", "cost p50", "cost p95", "cost max",
                 "latency p95 ms"):
         head.add_column(col, justify="right" if col else "left")
     for label, side in (("A " + cmp.a.pattern, cmp.a), ("B " + cmp.b.pattern, cmp.b)):
         rel, rec = side.reliable, side.recoverable
-        head.add_row(label, str(side.totals.get("runs") or 0), _fmt(rel), _fmt(rec),
+        head.add_row(data_text(label), str(side.totals.get("runs") or 0), _fmt(rel), _fmt(rec),
                      _fmt(rec - rel if rel is not None and rec is not None else None),
                      _fmt(side.totals.get("cost_p50"), True), _fmt(side.totals.get("cost_p95"), True),
                      _fmt(side.totals.get("cost_max"), True),
@@ -146,15 +150,14 @@ def print_terminal(cmp: Comparison) -> None:
         table.add_column(col, justify="left" if col in ("case", "change") else "right")
     styles = {"regressed": "bold red", "improved": "green"}
     for r in cmp.rows:
-        table.add_row(r["case_id"], r["a"] or "—", _fmt(r["a_pass_hat_k"]), r["b"] or "—", _fmt(r["b_pass_hat_k"]),
-                      _fmt(r["b_pass_at_k"]), f"[{styles.get(r['change'], '')}]{r['change']}[/]"
-                      if r["change"] in styles else r["change"])
+        table.add_row(data_text(r["case_id"]), r["a"] or "—", _fmt(r["a_pass_hat_k"]), r["b"] or "—",
+                      _fmt(r["b_pass_hat_k"]), _fmt(r["b_pass_at_k"]), Text(r["change"], style=styles.get(r["change"], "")))
     console.print(table)
     if cmp.gates:
         for g in cmp.gates:
-            console.print(f"[bold red]gate failed:[/] {g}")
+            console.print(Text.assemble(("gate failed:", "bold red"), " ", data_text(g)))
     else:
-        console.print("[green]all gates passed[/]")
+        console.print(Text("all gates passed", style="green"))
 
 
 def render_html(cmp: Comparison) -> str:

@@ -49,10 +49,26 @@ class ReceiverSettings(_Model):
     grpc_enabled: bool = True
     http_enabled: bool = True
     max_request_bytes: int = Field(64 * MiB, gt=0, description="Largest request body, after decompression.")
+    max_attribute_value_bytes: int = Field(
+        1 * MiB, gt=0, description="Longest string value kept in an attribute, event or log body; longer ones are "
+        "cut, marked and counted (values_truncated), like the SDKs' own attribute length limit. It bounds what one "
+        "span costs in session assembly, which holds a value several times over.")
     max_bytes_in_flight: int = Field(
         256 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
     )
     retry_after_seconds: float = Field(1.0, ge=0, description="Delay suggested to clients when pushing back.")
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="A new connection must send its first request's headers within this long (HTTP; "
+        "gRPC: the connection handshake).")
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="A request body must arrive in full within this long of its headers (HTTP: 408).")
+    idle_timeout_seconds: float = Field(
+        60.0, gt=0, description="A connection with no request in progress is closed after this long.")
+    max_connections: int = Field(
+        512, gt=0, description="Open HTTP connections per port; beyond it a new one is answered 503 and closed.")
+    max_concurrent_requests: int = Field(
+        64, gt=0, description="Export calls in progress per receiver; beyond it a call is refused as saturated "
+        "(before its body is read on gRPC).")
     bearer_token: str | None = Field(None, description="Require `Authorization: Bearer <token>` on every request.")
     tls: TLSSettings | None = None
 
@@ -116,6 +132,10 @@ class StoreSettings(_Model):
         "after a crash (about 0.5 s per 100 MB).",
     )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
+    memory_limit_mb: int = Field(
+        1024, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
+        "DuckDB spills to temporary files next to the database.")
+    threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
     lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
 
 
@@ -196,6 +216,26 @@ class CaseSettings(_Model):
     suite: str | None = Field(None, description="case file (YAML or TOML): a path or an http(s) URL")
     fallback: Path | None = Field(None, description="local copy used when the URL cannot be fetched")
     archive_dir: Path | None = Field(None, description="write one JSON per case run here")
+    fetch_timeout_seconds: float = Field(5.0, gt=0, description="total time for fetching the suite URL (connect, "
+                                         "headers, body and redirects); past it the fallback is used")
+    max_suite_bytes: int = Field(4 * MiB, gt=0, description="largest suite accepted, fetched or read from a file; "
+                                 "a larger URL body counts as a failed fetch")
+    allow_remote_commands: bool = Field(False, description="let a suite fetched from a URL declare artifact validators "
+                                        "(a command or a module:function this server runs); local suites always may")
+
+
+class SqlSettings(_Model):
+    """The read-only SQL endpoint (``agentfunnel sql``, ``report``, ``compare``): bounds on what one query may cost.
+
+    Queries run in a read-only transaction on a connection of their own, with DuckDB's external
+    access off (no files outside the database, no COPY/ATTACH/EXPORT, no extension install or
+    load) and its configuration locked. Hitting a bound is an error that names it, counted.
+    """
+
+    max_rows: int = Field(100_000, gt=0, description="Most rows one query returns; more is an error (add LIMIT).")
+    max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as JSON) one query's result may hold.")
+    timeout_seconds: float = Field(30.0, gt=0, description="A query still running after this long is interrupted.")
+    max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
 
 
 class Settings(_Model):
@@ -208,6 +248,7 @@ class Settings(_Model):
     forward: ForwardSettings | None = None  # off unless configured
     cases: CaseSettings = CaseSettings()
     judge: JudgeSettings = JudgeSettings()
+    sql: SqlSettings = SqlSettings()
 
 
 class ConfigError(Exception):

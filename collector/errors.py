@@ -3,7 +3,9 @@
     IngestError
      ├── PermanentError      the payload is wrong; retrying it cannot help
      │    ├── PayloadTooLarge     over a size limit (before or after decompression)
-     │    └── UnsupportedMedia    a content type we do not speak
+     │    ├── UnsupportedMedia    a content type we do not speak
+     │    ├── BodyTimeout         a body slower than the body timeout (HTTP)
+     │    └── UnauthorizedError   a missing or wrong bearer token
      └── RetryableError      we cannot take it right now; the same payload may succeed later
           └── Saturated           admission control or the store's queue is full
 
@@ -39,6 +41,12 @@ class UnsupportedMedia(PermanentError):
     """Unknown content type or encoding: 415."""
 
     reason = "unsupported_media_type"
+
+
+class BodyTimeout(PermanentError):
+    """The body did not arrive within ``receivers.body_timeout_seconds``: 408, connection closed."""
+
+    reason = "body_timeout"
 
 
 class UnauthorizedError(PermanentError):

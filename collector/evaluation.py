@@ -9,8 +9,11 @@ is ``missing`` and the run counts as ``judge_unavailable``: never a pass.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -20,16 +23,17 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ..scoring import SessionScore
-from ..scoring.cases import LoadedSuite, load_suite
+from ..scoring.cases import CaseFileError, LoadedSuite, load_suite
 from ..scoring.judge import JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
-from .config import CaseSettings
+from .config import CaseSettings, ConfigError
 from .store.writer import Store, _utcnow as utcnow
 
 if TYPE_CHECKING:
     from ..scoring.judge import AnthropicJudge
+    from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
 STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
@@ -83,8 +87,15 @@ class Evaluator:
         self.rescore = rescore
         self.suite: LoadedSuite | None = None
         if settings.suite:
-            self.suite = load_suite(settings.suite, settings.fallback)
-            log.info("loaded %s", self.suite.describe())
+            try:
+                self.suite = load_suite(settings.suite, settings.fallback, settings.fetch_timeout_seconds,
+                                        max_bytes=settings.max_suite_bytes,
+                                        allow_remote_commands=settings.allow_remote_commands)
+            except CaseFileError as exc:  # a suite the process cannot start with: a message, not a traceback
+                raise ConfigError(f"cases.suite: {exc}") from None
+            # scoring against the older local copy is worth a warning, not a debug line
+            log.log(logging.WARNING if self.suite.origin == "fallback" else logging.INFO, "loaded %s",
+                    self.suite.describe())
         self.cases = {c.id: c for c in self.suite.cases} if self.suite else {}
         self.judge_settings = judge_settings
         self._judge = judge
@@ -154,13 +165,26 @@ class Evaluator:
                   list(r.failed_assertions), r.fix_hint, r.case_sha256, utcnow()]
         con.execute("INSERT INTO case_runs VALUES (" + ", ".join(["?"] * len(values)) + ")", values)
 
+    metrics: Metrics | None = None  # set by the session service, which owns the process's counters
+    _archive_errors_logged: frozenset[str] = frozenset()  # error kinds already logged: later ones are only counted
+
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
+        """One JSON per case run; the archive is a copy for people, so failing to write it never fails the session."""
         directory = Path(self.settings.archive_dir)  # type: ignore[arg-type]
-        directory.mkdir(parents=True, exist_ok=True)
         doc = {"session_id": score.session_id, "experiment": score.experiment, "run_id": score.run_id,
                **result.to_dict(), "judgment": judgment.model_dump(mode="json") if judgment else None}
-        name = f"{score.experiment or 'none'}__{result.case_id}__{score.run_id or score.session_id}.json"
-        (directory / name.replace("/", "_")).write_text(json.dumps(doc, indent=2, default=str))
+        name = archive_name(score.experiment, result.case_id, score.run_id or score.session_id)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / name).write_text(json.dumps(doc, indent=2, default=str))
+        except OSError as exc:
+            kind = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            if self.metrics is not None:
+                self.metrics.inc("archive_errors", label=kind)
+            if kind not in self._archive_errors_logged:
+                self._archive_errors_logged |= {kind}
+                log.warning("cannot write a case-run archive in %s: %s; further %s errors are only counted "
+                            "(archive_errors)", directory, exc, kind)
 
     # ------------------------------------------------------------------ the judge, off the ingest path
     def _request(self, session_id: str, inp: JudgeInput) -> None:
@@ -210,6 +234,22 @@ class Evaluator:
             self.store.submit_job(lambda con, j=judgment, s=sid: store_judgment(con, s, j)).result()
             done += 1
         return done
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+ARCHIVE_PART_CHARS = 48
+
+
+def archive_name(experiment: str | None, case_id: str, run: str) -> str:
+    """The archive file of one run: readable parts cut to a safe alphabet and length, plus a hash of the full values.
+
+    The parts come from telemetry, which must never pick a path: no separators, dots, control
+    characters or over-long names get through, and the hash keeps runs whose parts read alike apart.
+    """
+    digest = hashlib.sha256(json.dumps([experiment, case_id, run]).encode()).hexdigest()[:12]
+    parts = [_UNSAFE_NAME_CHARS.sub("_", str(p or "none")).strip("_")[:ARCHIVE_PART_CHARS] or "_"
+             for p in (experiment, case_id, run)]
+    return "__".join([*parts, digest]) + ".json"
 
 
 def store_judgment(con: duckdb.DuckDBPyConnection, session_id: str, j: Judgment) -> None:

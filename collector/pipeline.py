@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
-from .batches import LogBatch, SpanBatch
+from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
 from .errors import IngestError, Saturated
 from .store.writer import CommitResult, Store
@@ -52,14 +52,20 @@ class Admission:
         self.metrics = metrics
         self._in_flight = 0
         self._lock = threading.Lock()
+        metrics.gauge("bytes_in_flight", lambda: self._in_flight)
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
-    def acquire(self, nbytes: int, receiver: str) -> None:
+    def acquire(self, nbytes: int, receiver: str, held: int = 0) -> None:
+        """Take ``nbytes`` more for a request that already holds ``held``, or raise Saturated.
+
+        A request alone may exceed the limit (up to the largest body allowed); otherwise one
+        that does not fit beside the others is pushed back.
+        """
         with self._lock:
-            if self._in_flight and self._in_flight + nbytes > self.limit:
+            if self._in_flight > held and self._in_flight + nbytes > self.limit:
                 self.metrics.inc("pushed_back", label=f"{receiver}:bytes_in_flight")
                 raise Saturated(
                     f"{self._in_flight} bytes in flight, limit {self.limit}; retry after {self.retry_after_s:g}s",
@@ -67,8 +73,17 @@ class Admission:
                 )
             self._in_flight += nbytes
 
+    def saturated(self) -> bool:
+        """At or past the limit: a request whose size is not known yet (gRPC, before reading) is refused."""
+        return self._in_flight >= self.limit
+
     def release(self, nbytes: int) -> None:
+        """Give back bytes an ``acquire`` took; never more than are held (the gauge cannot go negative)."""
         with self._lock:
+            if nbytes > self._in_flight:
+                self.metrics.inc("admission_overreleased")
+                log.error("admission released %d bytes with only %d in flight", nbytes, self._in_flight)
+                nbytes = self._in_flight
             self._in_flight -= nbytes
 
 
@@ -76,8 +91,10 @@ class Pipeline:
     """Decode and store; one per process."""
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
-                 on_committed: Callable[[list[str]], None] | None = None) -> None:
+                 on_committed: Callable[[list[str]], None] | None = None,
+                 max_value_bytes: int | None = None) -> None:
         self.store = store
+        self.max_value_bytes = max_value_bytes
         self.metrics = metrics
         self.admission = admission
         self.on_committed = on_committed
@@ -86,6 +103,8 @@ class Pipeline:
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
         batch = DECODERS[(signal, encoding)](body)
+        if self.max_value_bytes is not None and (cut := bound_values(batch, self.max_value_bytes)):
+            self.metrics.inc("values_truncated", cut)
         kind = "spans" if signal == "traces" else "logs"
         self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
         if batch.rejected.count:

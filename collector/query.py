@@ -9,10 +9,15 @@ open the file themselves otherwise. The caller never sees a lock error.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import decimal
 import json
 import os
+import re
+import stat
+import tempfile
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -22,10 +27,13 @@ from typing import Any
 
 import duckdb
 
-from .config import LakeSettings, StoreSettings
-from .store.writer import connect
+from .config import LakeSettings, SqlSettings, StoreSettings
+from .store.writer import connect, lock_down
 
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}  # DESCRIBE, SUMMARIZE, SHOW and FROM-first are SELECTs
+READ_ONLY_PRAGMAS = {"show_tables", "show_tables_expanded", "table_info", "show", "database_size", "storage_info",
+                     "version", "platform", "show_databases", "database_list", "functions", "collations"}
+_PRAGMA_NAME = re.compile(r"^\s*PRAGMA\s+(\w+)", re.IGNORECASE)
 
 
 class QueryError(Exception):
@@ -34,9 +42,10 @@ class QueryError(Exception):
     ``status`` is the running server's HTTP answer when the request went through it.
     """
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, reason: str = "error") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason  # what the server counts it as: refused, timeout, max_rows, max_result_bytes, error
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,13 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def run_query(con: duckdb.DuckDBPyConnection, query: str, max_rows: int | None = None) -> QueryResult:
-    """Run one or more read-only statements; the last one's rows are returned."""
+def checked_statements(con: duckdb.DuckDBPyConnection, query: str) -> list[duckdb.Statement]:
+    """The statements of ``query`` if every one only reads; QueryError names the first that does not.
+
+    The type check is the first wall, not the only one: a SELECT can hide a data-modifying CTE and
+    EXPLAIN ANALYZE runs what it explains, so statements also run in a read-only transaction
+    (``run_query``) on a database whose external access is off (``store.writer.lock_down``).
+    """
     try:
         statements = con.extract_statements(query)
     except duckdb.Error as exc:
@@ -80,41 +94,118 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, max_rows: int | None =
         raise QueryError("no SQL statement given")
     for st in statements:
         kind = st.type.name
+        text = st.query.strip()
+        if kind == "PRAGMA":
+            m = _PRAGMA_NAME.match(text)
+            if m and m.group(1).lower() in READ_ONLY_PRAGMAS:
+                continue
         if kind not in READ_ONLY_STATEMENTS:
-            raise QueryError(f"only read-only queries are allowed here; this is a {kind} statement: "
-                             f"{st.query.strip()[:80]}")
+            raise QueryError(f"only read-only queries are allowed here; this is a {kind} statement: {text[:80]}",
+                             reason="refused")
+    return statements
+
+
+def _row_bytes(row: list[Any]) -> int:
+    return len(json.dumps(row, ensure_ascii=False, default=str))
+
+
+def run_query(con: duckdb.DuckDBPyConnection, query: str, limits: SqlSettings | None = None,
+              max_rows: int | None = None) -> QueryResult:
+    """Run one or more read-only statements on ``con`` (a connection of the caller's, never the writer's).
+
+    Everything runs in one read-only transaction that is rolled back afterwards, so nothing a
+    statement tries to write can land. The last statement's rows are returned, within the row
+    and byte bounds of ``limits`` and its time bound (the query is interrupted, not abandoned).
+    ``max_rows`` (the caller's own cap, e.g. ``sql --max-rows``) truncates quietly.
+    """
+    limits = limits or SqlSettings()
+    statements = checked_statements(con, query)
+    timer = threading.Timer(limits.timeout_seconds, con.interrupt)
+    timer.daemon = True
+    rows: list[list[Any]] = []
     try:
+        con.execute("BEGIN TRANSACTION READ ONLY")
+        timer.start()
         for st in statements[:-1]:
-            con.execute(st.query)
-        cur = con.execute(statements[-1].query)
+            con.execute(st)
+        cur = con.execute(statements[-1])
         desc = cur.description or []
-        rows = cur.fetchmany(max_rows) if max_rows else cur.fetchall()
+        wanted = limits.max_rows if max_rows is None else min(max_rows, limits.max_rows)
+        size = 0
+        while len(rows) < wanted:
+            chunk = cur.fetchmany(min(1024, wanted - len(rows)))
+            if not chunk:
+                break
+            for r in chunk:
+                row = [jsonable(v) for v in r]
+                size += _row_bytes(row)
+                if size > limits.max_result_bytes:
+                    raise QueryError(f"the result is larger than sql.max_result_bytes ({limits.max_result_bytes} bytes) "
+                                     f"after {len(rows)} rows; select fewer columns or rows", reason="max_result_bytes")
+                rows.append(row)
+        if len(rows) == limits.max_rows and (max_rows is None or max_rows > limits.max_rows) and cur.fetchmany(1):
+            raise QueryError(f"the result has more than sql.max_rows ({limits.max_rows}) rows; add a LIMIT",
+                             reason="max_rows")
+    except duckdb.InterruptException:
+        raise QueryError(f"the query ran longer than sql.timeout_seconds ({limits.timeout_seconds:g} s) "
+                         "and was interrupted", reason="timeout") from None
     except duckdb.Error as exc:
         raise QueryError(str(exc)) from None
-    return QueryResult([d[0] for d in desc], [str(d[1]) for d in desc], [[jsonable(v) for v in r] for r in rows])
+    finally:
+        timer.cancel()
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # no transaction was open (BEGIN itself failed)
+    return QueryResult([d[0] for d in desc], [str(d[1]) for d in desc], rows)
 
 
 # ---------------------------------------------------------------------------- sidecar
+
+
+SECRET_HEADER = "X-Agentfunnel-Secret"
+_LOOPBACK_URL = re.compile(r"^http://127\.0\.0\.1:\d{1,5}$")
+
+
+class UntrustedSidecar(QueryError):
+    """A sidecar file that this user did not provably write: never followed."""
 
 
 def sidecar_path(db: Path) -> Path:
     return db.with_name(db.name + ".agentfunnel.json")
 
 
-def write_sidecar(db: Path, admin_url: str, token: str | None, http_url: str | None = None) -> None:
-    """Advertise the running server's SQL endpoint (and OTLP/HTTP receiver) next to the file."""
+def write_sidecar(db: Path, admin_url: str, token: str | None, http_url: str | None, secret: str) -> None:
+    """Advertise the running server's SQL endpoint (and OTLP/HTTP receiver) next to the file.
+
+    It holds the bearer token and the process's admin secret, so it is created 0600 under a
+    random name (``mkstemp``: O_EXCL, no planted file or symlink is ever opened) and renamed
+    into place (a rename replaces a symlink there, never follows it).
+    """
     path = sidecar_path(db)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "admin_url": admin_url, "token": token, "http_url": http_url}))
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    data = json.dumps({"pid": os.getpid(), "admin_url": admin_url, "token": token, "http_url": http_url,
+                       "secret": secret}).encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def remove_sidecar(db: Path) -> None:
+    """Remove the sidecar if it is this process's (a second server's is left alone)."""
+    path = sidecar_path(db)
     try:
-        sidecar_path(db).unlink()
-    except FileNotFoundError:
-        pass
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(info, dict) and info.get("pid") == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -127,24 +218,57 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def running_server(db: Path) -> dict[str, Any] | None:
-    """The sidecar of a live server that owns ``db``, or None."""
+def _read_trusted(path: Path) -> dict[str, Any] | None:
+    """The sidecar's content if this user wrote it and nobody else can; None if there is none."""
     try:
-        info = json.loads(sidecar_path(db).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         return None
-    if not isinstance(info, dict) or not _pid_alive(int(info.get("pid", 0))):
+    except OSError as exc:  # ELOOP: a symlink where the sidecar should be
+        raise UntrustedSidecar(f"{path} is not a regular file ({exc.strerror}); remove it") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedSidecar(f"{path} is not a regular file; remove it")
+        if st.st_uid != os.geteuid():
+            raise UntrustedSidecar(f"{path} belongs to user id {st.st_uid}, not to you; it was not written by your "
+                                   "server: remove it, or run as the server's user")
+        if st.st_mode & 0o077:
+            raise UntrustedSidecar(f"{path} can be read or written by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                                   "remove it and restart the server")
+        raw = f.read(64 * 1024)
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return None  # half-written by a crash: as good as absent
+    if not isinstance(info, dict):
         return None
+    if not isinstance(info.get("admin_url"), str) or not _LOOPBACK_URL.match(info["admin_url"]):
+        raise UntrustedSidecar(f"{path} points at {info.get('admin_url')!r}, not at a loopback endpoint; remove it")
     return info
+
+
+def running_server(db: Path) -> dict[str, Any] | None:
+    """The sidecar of a live server that owns ``db``, or None; UntrustedSidecar for one not to be followed."""
+    info = _read_trusted(sidecar_path(db))
+    if info is None:
+        return None
+    try:
+        pid = int(info.get("pid", 0))
+    except (TypeError, ValueError):
+        return None
+    return info if pid > 0 and _pid_alive(pid) else None
 
 
 def admin_post(info: dict[str, Any], path: str, payload: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
     """POST to the running server's loopback endpoint; QueryError carries its error message."""
-    req = urllib.request.Request(
-        info["admin_url"] + path, data=json.dumps(payload).encode(), method="POST",
-        headers={"Content-Type": "application/json",
-                 **({"Authorization": f"Bearer {info['token']}"} if info.get("token") else {})},
-    )
+    headers = {"Content-Type": "application/json"}
+    if info.get("secret"):
+        headers[SECRET_HEADER] = str(info["secret"])
+    if info.get("token"):
+        headers["Authorization"] = f"Bearer {info['token']}"
+    req = urllib.request.Request(info["admin_url"] + path, data=json.dumps(payload).encode(), method="POST",
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
@@ -157,11 +281,11 @@ def admin_post(info: dict[str, Any], path: str, payload: dict[str, Any], timeout
 
 
 def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> QueryResult:
-    doc = admin_post(info, "/sql", {"query": query, "max_rows": max_rows}, timeout=300)
+    doc = admin_post(info, "/sql", {"query": query, "max_rows": max_rows}, timeout=600)
     return QueryResult(doc["columns"], doc["types"], doc["rows"])
 
 
-def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None) -> QueryResult:
+def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
     """Read every replica through the lake's views; no server is involved (DuckLake has many readers)."""
     from .store.lake import LakeUnavailable, open_reader
 
@@ -170,16 +294,17 @@ def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None) -> QueryResu
     except LakeUnavailable as exc:
         raise QueryError(str(exc)) from None
     try:
-        return run_query(con, sql, max_rows)
+        return run_query(con, sql, limits, max_rows)
     finally:
         con.close()
 
 
-def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None) -> QueryResult:
+def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,
+          limits: SqlSettings | None = None) -> QueryResult:
     """Run read-only SQL against ``db`` (a file, or the store settings: a file or a lake) wherever it can be read."""
     if isinstance(db, StoreSettings):
         if db.lake is not None:
-            return _query_lake(db.lake, sql, max_rows)
+            return _query_lake(db.lake, sql, max_rows, limits or SqlSettings())
         db = db.path
     info = running_server(db)
     if info is not None:
@@ -191,9 +316,10 @@ def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None) -> Qu
         raise QueryError(f"database {db} does not exist (start `agentfunnel serve --db {db}` or ingest files first)")
     try:
         con = connect(db, read_only=True)
+        lock_down(con)  # the same rules as the server's endpoint: no files, no extensions, no SET
     except duckdb.IOException as exc:
         raise QueryError(f"cannot open {db}: {exc}") from None
     try:
-        return run_query(con, sql, max_rows)
+        return run_query(con, sql, limits, max_rows)
     finally:
         con.close()

@@ -14,6 +14,7 @@ from ..scoring import labels
 from .report import ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
+from .terminal import data_text, visible_controls
 
 BAR_WIDTH = 28
 READS_AS_STYLE = {"pass": "green", "partial": "yellow", "info": "cyan", "fail": "red", "unknown": "bright_black",
@@ -28,6 +29,11 @@ def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (_EIGHTHS[rest] if rest else "")).ljust(width)
 
 
+def clipped(value: str | None, units: int) -> Text:
+    """A stored value in a narrow cell: escaped first, so the clipped width is the width shown."""
+    return data_text(clip_width(visible_controls(value), units))
+
+
 def header(data: ReportData, lang: str) -> RenderableType:
     s = data.summary
     line = Text()
@@ -39,8 +45,8 @@ def header(data: ReportData, lang: str) -> RenderableType:
         line.append(f"  ·  {text('avg_completion', lang)} {pct(s.avg_completion)}")
     parts: list[RenderableType] = [Text(text("title", lang), style="bold underline"), line]
     if data.filters.describe():
-        parts.append(Text(f"{text('filters', lang)}: " + ", ".join(f"{k}={v}" for k, v in data.filters.describe()),
-                          style="dim"))
+        parts.append(data_text(f"{text('filters', lang)}: " + ", ".join(f"{k}={v}" for k, v in data.filters.describe()),
+                               style="dim"))
     return Group(*parts)
 
 
@@ -53,7 +59,7 @@ def funnel_table(steps: list[FunnelStep], lang: str) -> Table:
     t.add_column(text("conversion", lang), justify="right")
     t.add_column("", no_wrap=True)
     for s in steps:
-        t.add_row(s.name(lang), str(s.sessions), pct(s.share), "—" if s.first else pct(s.conversion),
+        t.add_row(data_text(s.name(lang)), str(s.sessions), pct(s.share), "—" if s.first else pct(s.conversion),
                   Text(bar(s.share), style="blue"))
     return t
 
@@ -68,7 +74,8 @@ def outcome_table(rows: list[OutcomeCount], lang: str) -> Table:
     t.add_column("", no_wrap=True)
     for o in rows:
         style = READS_AS_STYLE.get(o.reads_as, "white")
-        t.add_row(Text(o.label(lang), style=style), labels.READS_AS_LABELS[lang_of(lang)].get(o.reads_as, o.reads_as),
+        t.add_row(data_text(o.label(lang), style=style),
+                  data_text(labels.READS_AS_LABELS[lang_of(lang)].get(o.reads_as, o.reads_as)),
                   str(o.sessions), pct(o.share), Text(bar(o.share), style=style))
     return t
 
@@ -84,9 +91,10 @@ def drops_table(data: ReportData, lang: str) -> RenderableType:
     t.add_column(text("fix", lang), overflow="fold", ratio=1)
     t.add_column(text("example", lang), no_wrap=True)
     for d in data.drops:
-        step = Text(data.step_name(d.variant, d.step, lang))
-        step.append(f"\n{variant_name(d.variant, lang)}", style="dim")
-        t.add_row(d.reason, step, str(d.sessions), clip_width(d.fix, 200) or "—", clip_width(d.example, 30))
+        step = data_text(data.step_name(d.variant, d.step, lang))
+        step.append("\n" + visible_controls(variant_name(d.variant, lang)), style="dim")
+        t.add_row(data_text(d.reason), step, str(d.sessions), clipped(d.fix, 200) or "—",
+                  clipped(d.example, 30))
     return t
 
 
@@ -114,7 +122,7 @@ def stages_table(e: ExperimentRuns, lang: str) -> Table:
     worst = e.worst_stage()
     for s in e.stages:
         failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
-        t.add_row(s.name(lang), str(s.reached), str(s.passed), failed, str(s.missing), pct(s.cumulative),
+        t.add_row(data_text(s.name(lang)), str(s.reached), str(s.passed), failed, str(s.missing), pct(s.cumulative),
                   "—" if s.conditional is None else pct(s.conditional),
                   stacked_bar([(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")], s.runs, 16))
     return t
@@ -123,7 +131,7 @@ def stages_table(e: ExperimentRuns, lang: str) -> Table:
 def look_at(e: ExperimentRuns, lang: str) -> list[RenderableType]:
     """The fix to look at for every stage where runs failed first, the most frequent first."""
     failing = sorted((s for s in e.stages if s.failed), key=lambda s: -s.failed)
-    return [Text(f"{text('look_at', lang)} · {s.name(lang)} ({s.failed}): {stage_fix(s.stage, lang)}", style="dim")
+    return [data_text(f"{text('look_at', lang)} · {s.name(lang)} ({s.failed}): {stage_fix(s.stage, lang)}", style="dim")
             for s in failing]
 
 
@@ -138,11 +146,11 @@ def misses_table(e: ExperimentRuns, lang: str) -> Table:
     t.add_column(text("why", lang))
     t.add_column(text("example", lang), no_wrap=True)
     for m in e.misses:
-        name = Text(m.name)
+        name = data_text(m.name)
         name.append(f"\n{text('kind_' + m.kind, lang)}", style="dim")
         t.add_row(name, str(m.missed), str(m.runs), pct(m.share), Text(bar(m.share, 12), style="red"),
                   "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)),
-                  clip_width(m.example, 30))
+                  clipped(m.example, 30))
     return t
 
 
@@ -155,7 +163,7 @@ def evaluation_renderables(data: ReportData, lang: str) -> list[RenderableType]:
         title = f"{text('experiment', lang)} {experiment_name(e.experiment, lang)}"
         if e.runs:
             title += " · " + text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs))
-        out.append(Rule(title, align="left", style="magenta"))
+        out.append(Rule(data_text(title), align="left", style="magenta"))
         if e.controls:
             out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
         if e.stages:
@@ -175,7 +183,7 @@ def terminal_renderables(data: ReportData, lang: str) -> list[RenderableType]:
         out.append(Text(text("empty_filtered" if data.filters.describe() else "empty", lang), style="yellow"))
         return out
     for v in data.variants():
-        out.append(Rule(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}",
+        out.append(Rule(data_text(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}"),
                         align="left", style="blue"))
         steps = data.funnels.get(v or "")
         out += [funnel_table(steps, lang) if steps else Text(text("no_funnel", lang), style="dim"), Text()]
@@ -188,19 +196,23 @@ def terminal_renderables(data: ReportData, lang: str) -> list[RenderableType]:
     return out
 
 
+# The report writes no markup of its own: plain strings that reach a table stay literal too.
+_AS_TYPED = {"markup": False, "emoji": False, "highlight": False}
+
+
 def render_terminal(data: ReportData, lang: str = "en", width: int = 120, color: bool = False) -> str:
     """The report as text, for tests and pipes."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      highlight=False)
+                      **_AS_TYPED)
     for r in terminal_renderables(data, lang):
         console.print(r)
     return buf.getvalue()
 
 
 def print_terminal(data: ReportData, lang: str = "en") -> None:
-    console = Console(highlight=False)
+    console = Console(**_AS_TYPED)
     if not console.is_terminal:
-        console = Console(highlight=False, width=max(120, console.width))
+        console = Console(width=max(120, console.width), **_AS_TYPED)
     for r in terminal_renderables(data, lang):
         console.print(r)

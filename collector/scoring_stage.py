@@ -51,10 +51,10 @@ def write_funnel_steps(con: duckdb.DuckDBPyConnection, scorer: SessionScorer) ->
     con.executemany("INSERT INTO funnel_steps VALUES (?, ?, ?, ?, ?)", rows)
 
 
-def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
-    d = score.drop
+def _row(x: ScoredSession, now: datetime) -> dict:
+    score, d = x.score, x.score.drop
     return {
-        "session_id": score.session_id, "status": status, "version": version,
+        "session_id": score.session_id, "status": x.status, "version": x.version,
         "first_seen": score.first_seen_ns or None, "last_seen": score.last_seen_ns or None,
         "trace_count": len(score.trace_ids), "span_count": score.span_count, "trace_ids": list(score.trace_ids),
         "variant": score.variant, "variant_source": score.variant_source, "steps": list(score.steps),
@@ -67,7 +67,8 @@ def _row(score: SessionScore, status: str, version: int, now: datetime) -> dict:
         "wasted_steps": score.wasted_steps, "hit_cap": score.hit_cap, "tool_errors": score.tool_errors,
         "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "duration_ms": score.duration_ms,
         "final_answer": score.final_answer, "case_id": score.case_id, "experiment": score.experiment,
-        "run_id": score.run_id, "passed": None, "failure_class": None, "judge_status": None, "judge_score": None,
+        "run_id": score.run_id, "passed": x.passed, "failure_class": x.failure_class, "judge_status": x.judge_status,
+        "judge_score": x.judge_score,
         "config_hash": score.config_hash, "updated_at": now,
     }
 
@@ -111,10 +112,29 @@ class ScoredSession:
     judge_score: float | None = None
 
 
+@dataclass(frozen=True)
+class FailedSession:
+    """A session whose scoring or evaluation raised: nothing of it is replaced, the other sessions are written."""
+
+    session_id: str
+    error: Exception
+
+
+@dataclass(frozen=True)
+class ScoringPass:
+    """What one call of ``score_sessions`` wrote, and the sessions it could not score (the caller counts them)."""
+
+    written: list[ScoredSession]
+    failed: list[FailedSession]
+
+
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
                    scorer: SessionScorer, session_keys: Sequence[str], open_traces: Container[str],
-                   evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None) -> list[ScoredSession]:
+                   evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None) -> ScoringPass:
     """Re-score these sessions and replace their rows (a session left with no spans is removed).
+
+    Each session is scored and evaluated on its own: one that raises is returned in ``failed``
+    with its previous row left as it was, and never costs the others theirs.
 
     On a lake only the sessions this replica owns are scored, from every replica's traces, and
     the steps of their tool calls go to ``call_scores`` (the calls may be stored elsewhere).
@@ -126,34 +146,33 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
         session_ids = {s for s in session_ids if owner_of(s, lake.replicas) == lake.replica}
         sources = EVERY_REPLICA
     if not session_ids:
-        return []
+        return ScoringPass([], [])
     records = session_records(con, session_ids, fresh, session_keys, sources)
     versions = dict(con.execute("SELECT session_id, version FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
                                 [list(session_ids)]).fetchall())
     now = utcnow()
-    scores = [scorer.score(sid, recs) for sid, recs in records.items() if recs]
-    con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [list(session_ids)])
-    scored = [ScoredSession(s, "open" if any(t in open_traces for t in s.trace_ids) else "closed",
-                            (versions.get(s.session_id) or 0) + 1, tuple(records[s.session_id])) for s in scores]
-    if scores:
-        rows = [_row(x.score, x.status, x.version, now) for x in scored]
-        if evaluate is not None:  # case runs: the seven stages, pass/fail and the failure class
-            for row, x in zip(rows, scored):
-                found = evaluate(con, x.score, x.records, x.status)
-                if found is not None:
-                    result, judge_status, judge_score = found
-                    row.update(passed=result.passed, failure_class=result.failure_class,
-                               judge_status=judge_status, judge_score=judge_score)
-            scored = [dataclasses.replace(x, passed=row["passed"], failure_class=row["failure_class"],
-                                          judge_status=row["judge_status"], judge_score=row["judge_score"])
-                      for x, row in zip(scored, rows)]
+    scored: list[ScoredSession] = []
+    failed: list[FailedSession] = []
+    for sid, recs in records.items():
+        if not recs:
+            continue
+        try:
+            scored.append(_score_one(con, scorer, sid, recs, open_traces, (versions.get(sid) or 0) + 1, evaluate))
+        except Exception as exc:  # noqa: BLE001 - one session's odd data must not keep the others unwritten
+            failed.append(FailedSession(sid, exc))
+    failed_ids = {f.session_id for f in failed}
+    replaced = [s for s in session_ids if s not in failed_ids]
+    con.execute("DELETE FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [replaced])
+    if scored:
+        rows = [_row(x, now) for x in scored]
         table = pa.table({c: pa.array([r[c] for r in rows], t) for c, t in _SESSION_COLUMNS.items()})
         con.register("_new_sessions", table)
         con.execute("INSERT INTO sessions BY NAME SELECT * FROM _new_sessions")
         con.unregister("_new_sessions")
+        scores = [x.score for x in scored]
         calls = [(span_id, step, s.call_args_valid.get(span_id)) for s in scores for span_id, step in s.call_steps.items()]
         if lake is not None:
-            _write_call_scores(con, session_ids, scores, now)
+            _write_call_scores(con, replaced, scores, now)
         elif calls:
             con.register("_call_scores", pa.table({"span_id": pa.array([c[0] for c in calls], pa.string()),
                                                    "step": pa.array([c[1] for c in calls], pa.string()),
@@ -162,7 +181,21 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                         "WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id IN (SELECT unnest(?::VARCHAR[]))",
                         [list(session_ids)])
             con.unregister("_call_scores")
-    return scored
+    return ScoringPass(scored, failed)
+
+
+def _score_one(con: duckdb.DuckDBPyConnection, scorer: SessionScorer, session_id: str, records: list[SpanRecord],
+               open_traces: Container[str], version: int, evaluate: Callable[..., Any] | None) -> ScoredSession:
+    """One session scored and, when it is a case run, evaluated (the seven stages, pass/fail, failure class)."""
+    score = scorer.score(session_id, records)
+    status = "open" if any(t in open_traces for t in score.trace_ids) else "closed"
+    x = ScoredSession(score, status, version, tuple(records))
+    found = evaluate(con, x.score, x.records, x.status) if evaluate is not None else None
+    if found is None:
+        return x
+    result, judge_status, judge_score = found
+    return dataclasses.replace(x, passed=result.passed, failure_class=result.failure_class,
+                               judge_status=judge_status, judge_score=judge_score)
 
 
 def _write_call_scores(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], scores: Sequence[SessionScore],

@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import functools
 import gc
+import hmac
+import ipaddress
 import json
 import logging
+import secrets
 import signal
 import ssl
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +26,8 @@ from aiohttp import web
 
 from .config import Settings
 from .pipeline import Admission, Pipeline
-from .query import QueryError, remove_sidecar, run_query, write_sidecar
+from .query import SECRET_HEADER, QueryError, remove_sidecar, run_query, write_sidecar
+from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
@@ -57,10 +61,16 @@ class Server:
         self.evaluator = Evaluator(settings.cases, settings.judge, self.store)
         self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
         self.evaluator.rescore = self.sessions.rescore_sessions
-        self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe)
+        self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe,
+                                 settings.receivers.max_attribute_value_bytes)
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
-        self._query_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-sql")
+        self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
+                                              thread_name_prefix="agentfunnel-sql")
+        self._queries_running = 0
+        self.admin_secret = secrets.token_urlsafe(32)  # in the 0600 sidecar: what proves a caller is this user
+        self._admin_hosts: frozenset[str] = frozenset()  # Host values that name the admin endpoint itself
+        self.metrics.gauge("sql_queries_running", lambda: self._queries_running)
         self._runners: list[web.AppRunner] = []
         self.grpc: GrpcReceiver | None = None
         self.http: HttpReceiver | None = None
@@ -91,6 +101,9 @@ class Server:
 
     async def start(self) -> Endpoints:
         rs = self.settings.receivers
+        if rs.bearer_token is None and not _is_loopback(rs.host):
+            log.warning("listening on %s beyond loopback without a bearer token: anyone who can reach this host can "
+                        "write spans (set receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN)", rs.host)
         self.store.open()
         if self.forwarder is not None:
             self.forwarder.start()
@@ -106,29 +119,34 @@ class Server:
             grpc_addr = f"{rs.host}:{port}"
         if rs.http_enabled:
             self.http = HttpReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
-            port = await self._serve_app(self.http.app, rs.host, rs.http_port, self._ssl_context())
+            port = await self._serve_app(self.http.app, rs.host, rs.http_port, self._ssl_context(), "http")
             http_addr = f"{rs.host}:{port}"
-        admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None)
+        admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None, "admin")
         admin_url = f"http://127.0.0.1:{admin_port}"
+        self._admin_hosts = frozenset({f"127.0.0.1:{admin_port}", f"localhost:{admin_port}"})
         local_http = None
         if http_addr and rs.tls is None:
             host = "127.0.0.1" if rs.host in ("0.0.0.0", "::", "") else rs.host
             local_http = f"http://{host}:{http_addr.rsplit(':', 1)[1]}"
-        write_sidecar(self.settings.store.path, admin_url, rs.bearer_token, local_http)
+        write_sidecar(self.settings.store.path, admin_url, rs.bearer_token, local_http, self.admin_secret)
         if self.http:
             self.http.ready = True
         self.endpoints = Endpoints(grpc_addr, http_addr, admin_url)
         gc.freeze()  # what start-up built lives as long as the process: keep it out of every full collection
         return self.endpoints
 
-    async def _serve_app(self, app: web.Application, host: str, port: int, ssl_ctx: ssl.SSLContext | None) -> int:
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False)
+    async def _serve_app(self, app: web.Application, host: str, port: int, ssl_ctx: ssl.SSLContext | None,
+                         name: str) -> int:
+        rs = self.settings.receivers
+        limits = ConnectionLimits(name, rs.max_connections, rs.header_timeout_seconds, self.metrics)
+        app.middlewares.insert(0, limits.middleware)
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
+                               keepalive_timeout=rs.idle_timeout_seconds)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True)
+        site = GuardedSite(runner, host, port, limits, ssl_context=ssl_ctx, reuse_address=True)
         await site.start()
         self._runners.append(runner)
-        sockets = [s for s in (site._server.sockets if site._server else [])]  # type: ignore[union-attr]
-        return sockets[0].getsockname()[1]
+        return site.port
 
     def _admin_app(self) -> web.Application:
         app = web.Application()
@@ -140,12 +158,31 @@ class Server:
         return app
 
     def _refused(self, request: web.Request) -> web.Response | None:
-        """The receivers' bearer-token rule on the admin endpoints: a 401 answer, or None when allowed."""
-        try:
-            check_bearer(request.headers.get("Authorization"), self.settings.receivers.bearer_token)
-        except UnauthorizedError as exc:
-            return web.json_response({"error": exc.message}, status=401)
-        return None
+        """Who may use the admin endpoint: an error answer, or None when allowed.
+
+        The endpoint listens on loopback, but a browser on this machine can still be made to
+        post to it (a cross-site form, DNS rebinding). So the Host must name the endpoint
+        itself, a browser's Origin must be absent or the same, a body must be JSON, and the
+        caller must show the per-process secret from the 0600 sidecar or the bearer token.
+        """
+        if request.headers.get("Host", "") not in self._admin_hosts:
+            return web.json_response({"error": "the Host header does not name this loopback endpoint"}, status=403)
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.removeprefix("http://") not in self._admin_hosts:
+            return web.json_response({"error": f"cross-origin requests are refused (Origin {origin!r})"}, status=403)
+        if request.method != "GET" and request.can_read_body and request.content_type != "application/json":
+            return web.json_response({"error": "the body must be application/json"}, status=415)
+        if hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode(), self.admin_secret.encode()):
+            return None
+        token = self.settings.receivers.bearer_token
+        if token is not None:
+            try:
+                check_bearer(request.headers.get("Authorization"), token)
+                return None
+            except UnauthorizedError as exc:
+                return web.json_response({"error": exc.message}, status=401)
+        return web.json_response({"error": f"missing {SECRET_HEADER} (agentfunnel's commands read it from the "
+                                           "database's sidecar file)"}, status=401)
 
     async def _rescore(self, request: web.Request) -> web.Response:
         """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
@@ -185,26 +222,44 @@ class Server:
         return web.json_response({"traces": len(assembled)})
 
     async def _sql(self, request: web.Request) -> web.Response:
+        """Read-only SQL, on the query pool (never the event loop), at most ``sql.max_concurrent`` at once."""
         if (refused := self._refused(request)) is not None:
             return refused
         try:
             doc = await request.json()
             sql = doc["query"]
             max_rows = doc.get("max_rows")
+            if not isinstance(sql, str) or not (max_rows is None or (isinstance(max_rows, int) and max_rows > 0)):
+                raise TypeError
         except (json.JSONDecodeError, KeyError, TypeError):
-            return web.json_response({"error": 'body must be JSON {"query": "..."}'}, status=400)
-        assert self.store.con is not None
-        cursor = self.store.reader()
+            return web.json_response({"error": 'body must be JSON {"query": "...", "max_rows": n or null}'}, status=400)
+        limits = self.settings.sql
+        if self._queries_running >= limits.max_concurrent:
+            self.metrics.inc("sql_queries", label="busy")
+            return web.json_response({"error": f"{self._queries_running} queries are running (sql.max_concurrent); "
+                                               "retry shortly"}, status=503, headers={"Retry-After": "1"})
+        self._queries_running += 1
         try:
-            result = await asyncio.get_running_loop().run_in_executor(
-                self._query_pool, run_query, cursor, sql, max_rows)
+            result = await asyncio.get_running_loop().run_in_executor(self._query_pool, self._read, sql, max_rows)
         except QueryError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            self.metrics.inc("sql_queries", label=exc.reason)
+            return web.json_response({"error": str(exc), "reason": exc.reason}, status=400)
         finally:
-            cursor.close()
+            self._queries_running -= 1
+        self.metrics.inc("sql_queries", label="ok")
         return web.json_response(result.to_json())
 
+    def _read(self, sql: str, max_rows: int | None) -> Any:
+        """One query on a connection of its own (a cursor of the database, never the writer's connection)."""
+        cursor = self.store.reader()
+        try:
+            return run_query(cursor, sql, self.settings.sql, max_rows)
+        finally:
+            cursor.close()
+
     async def _metrics_json(self, request: web.Request) -> web.Response:
+        if request.headers.get("Host", "") not in self._admin_hosts:  # DNS rebinding
+            return web.json_response({"error": "the Host header does not name this loopback endpoint"}, status=403)
         return web.json_response(self.metrics.snapshot())
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -228,6 +283,15 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, self.forwarder.stop)
         self.evaluator.close()
         self.store.close()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, it is not known to be loopback
 
 
 async def serve_forever(settings: Settings, announce: Callable[[Endpoints], None]) -> None:

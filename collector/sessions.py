@@ -20,7 +20,7 @@ import duckdb
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .config import SessionSettings
-from .scoring_stage import ScoredSession, score_sessions, session_records, write_funnel_steps
+from .scoring_stage import FailedSession, ScoredSession, score_sessions, session_records, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it
+FAILED_SESSIONS_REMEMBERED = 10_000  # sessions whose scoring failure was logged: a repeat is only counted
 
 
 class SessionService:
@@ -44,7 +45,10 @@ class SessionService:
         self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
+        self._failures_logged: dict[str, None] = {}  # session ids, oldest first
         metrics.gauge("open_traces", lambda: len(self.tracker))
+        if evaluator is not None:
+            evaluator.metrics = metrics
 
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""
@@ -74,9 +78,25 @@ class SessionService:
 
     def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
                still_open: Collection[str] = ()) -> list[ScoredSession]:
-        return score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
-                              _OpenTraces(self.tracker, still_open),
-                              self.evaluator.evaluate if self.evaluator else None, self.lake)
+        scored = score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
+                                _OpenTraces(self.tracker, still_open),
+                                self.evaluator.evaluate if self.evaluator else None, self.lake)
+        self._count_failures(scored.failed)
+        return scored.written
+
+    def _count_failures(self, failed: list[FailedSession]) -> None:
+        """Count every failed session; log each one once, with its exception (a re-score only counts it)."""
+        if not failed:
+            return
+        self.metrics.inc("sessions_failed", len(failed))
+        for f in failed:
+            if f.session_id in self._failures_logged:
+                continue
+            self._failures_logged[f.session_id] = None
+            if len(self._failures_logged) > FAILED_SESSIONS_REMEMBERED:
+                del self._failures_logged[next(iter(self._failures_logged))]
+            log.error("scoring session %s failed; it is not written, the other sessions are", f.session_id,
+                      exc_info=f.error)
 
     def _notify(self, fut: Future, written: list[ScoredSession]) -> Future:
         """Tell the listeners about the sessions a job wrote, once it committed."""
@@ -135,21 +155,44 @@ class SessionService:
         return self._notify(self.store.submit_job(job), written)
 
     def _assemble(self, traces: dict[str, datetime]) -> Future:
-        futures = []
-        for chunk in self._chunks(traces):
-            fut = self._job(chunk)
+        return _gather([self._assemble_chunk(chunk) for chunk in self._chunks(traces)])
 
-            def done(f: Future, chunk: dict[str, datetime] = chunk) -> None:
-                if f.exception() is not None:
-                    self.metrics.inc("assembly_errors")
-                    for tid, since in chunk.items():  # keep them open; the next pass retries
-                        self.tracker.observe([tid], since)
-                else:
-                    self.metrics.inc("traces_assembled", len(f.result()))
+    def _assemble_chunk(self, chunk: dict[str, datetime]) -> Future:
+        """One job for the chunk; if it fails, each of its traces once more in a job of its own.
 
-            fut.add_done_callback(done)
-            futures.append(fut)
-        return _gather(futures)
+        So a trace that cannot be assembled costs only itself, once: failing on its own, it is
+        given up (see ``_give_up``) instead of failing its whole chunk again on every pass. The
+        future gets the traces that were assembled.
+        """
+        out: Future = Future()
+
+        def done(f: Future) -> None:
+            exc = f.exception()
+            if exc is None:
+                self.metrics.inc("traces_assembled", len(f.result()))
+                out.set_result(f.result())
+                return
+            self.metrics.inc("assembly_errors")
+            if len(chunk) == 1:
+                self._give_up(chunk, exc)
+                out.set_result([])
+                return
+            try:
+                alone = _gather([self._assemble_chunk({tid: since}) for tid, since in chunk.items()])
+            except Exception as stopping:  # noqa: BLE001 - the store is closing: the traces reopen on the next start
+                out.set_exception(stopping)
+                return
+            alone.add_done_callback(lambda g: _settle_like(out, g))
+
+        self._job(chunk).add_done_callback(done)
+        return out
+
+    def _give_up(self, traces: dict[str, datetime], exc: BaseException) -> None:
+        """A trace that failed in a job of its own is not retried: counted, logged once, left out of the open set."""
+        self.metrics.inc("traces_failed", len(traces))
+        for tid in traces:
+            log.error("trace %s cannot be assembled (%s); it is no longer retried: its spans stay stored, and it is "
+                      "tried again after a restart", tid, exc)
 
     def preview_open(self) -> Future | None:
         """Show open sessions as they stand (status open), without waiting for the idle timeout."""
@@ -304,6 +347,15 @@ class _OpenTraces(Container[str]):
 
     def __contains__(self, trace_id: object) -> bool:
         return trace_id in self.tracker or trace_id in self.previewed
+
+
+def _settle_like(target: Future, source: Future) -> None:
+    """Give ``target`` the outcome of the finished ``source``."""
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
 
 
 def _gather(futures: list[Future]) -> Future:

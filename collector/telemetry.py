@@ -28,7 +28,7 @@ DESCRIPTIONS = {
     "dedupe_evictions": "Keys dropped from the duplicate window because it reached its size bound.",
     "traces_assembled": "Traces assembled into sessions (idle timeout, flush, shutdown or early close).",
     "sessions_finalized_early": "Open traces closed before their idle timeout because max_open_traces was reached.",
-    "assembly_errors": "Assembly jobs that failed (their traces stay open and are retried).",
+    "assembly_errors": "Assembly jobs that failed (their traces are retried once, each in a job of its own).",
     "open_refresh_skipped": "Refreshes of open sessions skipped because session work was behind.",
     "traces_left_for_restart": "Traces not assembled within shutdown_assembly_seconds; reopened on the next start.",
     "forward_sent_spans": "Spans the downstream accepted (forwarding).",
@@ -39,6 +39,14 @@ DESCRIPTIONS = {
     "forward_retries": "Export attempts retried, by the downstream's answer.",
     "forward_unlabeled_spans": "Hold mode: spans forwarded without session labels, by reason (hold_bytes, no_session, shutdown).",
     "forward_summaries": "Session summary spans emitted (one per closed session version).",
+    "values_truncated": "String values (attributes, events, log bodies) cut to receivers.max_attribute_value_bytes.",
+    "sql_queries": "Read-only SQL queries, by result (ok, refused, timeout, max_rows, max_result_bytes, busy, error).",
+    "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",
+    "connections_closed": "HTTP connections closed by a limit, by port and reason (header_timeout).",
+    "admission_overreleased": "Releases of more in-flight bytes than were held (a bug if ever non-zero; the gauge stays >= 0).",
+    "archive_errors": "Case-run archive files that could not be written (the case run itself is stored).",
+    "sessions_failed": "Sessions whose scoring raised; the other sessions of the same job are stored.",
+    "traces_failed": "Traces whose assembly failed even on their own; their spans stay stored, unassembled.",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
@@ -50,6 +58,11 @@ GAUGES = {
     "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",
     "forward_held_bytes": "Forwarding, hold mode: bytes of spans held until their session closes.",
     "uptime_seconds": "Seconds since the process started.",
+    "bytes_in_flight": "Admission control: request bytes read or being read and not yet committed.",
+    "sql_queries_running": "Read-only SQL queries running now.",
+    "http_connections": "Open connections on the OTLP/HTTP port.",
+    "admin_connections": "Open connections on the loopback SQL/admin port.",
+    "grpc_calls_in_progress": "OTLP/gRPC export calls in progress (reading, decoding or waiting for their commit).",
 }
 
 

@@ -4,14 +4,25 @@ A suite is edited by people, so every problem is reported with the case it belon
 field that is wrong, e.g. ``cases[2] (id "fx-rate").argument_expectations.get_rate[0].pointer:
 must start with "/"``. A suite can live behind a URL (a dataset kept on a shared platform); an
 unreachable URL falls back to the local copy, and the result says which one was used.
+
+A URL is someone else's server, so fetching it is bounded: one deadline for the whole fetch, a
+size cap, redirects only within the same host, and a suite from a URL may not make this server
+run a command or import code unless that is allowed. YAML aliases may not blow a small file up
+into a huge document, wherever the file comes from.
 """
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
+import functools
 import hashlib
+import http.client
+import io
 import json
 import re
+import socket
+import time
 import tomllib
 import urllib.error
 import urllib.parse
@@ -36,7 +47,10 @@ __all__ = ["ArgumentExpectation", "ArtifactSource", "ArtifactSpec", "Case", "Cas
            "case_sha256", "format_validation_error", "load_suite", "parse_suite", "render_case_yaml", "split_server",
            "tool_matches"]
 
-MAX_SUITE_BYTES = 16 * 1024 * 1024
+FETCH_TIMEOUT_SECONDS = 5.0
+MAX_SUITE_BYTES = 4 * 1024 * 1024
+MAX_REDIRECTS = 5
+MAX_ALIAS_NODES = 100_000  # nodes YAML aliases may add to a document once expanded
 
 
 class CaseFileError(ValueError):
@@ -51,8 +65,56 @@ class CaseFileError(ValueError):
 
 # --------------------------------------------------------------------------- reading files
 
+class _AliasLimit(yaml.YAMLError):
+    """A document whose aliases expand it far beyond what was written (a "billion laughs" bomb)."""
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a document that aliases would expand by more than MAX_ALIAS_NODES nodes.
+
+    An alias is the same node object as its anchor, so the expanded size of every distinct node is
+    computed once (bottom-up, no recursion) and the bomb is never built.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(node))
+        elif key not in sizes:
+            if key in open_nodes:
+                raise _AliasLimit(f"an alias refers to a node that contains it ({node.start_mark.line + 1}:"
+                                  f"{node.start_mark.column + 1}): a suite cannot be recursive")
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node))
+    added = sizes[id(root)] - len(sizes)
+    if added > MAX_ALIAS_NODES:
+        raise _AliasLimit(f"YAML aliases expand the document by {added} nodes, more than the {MAX_ALIAS_NODES} "
+                          "allowed (an alias bomb?)")
+
+
 class _YamlLoader(yaml.SafeLoader):
-    """Dates stay strings: ``equals: 2026-01-15`` must compare equal to the argument ``"2026-01-15"``."""
+    """Dates stay strings: ``equals: 2026-01-15`` must compare equal to the argument ``"2026-01-15"``.
+
+    Aliases are checked before anything is built from the document (see ``_check_aliases``).
+    """
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        _check_aliases(node)
+        return node
 
 
 _YamlLoader.yaml_implicit_resolvers = {
@@ -71,6 +133,13 @@ def _plain(value: Any) -> Any:
 
 
 def _parse_text(text: str, fmt: str | None, origin: str) -> Any:
+    try:
+        return _parse_any(text, fmt, origin)
+    except RecursionError:
+        raise CaseFileError(origin, ["nested too deeply to be a suite"]) from None
+
+
+def _parse_any(text: str, fmt: str | None, origin: str) -> Any:
     if fmt == "json":
         try:
             return json.loads(text)
@@ -82,7 +151,9 @@ def _parse_text(text: str, fmt: str | None, origin: str) -> Any:
         except tomllib.TOMLDecodeError as e:
             raise CaseFileError(origin, [f"not valid TOML: {e}"]) from None
     try:
-        return yaml.load(text, Loader=_YamlLoader)
+        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 (a SafeLoader)
+    except _AliasLimit as e:
+        raise CaseFileError(origin, [str(e)]) from None
     except yaml.YAMLError as e:
         if fmt is None:  # unknown extension: TOML is the other format a suite may be in
             try:
@@ -179,24 +250,220 @@ class LoadedSuite:
         return f"cases from {self.location}"
 
 
-def _read_path(path: Path) -> tuple[str, str | None]:
+def _decode(raw: bytes, charset: str) -> str:
+    """Text in ``charset`` (a UTF-8 byte-order mark dropped); ValueError names what is wrong."""
     try:
-        raw = path.read_bytes()
+        codec = "utf-8-sig" if codecs.lookup(charset).name == "utf-8" else charset
+        return raw.decode(codec)
+    except LookupError:
+        raise ValueError(f"unknown charset {charset!r}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not valid {charset} text ({e.reason} at byte {e.start})") from None
+
+
+def _read_path(path: Path, max_bytes: int = MAX_SUITE_BYTES) -> tuple[str, str | None]:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(max_bytes + 1)
     except OSError as e:
         raise CaseFileError(str(path), [f"cannot read: {e.strerror or e}"]) from None
-    if len(raw) > MAX_SUITE_BYTES:
-        raise CaseFileError(str(path), [f"larger than {MAX_SUITE_BYTES} bytes"])
-    return raw.decode("utf-8-sig"), _format_of(path.name)
+    if len(raw) > max_bytes:
+        raise CaseFileError(str(path), [f"larger than {max_bytes} bytes (cases.max_suite_bytes)"])
+    try:
+        return _decode(raw, "utf-8"), _format_of(path.name)
+    except ValueError as e:
+        raise CaseFileError(str(path), [str(e)]) from None
 
 
-def _fetch(url: str, timeout: float) -> tuple[str, str | None]:
+class _FetchError(Exception):
+    """A URL that did not give a usable suite body; like an unreachable URL, the fallback is used."""
+
+
+class _Deadline:
+    """One deadline for a whole fetch: connect, headers, body and redirects all spend from it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def error(self) -> _FetchError:
+        return _FetchError(f"took longer than {self.seconds:g} s in all (cases.fetch_timeout_seconds)")
+
+    def left(self) -> float:
+        if self.expired():
+            raise self.error()
+        return self.at - time.monotonic()
+
+
+class _TimedReader(io.RawIOBase):
+    """A socket's reads, each allowed only the time left, so trickled bytes cannot outlast the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        super().__init__()
+        self._sock = sock
+        self._io = sock.makefile("rb", buffering=0)  # keeps the socket open after urllib closes its own handle
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(self._deadline.left())
+        try:
+            return self._io.readinto(buffer)
+        except TimeoutError:
+            raise self._deadline.error() from None
+
+    def close(self) -> None:
+        self._io.close()
+        super().close()
+
+
+class _TimedSocket:
+    """What ``HTTPResponse`` reads the status line, headers and body from: a ``_TimedReader``."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_TimedReader(self._sock, self._deadline))
+
+
+class _TimedConnection:
+    """Connects within the time left and reads every response through the deadline."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "timeout": deadline.left()})  # type: ignore[call-arg]
+        self._deadline = deadline
+
+    def response_class(self, sock: socket.socket, **kwargs: Any) -> http.client.HTTPResponse:
+        return http.client.HTTPResponse(_TimedSocket(sock, self._deadline), **kwargs)  # type: ignore[arg-type]
+
+
+class _TimedHTTPConnection(_TimedConnection, http.client.HTTPConnection):
+    pass
+
+
+class _TimedHTTPSConnection(_TimedConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _TimedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_TimedHTTPConnection, deadline=self._deadline), req)
+
+
+class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_TimedHTTPSConnection, deadline=self._deadline), req,
+                            context=self._context)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port that is not a number
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def _same_host(current: str, target: str) -> bool:
+    """The same scheme, host and port, or the https upgrade of an http URL on the same host."""
+    (scheme, host, port), (new_scheme, new_host, new_port) = _origin(current), _origin(target)
+    if new_scheme not in ("http", "https") or not new_host or new_host != host or new_port is None:
+        return False
+    return (new_scheme, new_port) == (scheme, port) or (scheme, new_scheme) == ("http", "https")
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects stay on the suite's host: another host or scheme could hand over any suite at all."""
+
+    max_repeats = max_redirections = MAX_REDIRECTS + 1  # the limit below is the one that applies
+
+    def http_error_302(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any) -> Any:
+        location = headers.get("Location") or headers.get("URI")
+        problem = None
+        if location:
+            target = urllib.parse.urljoin(req.full_url, location)
+            if not _same_host(req.full_url, target):
+                problem = (f"redirected from {req.full_url} to {target}: only redirects to http(s) on the same host "
+                           "are followed")
+            elif sum(getattr(req, "redirect_dict", {}).values()) >= MAX_REDIRECTS:
+                problem = f"more than {MAX_REDIRECTS} redirects (last to {target})"
+        if problem:
+            fp.close()
+            raise _FetchError(problem)
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """``urlopen``'s handlers (proxies from the environment included) for http(s) only, under ``deadline``."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), _TimedHTTPHandler(deadline),
+                    _TimedHTTPSHandler(deadline), urllib.request.HTTPDefaultErrorHandler(), _SameHostRedirects(),
+                    urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    return opener
+
+
+def _fetch(url: str, timeout: float = FETCH_TIMEOUT_SECONDS,
+           max_bytes: int = MAX_SUITE_BYTES) -> tuple[str, str | None]:
+    """The body of ``url`` as text; every way it can fail short of a usable body is a fetch error."""
+    deadline = _Deadline(timeout)
     request = urllib.request.Request(url, headers={"Accept": "application/yaml, application/toml, text/plain, */*"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) only, checked)
-        raw = response.read(MAX_SUITE_BYTES + 1)
-        if len(raw) > MAX_SUITE_BYTES:
-            raise ValueError(f"larger than {MAX_SUITE_BYTES} bytes")
-        charset = response.headers.get_content_charset() or "utf-8"
-        return raw.decode(charset), _format_of(url, response.headers.get("Content-Type", ""))
+    try:
+        with _opener(deadline).open(request, timeout=deadline.left()) as response:
+            length = response.headers.get("Content-Length", "")
+            if length.strip().isdigit() and int(length) > max_bytes:
+                raise _FetchError(f"Content-Length {int(length)} is larger than {max_bytes} bytes "
+                                  "(cases.max_suite_bytes)")
+            chunks, size = [], 0
+            while chunk := response.read(64 * 1024):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _FetchError(f"larger than {max_bytes} bytes (cases.max_suite_bytes)")
+                chunks.append(chunk)
+            charset = response.headers.get_content_charset() or "utf-8"
+            content_type = response.headers.get("Content-Type", "")
+    except (OSError, http.client.HTTPException) as e:
+        # every socket timeout is the time left, so a timeout (wrapped in URLError on connect) is the deadline
+        if deadline.expired() or isinstance(getattr(e, "reason", e), TimeoutError):
+            raise deadline.error() from None
+        raise
+    try:
+        return _decode(b"".join(chunks), charset), _format_of(url, content_type)
+    except ValueError as e:
+        raise _FetchError(f"{e} (Content-Type {content_type!r})" if content_type else str(e)) from None
+
+
+def _refuse_remote_code(suite: Suite, origin: str) -> None:
+    """A suite from a URL must not make this server run a command or import a module."""
+    problems = []
+    for i, case in enumerate(suite.cases):
+        validator = case.artifact.validator if case.artifact else None
+        if validator is not None:
+            field = "command" if validator.command is not None else "entry_point"
+            problems.append(f'cases[{i}] (id "{case.id}").artifact.validator.{field}: a suite fetched from a URL '
+                            "may not run commands or import code on this server; set "
+                            "cases.allow_remote_commands: true to allow it")
+    if problems:
+        raise CaseFileError(origin, problems)
 
 
 def _sha(text: str) -> str:
@@ -207,29 +474,35 @@ def _suite_from_text(text: str, fmt: str | None, origin: str) -> Suite:
     return parse_suite(_parse_text(text, fmt, origin), origin)
 
 
-def load_suite(source: str | Path, fallback: Path | None = None, timeout: float = 5.0) -> LoadedSuite:
-    """A suite from a path or an http(s) URL; an unreachable URL falls back to ``fallback``.
+def load_suite(source: str | Path, fallback: Path | None = None, timeout: float = FETCH_TIMEOUT_SECONDS, *,
+               max_bytes: int = MAX_SUITE_BYTES, allow_remote_commands: bool = False) -> LoadedSuite:
+    """A suite from a path or an http(s) URL; a URL that cannot be fetched falls back to ``fallback``.
 
-    Only fetching falls back: a suite that was fetched but is invalid is an error, so a broken
-    shared dataset is never silently replaced by an older local copy.
+    Only fetching falls back: a suite that was fetched but is invalid, or that declares validators
+    (code this server would run) when remote ones are not allowed, is an error, so a broken or
+    hostile shared dataset is never silently replaced by an older local copy. ``timeout`` is the
+    total time for the fetch and ``max_bytes`` caps the suite, fetched or read.
     """
     text_source = str(source)
     if isinstance(source, str) and re.match(r"^https?://", source, re.I):
         try:
-            text, fmt = _fetch(source, timeout)
-        except (urllib.error.URLError, OSError, ValueError, TimeoutError) as e:
+            text, fmt = _fetch(source, timeout, max_bytes)
+        except (_FetchError, urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
             why = (f"HTTP {e.code} {e.reason}" if isinstance(e, urllib.error.HTTPError)
                    else getattr(e, "reason", None) or e)
-            reason = f"{source} could not be fetched: {why}"
             if fallback is None:
-                raise CaseFileError(source, [reason.split(": ", 1)[1]]) from None
-            text, fmt = _read_path(Path(fallback))
+                raise CaseFileError(source, [f"could not be fetched: {why}"]) from None
+            text, fmt = _read_path(Path(fallback), max_bytes)
+            reason = f"{source} could not be fetched: {why}"
             return LoadedSuite(_suite_from_text(text, fmt, str(fallback)), "fallback", str(fallback), _sha(text), reason)
-        return LoadedSuite(_suite_from_text(text, fmt, source), "url", source, _sha(text))
+        suite = _suite_from_text(text, fmt, source)
+        if not allow_remote_commands:
+            _refuse_remote_code(suite, source)
+        return LoadedSuite(suite, "url", source, _sha(text))
     if "://" in text_source:
         raise CaseFileError(text_source, ["only http(s) URLs and local paths can be loaded"])
     path = Path(source)
-    text, fmt = _read_path(path)
+    text, fmt = _read_path(path, max_bytes)
     return LoadedSuite(_suite_from_text(text, fmt, str(path)), "path", str(path), _sha(text))
 
 

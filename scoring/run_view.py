@@ -131,10 +131,12 @@ def build_view(records: Sequence[SpanRecord], final_answer: str | None = None) -
     for r in ordered:
         if r.final_answer and not r.ignored and r.kind == "llm":
             texts.append(Text(r.final_answer, r.end_ns, "llm"))
+    said = {t.text for t in texts}  # one lookup per agent turn, not a scan of every model answer
     for r in roots:
-        if r.final_answer and all(t.text != r.final_answer for t in texts):
+        if r.final_answer and r.final_answer not in said:
             texts.append(Text(r.final_answer, r.end_ns, "agent"))
-    if final_answer and all(t.text != final_answer for t in texts):
+            said.add(r.final_answer)
+    if final_answer and final_answer not in said:
         texts.append(Text(final_answer, max((r.end_ns for r in ordered), default=0), "final_answer"))
     texts.sort(key=lambda t: t.end_ns)
     answer = final_answer or (texts[-1].text if texts else None)

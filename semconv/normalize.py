@@ -8,6 +8,7 @@ signal) are read here once.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -99,6 +100,10 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
         experiment=_str(attrs.get(AGENTFUNNEL_EXPERIMENT) or span.resource_attributes.get(AGENTFUNNEL_EXPERIMENT)),
         run_id=_str(attrs.get(AGENTFUNNEL_RUN_ID) or span.resource_attributes.get(AGENTFUNNEL_RUN_ID)),
     )
+    for text_field in ("tool_name", "agent_name", "model", "call_id"):  # telemetry can send any AnyValue here
+        value = fields.get(text_field)
+        if value is not None and not isinstance(value, str):
+            fields[text_field] = json.dumps(value, sort_keys=True, default=str)
     if fields.get("kind") not in ("llm", "tool", "agent", "other"):
         fields["kind"] = "other"
     if fields["kind"] == "tool" and not fields.get("tool_name"):

@@ -6,21 +6,32 @@
 - OpenInference's LangChain tool spans lose the argument names of one-argument tools; the parent
   ``tools`` span holds the full call list (``[{"name", "args", "id"}]``), so the arguments and
   call id are recovered from there.
+
+A trace can hold tens of thousands of sibling calls, so the work stays linear in its spans: each
+call's place among its same-name siblings is counted in one pass, and each parent's call list is
+parsed once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 from .attributes import OI_INPUT_VALUE
 from .dialects.base import parse_json
 from .records import SpanRecord, SpanView
 
+CallList = dict[Hashable, list[tuple[dict, Any]]]  # tool name -> (args, call id) of its calls, in list order
+
 
 def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> list[SpanRecord]:
     """Records of one trace (same order as ``views``) with the cross-span rules applied."""
     by_id = {r.span_id: i for i, r in enumerate(records)}
+    positions = _sibling_positions(records)
+    call_lists: dict[int, CallList] = {}
     out = list(records)
     for i, rec in enumerate(out):
         if not rec.is_tool_call or rec.parent_span_id not in by_id:
@@ -38,26 +49,37 @@ def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) 
             out[i] = dataclasses.replace(out[i], ignored="same_call")
             continue
         if not isinstance(rec.arguments, dict):
-            recovered = _from_call_list(views[parent_i], rec.tool_name, _position(out, i))
-            if recovered is not None:
-                args, call_id = recovered
+            if parent_i not in call_lists:
+                call_lists[parent_i] = _call_list(views[parent_i])
+            matching = call_lists[parent_i].get(_name_key(rec.tool_name), ())
+            if positions[i] < len(matching):
+                args, call_id = matching[positions[i]]
                 out[i] = dataclasses.replace(rec, arguments=args, call_id=rec.call_id or call_id)
     return out
 
 
-def _position(records: Sequence[SpanRecord], i: int) -> int:
-    """Index of this tool call among its siblings with the same name (parallel calls)."""
-    me = records[i]
-    earlier = [r for r in records[:i] if r.parent_span_id == me.parent_span_id and r.tool_name == me.tool_name]
-    return len(earlier)
+def _name_key(name: Any) -> Hashable:
+    """A tool name as a dict key: names sent as arrays or objects still compare by value."""
+    return json.dumps(name, sort_keys=True) if isinstance(name, (list, dict)) else name
 
 
-def _from_call_list(parent: SpanView, tool: str | None, position: int) -> tuple[dict, str | None] | None:
+def _sibling_positions(records: Sequence[SpanRecord]) -> list[int]:
+    """For each record, how many earlier records share its parent and tool name (parallel calls)."""
+    seen: Counter[tuple[str | None, Hashable]] = Counter()
+    positions = []
+    for r in records:
+        key = (r.parent_span_id, _name_key(r.tool_name))
+        positions.append(seen[key])
+        seen[key] += 1
+    return positions
+
+
+def _call_list(parent: SpanView) -> CallList:
+    """The parent's call list, grouped by tool name; empty when it holds none."""
     calls = parse_json(parent.attributes.get(OI_INPUT_VALUE))
-    if not isinstance(calls, list):
-        return None
-    matching = [c for c in calls if isinstance(c, dict) and c.get("name") == tool and isinstance(c.get("args"), dict)]
-    if position >= len(matching):
-        return None
-    call = matching[position]
-    return call["args"], call.get("id")
+    by_name: CallList = {}
+    if isinstance(calls, list):
+        for c in calls:
+            if isinstance(c, dict) and isinstance(c.get("args"), dict):
+                by_name.setdefault(_name_key(c.get("name")), []).append((c["args"], c.get("id")))
+    return by_name

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,15 @@ class ServerProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text() if self.log_path else ""
+
+    def admin_post(self, path: str, payload: dict[str, Any] | None = None, timeout: float = 120) -> dict[str, Any]:
+        """POST to the admin endpoint as agentfunnel's own commands do: with the secret from the sidecar."""
+        side = self.db.with_name(self.db.name + ".agentfunnel.json")
+        secret = json.loads(side.read_text())["secret"]
+        req = urllib.request.Request(self.admin + path, data=json.dumps(payload or {}).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "X-Agentfunnel-Secret": secret})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
 
 
 def run_cli(*args: str, check: bool = True, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -289,9 +289,3 @@ def file_rows(db: Path, queries: dict[str, str]) -> dict[str, list[dict[str, Any
         return out
     finally:
         con.close()
-
-
-def admin(url: str, path: str) -> dict[str, Any]:
-    req = urllib.request.Request(url + path, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return json.loads(resp.read())

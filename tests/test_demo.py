@@ -96,3 +96,16 @@ def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_reg
     changes = {c["case_id"]: c["change"] for c in json.loads(result.stdout)["cases"]}
     assert changes["book-kyoto-hotel"] == "regressed"
     assert [c for c, change in changes.items() if change == "regressed"] == ["book-kyoto-hotel"]
+
+
+def test_the_readmes_configuration_example_is_a_valid_configuration():
+    import tomllib
+
+    from agentfunnel.collector.config import Settings
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Configuration", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    settings = Settings.model_validate(tomllib.loads(block))
+    assert settings.sql.max_rows == 100000 and settings.receivers.max_connections == 512
+    assert settings.cases.allow_remote_commands is False

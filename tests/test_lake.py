@@ -21,7 +21,7 @@ from agentfunnel.collector.demo.agents import run_population
 from agentfunnel.collector.store.lake import owner_of, reader_views
 
 from conftest import ServerProcess
-from lake_support import (Postgres, Router, admin, file_rows, free_port, lake_config, lake_python, lake_rows, lake_sql,
+from lake_support import (Postgres, Router, file_rows, free_port, lake_config, lake_python, lake_rows, lake_sql,
                           pg_bindir, route)
 
 LAKE_PYTHON, WHY_NOT = lake_python()
@@ -127,10 +127,10 @@ class Cluster:
 
     def settle(self) -> None:
         """Assemble everything everywhere; a second round lets every owner see the others' assemblies."""
-        admin(self.reference.admin, "/flush")
+        self.reference.admin_post("/flush")
         for _ in range(2):
             for r in self.replicas:
-                admin(r.admin, "/flush")
+                r.admin_post("/flush")
 
     def lake(self, query: str) -> list[dict[str, Any]]:
         return lake_sql(LAKE_PYTHON, self.configs[0], query)  # type: ignore[arg-type]

@@ -56,7 +56,7 @@ def _post(srv, spans: list[dict]) -> None:
 
 
 def _flush(srv) -> None:
-    urllib.request.urlopen(urllib.request.Request(srv.admin + "/flush", data=b"{}", method="POST")).read()
+    srv.admin_post("/flush")
 
 
 def _session(db, session_id: str) -> dict | None:

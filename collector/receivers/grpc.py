@@ -3,17 +3,22 @@
 Requests arrive as raw bytes (no deserializer registered), so a malformed payload is decoded by
 us and answered INVALID_ARGUMENT with a message, never INTERNAL. Saturation is UNAVAILABLE with
 RetryInfo; an acknowledged request has been committed.
+
+Export is registered as a client-streaming method although clients call it as a unary one (the
+wire is the same): so the handler runs as soon as the call's metadata has arrived, and the token,
+the cap on calls in progress and admission are checked before a byte of the message is read.
+A refused call costs the server nothing but its headers, whatever size its message would be.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
 from ..config import ReceiverSettings
-from ..errors import IngestError
+from ..errors import BodyTimeout, IngestError, PermanentError, Saturated
 from ..pipeline import ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, grpc_code, rpc_status
@@ -31,16 +36,21 @@ class GrpcReceiver:
         self.pipeline = pipeline
         self.metrics = metrics
         self.run_blocking = run_blocking
+        self._in_progress = 0
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", settings.max_request_bytes),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.max_concurrent_streams", settings.max_concurrent_requests),
+            ("grpc.server_handshake_timeout_ms", int(settings.header_timeout_seconds * 1000)),
+            ("grpc.max_connection_idle_ms", int(settings.idle_timeout_seconds * 1000)),
         ])
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler(
-                TRACE_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._traces)}),
+                TRACE_SERVICE, {"Export": grpc.stream_unary_rpc_method_handler(self._traces)}),
             grpc.method_handlers_generic_handler(
-                LOGS_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(self._logs)}),
+                LOGS_SERVICE, {"Export": grpc.stream_unary_rpc_method_handler(self._logs)}),
         ))
+        metrics.gauge("grpc_calls_in_progress", lambda: self._in_progress)
 
     def bind(self, host: str) -> int:
         address = f"{host}:{self.settings.grpc_port}"
@@ -54,19 +64,49 @@ class GrpcReceiver:
             raise OSError(f"cannot listen for OTLP/gRPC on {address}")
         return port
 
-    async def _traces(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return await self._export(request, context, "traces")
+    async def _traces(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        return await self._export(requests, context, "traces")
 
-    async def _logs(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        return await self._export(request, context, "logs")
+    async def _logs(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        return await self._export(requests, context, "logs")
 
-    async def _export(self, body: bytes, context: grpc.aio.ServicerContext, signal: Signal) -> bytes:
+    def _admit_call(self) -> None:
+        """Before the message is read: the caller's token, the calls in progress, the bytes in flight."""
+        if self._in_progress >= self.settings.max_concurrent_requests:
+            self.metrics.inc("pushed_back", label="grpc:max_concurrent_requests")
+            raise Saturated(f"{self._in_progress} calls in progress (receivers.max_concurrent_requests); "
+                            f"retry after {self.settings.retry_after_seconds:g}s", self.settings.retry_after_seconds)
+        if self.pipeline.admission.saturated():
+            self.metrics.inc("pushed_back", label="grpc:bytes_in_flight")
+            raise Saturated(f"{self.pipeline.admission.in_flight} bytes in flight, limit {self.pipeline.admission.limit}; "
+                            f"retry after {self.settings.retry_after_seconds:g}s", self.settings.retry_after_seconds)
+
+    async def _read_one(self, requests: AsyncIterator[bytes]) -> bytes:
+        body: bytes | None = None
+        try:
+            async with asyncio.timeout(self.settings.body_timeout_seconds):
+                async for message in requests:
+                    if body is not None:
+                        raise PermanentError("Export takes exactly one request message")
+                    body = message
+        except TimeoutError:
+            raise BodyTimeout(f"the request message did not arrive within {self.settings.body_timeout_seconds:g}s "
+                              "(receivers.body_timeout_seconds)") from None
+        return body or b""
+
+    async def _export(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, signal: Signal) -> bytes:
         reserved = 0
+        counted = False
         try:
             check_bearer(dict(context.invocation_metadata() or ()).get("authorization"), self.settings.bearer_token)
+            self._admit_call()
+            self._in_progress += 1
+            counted = True
+            body = await self._read_one(requests)
             self.pipeline.admission.acquire(len(body), "grpc")
             reserved = len(body)
             batch = await self.run_blocking(self.pipeline.decode, signal, "protobuf", body)
+            del body
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "grpc"))
         except IngestError as exc:
             self.pipeline.count_refusal(signal, exc)
@@ -75,6 +115,8 @@ class GrpcReceiver:
                                 trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),))
             raise AssertionError("unreachable")  # abort raises
         finally:
+            if counted:
+                self._in_progress -= 1
             if reserved:
                 self.pipeline.admission.release(reserved)
         self.metrics.inc("requests", label=f"{signal}:ok")

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ..config import ReceiverSettings
-from ..errors import IngestError, PayloadTooLarge, PermanentError, UnsupportedMedia
+from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, Saturated, UnsupportedMedia
 from ..pipeline import Encoding, ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
@@ -72,6 +72,7 @@ class HttpReceiver:
         self.metrics = metrics
         self.run_blocking = run_blocking
         self.ready = False
+        self._in_progress = 0
         self.app = web.Application(client_max_size=settings.max_request_bytes)
         self.app.router.add_post("/v1/traces", self._traces)
         self.app.router.add_post("/v1/logs", self._logs)
@@ -88,7 +89,9 @@ class HttpReceiver:
     async def _export(self, request: web.Request, signal: Signal) -> web.StreamResponse:
         limit = self.settings.max_request_bytes
         encoding: Encoding | None = None
-        reserved = 0
+        admission = self.pipeline.admission
+        reserved = [0]  # bytes this request holds in admission: released exactly once, never more
+        counted = False
         try:
             check_bearer(request.headers.get("Authorization"), self.settings.bearer_token)
             ctype = request.content_type.lower()
@@ -104,35 +107,54 @@ class HttpReceiver:
             declared = request.content_length
             if declared is not None and declared > limit:
                 raise PayloadTooLarge(f"body of {declared} bytes exceeds the limit of {limit} bytes")
-            reserved = declared if declared is not None else READ_CHUNK
-            self.pipeline.admission.acquire(reserved, "http")
-            body = await self._read_body(request, limit)
+            if self._in_progress >= self.settings.max_concurrent_requests:
+                self.metrics.inc("pushed_back", label="http:max_concurrent_requests")
+                raise Saturated(f"{self._in_progress} requests in progress (receivers.max_concurrent_requests); "
+                                f"retry after {self.settings.retry_after_seconds:g}s", self.settings.retry_after_seconds)
+            self._in_progress += 1
+            counted = True
+            try:
+                async with asyncio.timeout(self.settings.body_timeout_seconds):
+                    body = await self._read_body(request, limit, reserved)
+            except TimeoutError:
+                raise BodyTimeout(f"the body did not arrive within {self.settings.body_timeout_seconds:g}s "
+                                  "(receivers.body_timeout_seconds)") from None
             if content_encoding == "gzip":
                 body = inflate_gzip(body, limit)
-            if len(body) > reserved:
-                self.pipeline.admission.acquire(len(body) - reserved, "http")
-                reserved = len(body)
+            self._reserve(reserved, len(body))  # inflated, it costs more
             batch = await self.run_blocking(self.pipeline.decode, signal, encoding, body)
             del body
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "http"))
         except IngestError as exc:
             self.pipeline.count_refusal(signal, exc)
-            return error_response(exc, encoding)
+            response = error_response(exc, encoding)
+            if isinstance(exc, BodyTimeout):
+                response.force_close()
+            return response
         finally:
-            if reserved:
-                self.pipeline.admission.release(reserved)
+            if counted:
+                self._in_progress -= 1
+            if reserved[0]:
+                admission.release(reserved[0])
         self.metrics.inc("requests", label=f"{signal}:ok")
         ctype_out = "application/json" if encoding == "json" else "application/x-protobuf"
         return web.Response(body=success_body(signal, encoding, result), content_type=ctype_out)
 
-    @staticmethod
-    async def _read_body(request: web.Request, limit: int) -> bytes:
+    def _reserve(self, reserved: list[int], total: int) -> None:
+        """Hold ``total`` bytes in admission for this request (what it has read so far)."""
+        if total > reserved[0]:
+            self.pipeline.admission.acquire(total - reserved[0], "http", held=reserved[0])
+            reserved[0] = total
+
+    async def _read_body(self, request: web.Request, limit: int, reserved: list[int]) -> bytes:
+        """The whole body, admitted as it arrives: a slow upload holds only the bytes it has sent."""
         chunks = []
         size = 0
         async for chunk in request.content.iter_chunked(READ_CHUNK):
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+            self._reserve(reserved, size)
             chunks.append(chunk)
         if request.content_length is not None and size != request.content_length:
             raise PermanentError(f"body ended after {size} of {request.content_length} bytes")

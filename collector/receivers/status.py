@@ -6,6 +6,7 @@ Malformed data is permanent (400 / INVALID_ARGUMENT), never INTERNAL; saturation
 
 from __future__ import annotations
 
+import hmac
 import math
 
 import grpc
@@ -18,7 +19,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsPa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTracePartialSuccess,
                                                                       ExportTraceServiceResponse)
 
-from ..errors import (IngestError, PayloadTooLarge, PermanentError, RetryableError, UnauthorizedError,
+from ..errors import (BodyTimeout, IngestError, PayloadTooLarge, PermanentError, RetryableError, UnauthorizedError,
                       UnsupportedMedia)
 
 
@@ -29,7 +30,8 @@ def check_bearer(header: str | None, token: str | None) -> None:
     if header is None:
         raise UnauthorizedError("missing Authorization header (expected a bearer token)")
     scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or value.strip() != token:
+    # compared in constant time: how long a refusal takes says nothing about how much of a guess was right
+    if not hmac.compare_digest(value.strip().encode(), token.encode()) or scheme.lower() != "bearer":
         raise UnauthorizedError("invalid bearer token")
 
 
@@ -54,6 +56,8 @@ def http_status(exc: IngestError) -> int:
         return 415
     if isinstance(exc, UnauthorizedError):
         return 401
+    if isinstance(exc, BodyTimeout):
+        return 408
     if isinstance(exc, PermanentError):
         return 400
     return 503

@@ -29,6 +29,7 @@ import duckdb
 from ..assembly import Sources
 from ..config import LakeSettings
 from .schema import MIGRATIONS, Migration, migrate
+from .writer import lock_down
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,11 @@ LAKE_RETRY_BACKOFF = 1.2
 _RACED = re.compile(r"already exists|duplicate key|conflict", re.IGNORECASE)
 
 
+def data_directory(lake: LakeSettings) -> str:
+    """The lake's data path as DuckLake and ``allowed_directories`` want it: ending in a slash."""
+    return lake.data_path if "://" in lake.data_path or lake.data_path.endswith("/") else lake.data_path + "/"
+
+
 def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as ``lake``; extensions from the wheels only."""
     paths = [extension_path(n) for n in EXTENSIONS]
@@ -111,7 +117,7 @@ def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPy
         con.execute(f"SET ducklake_retry_wait_ms = {LAKE_RETRY_WAIT_MS}")
         con.execute(f"SET ducklake_max_retry_count = {LAKE_MAX_RETRIES}")
         con.execute(f"SET ducklake_retry_backoff = {LAKE_RETRY_BACKOFF}")  # the 40th wait is about 2.5 s
-        data = lake.data_path if "://" in lake.data_path or lake.data_path.endswith("/") else lake.data_path + "/"
+        data = data_directory(lake)
         if "://" not in data:
             Path(data).mkdir(parents=True, exist_ok=True)
         options = f"DATA_PATH {_quote(data)}" + (", READ_ONLY" if read_only else "")
@@ -277,6 +283,7 @@ def open_replica(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
         _migrate_schema(con, schema_of(lake.replica))
         build_readers(con)
         con.execute(f"USE {CATALOG}.{schema_of(lake.replica)}")
+        lock_down(con, (data_directory(lake),))
     except BaseException:
         con.close()
         raise
@@ -288,6 +295,7 @@ def open_reader(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
     con = connect_lake(lake, read_only=True)
     try:
         con.execute(f"USE {READERS}")
+        lock_down(con, (data_directory(lake),))
     except duckdb.Error as exc:
         con.close()
         raise LakeUnavailable(f"the lake has no agentfunnel views yet (start a replica first): {exc}") from None

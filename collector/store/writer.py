@@ -64,10 +64,31 @@ class _Item:
 
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection with the session settings every agentfunnel connection uses."""
-    con = duckdb.connect(str(path), read_only=read_only)
+    """A connection with the session settings every agentfunnel connection uses.
+
+    Extensions are never installed or loaded behind our back: a query naming one is an error,
+    not a download.
+    """
+    con = duckdb.connect(str(path), read_only=read_only,
+                         config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     con.execute("SET TimeZone = 'UTC'")
     return con
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ...] = ()) -> None:
+    """No file, network or extension access from SQL, and no configuration changes, from now on.
+
+    Applied once the store has set what it needs: the database's own file, WAL and temporary
+    files stay usable, and Arrow tables registered from Python still scan, but users' SQL cannot
+    read ``/proc/self/environ``, write with COPY, ATTACH another file or change the memory limit.
+    Database-wide and one-way: DuckDB offers no way to turn it back on. ``allowed_directories``
+    stay reachable (a lake's Parquet files).
+    """
+    if allowed_directories:
+        listed = ", ".join("'" + d.replace("'", "''") + "'" for d in allowed_directories)
+        con.execute(f"SET allowed_directories = [{listed}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def _utcnow() -> datetime:
@@ -149,7 +170,10 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.con = connect(path)
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
+            self.con.execute(f"SET memory_limit = '{self.settings.memory_limit_mb}MB'")
+            self.con.execute(f"SET threads = {self.settings.threads}")
             migrate(self.con)
+            lock_down(self.con)
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
         self._thread.start()
@@ -384,29 +408,36 @@ class Store:
                 log_parts.append((b, part_mask))
 
         t0 = time.perf_counter()
-        inserts = []
+        tables: dict[str, pa.Table] = {}  # registered by name: with external access off, DuckDB scans no Python locals
         if span_parts:
-            spans_tbl = self._span_table(span_parts, received_at)  # noqa: F841 (read by DuckDB)
+            spans_tbl = self._span_table(span_parts, received_at)
             if spans_tbl.num_rows:
-                inserts.append("INSERT INTO spans BY NAME SELECT * FROM spans_tbl")
+                tables["spans"] = spans_tbl
         if log_parts:
-            logs_tbl = self._log_table(log_parts, received_at)  # noqa: F841
+            logs_tbl = self._log_table(log_parts, received_at)
             if logs_tbl.num_rows:
-                inserts.append("INSERT INTO logs BY NAME SELECT * FROM logs_tbl")
-        if len(inserts) == 1:
-            con.execute(inserts[0])  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
-        elif inserts:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for sql in inserts:
-                    con.execute(sql)
-                con.execute("COMMIT")
-            except BaseException:
+                tables["logs"] = logs_tbl
+        for table, rows in tables.items():
+            con.register(f"_new_{table}", rows)
+        try:
+            inserts = [f"INSERT INTO {table} BY NAME SELECT * FROM _new_{table}" for table in tables]
+            if len(inserts) == 1:
+                con.execute(inserts[0])  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
+            elif inserts:
+                con.execute("BEGIN TRANSACTION")
                 try:
-                    con.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
-                raise
+                    for sql in inserts:
+                        con.execute(sql)
+                    con.execute("COMMIT")
+                except BaseException:
+                    try:
+                        con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass
+                    raise
+        finally:
+            for table in tables:
+                con.unregister(f"_new_{table}")
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
         evicted = self.dedupe.evicted_by_size

@@ -1,0 +1,234 @@
+"""A poisoned job costs only itself: one session's failure, or one trace's, never takes the others with it.
+
+End to end against a real ``agentfunnel serve`` with ``cases.archive_dir`` set: telemetry naming
+an experiment 300 characters long, or like a path, writes a safe file inside the archive and
+costs no session; an archive that cannot be written is logged once, counted, and costs none
+either. Then, in process: a session whose scoring raises, and a trace whose assembly raises.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import urllib.request
+from concurrent.futures import Future
+from datetime import datetime
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+import agentfunnel.collector.sessions as sessions_module
+from agentfunnel.collector.assembly import AssembledTrace, assemble
+from agentfunnel.collector.config import SessionSettings
+from agentfunnel.collector.scoring_stage import score_sessions
+from agentfunnel.collector.sessions import SessionService
+from agentfunnel.collector.store.schema import migrate
+from agentfunnel.collector.store.writer import connect
+from agentfunnel.collector.telemetry import Metrics
+from agentfunnel.scoring import SessionScorer
+from agentfunnel.semconv import SpanView
+from conftest import sql
+from otlp_build import trace_request
+from test_stages import FX, RESULT
+
+LONG_EXPERIMENT = "exp-" + "x" * 296
+PATH_LIKE_EXPERIMENT = "../../escaped\x1b[31m/run"
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+\.json$")
+
+
+def _config(tmp_path, archive_dir) -> str:
+    suite = tmp_path / "cases.yaml"
+    suite.write_text(yaml.safe_dump({"cases": [{**FX, "completion_criteria": []}]}))  # no judge needed
+    cfg = tmp_path / "agentfunnel.yaml"
+    cfg.write_text(yaml.safe_dump({"cases": {"suite": str(suite), "archive_dir": str(archive_dir)},
+                                   "sessions": {"idle_timeout_seconds": 1, "check_interval_seconds": 0.2,
+                                                "open_refresh_seconds": 0}}))
+    return str(cfg)
+
+
+def _run(conversation: str, resource: dict) -> ExportTraceServiceRequest:
+    """One agent run (an answer after one tool call), its case attribution on the resource."""
+    tid, root = os.urandom(16), os.urandom(8)
+    spans = [
+        {"trace_id": tid, "span_id": root, "name": "invoke_agent fx", "start": 1, "end": 10**9,
+         "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "fx-agent",
+                        "gen_ai.conversation.id": conversation,
+                        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                            {"type": "text", "content": "On 2026-01-15, 1 EUR equals 1.10 USD."}]}])}},
+        {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "execute_tool get_rate",
+         "start": 30, "end": 40,
+         "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "mcp__fxrates__get_rate",
+                        "gen_ai.tool.call.arguments": json.dumps({"base": "EUR", "quote": "USD", "date": "2026-01-15"}),
+                        "gen_ai.tool.call.result": json.dumps(RESULT)}},
+    ]
+    return trace_request(spans, resource={"service.name": "fx-agent", **resource})
+
+
+def _case_run(experiment: str, run_id: str) -> dict:
+    return {"agentfunnel.case.id": "fx-rate", "agentfunnel.experiment": experiment, "agentfunnel.run.id": run_id}
+
+
+def _post(srv, *runs: ExportTraceServiceRequest) -> None:
+    """The runs in one export request: their traces go idle together and are assembled in one job."""
+    req = ExportTraceServiceRequest()
+    for run in runs:
+        req.resource_spans.extend(run.resource_spans)
+    http = urllib.request.Request(srv.http_url + "/v1/traces", data=req.SerializeToString(),
+                                  headers={"Content-Type": "application/x-protobuf"})
+    assert urllib.request.urlopen(http).status == 200
+
+
+def _metrics(srv) -> dict:
+    return json.loads(urllib.request.urlopen(srv.http_url + "/metrics?format=json").read())
+
+
+def _stored_sessions(srv, expected: int, timeout: float = 20.0) -> list[str]:
+    """The stored session ids, once ``expected`` of them are there (or the timeout passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ids = [r["session_id"] for r in sql(srv.db, "SELECT session_id FROM sessions ORDER BY session_id")]
+        if len(ids) >= expected or time.monotonic() > deadline:
+            return ids
+        time.sleep(0.3)
+
+
+def _send_runs(srv) -> list[str]:
+    _post(srv, _run("run-long", _case_run(LONG_EXPERIMENT, "1")),
+          _run("run-path", _case_run(PATH_LIKE_EXPERIMENT, "../2")),
+          _run("run-plain", _case_run("plain", "3")), _run("no-case", {}))
+    return _stored_sessions(srv, 4)
+
+
+ALL_SESSIONS = ["no-case", "run-long", "run-path", "run-plain"]
+
+
+def test_experiment_names_from_telemetry_never_pick_the_archive_path_nor_cost_a_session(server_factory, tmp_path):
+    archive = tmp_path / "runs" / "archive"
+    srv = server_factory(["--config", _config(tmp_path, archive)])
+    assert _send_runs(srv) == ALL_SESSIONS
+    assert sql(srv.db, "SELECT count(*) AS n FROM case_runs") == [{"n": 3}]
+    files = sorted(p for p in tmp_path.rglob("*.json") if not p.name.startswith(srv.db.name))  # not the sidecar
+    assert [p.parent for p in files] == [archive] * 3  # every run archived, nothing written outside the archive
+    for p in files:
+        assert SAFE_NAME.match(p.name) and len(p.name.encode()) < 200, p.name
+    experiments = {json.loads(p.read_text())["experiment"] for p in files}
+    assert experiments == {LONG_EXPERIMENT, PATH_LIKE_EXPERIMENT, "plain"}  # the full values are kept inside
+    metrics = _metrics(srv)
+    assert metrics.get("archive_errors", 0) == 0 and metrics.get("assembly_errors", 0) == 0
+    srv.stop()
+    assert "Traceback" not in srv.logs()
+
+
+def test_an_archive_that_cannot_be_written_is_logged_once_counted_and_costs_no_session(server_factory, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the archive's parent should be")
+    srv = server_factory(["--config", _config(tmp_path, blocker / "archive")])
+    assert _send_runs(srv) == ALL_SESSIONS
+    metrics = _metrics(srv)
+    assert sum(metrics.get("archive_errors", {}).values()) >= 3  # each run's archive, by error kind
+    assert metrics.get("assembly_errors", 0) == 0 and metrics.get("sessions_failed", 0) == 0
+    _post(srv, _run("run-later", _case_run("plain", "4")))  # a later job: counted again, not logged again
+    assert "run-later" in _stored_sessions(srv, 5)
+    assert sum(_metrics(srv)["archive_errors"].values()) >= 4
+    srv.stop()
+    assert srv.logs().count("cannot write a case-run archive") == 1
+
+
+# ---------------------------------------------------------------------------- in process
+
+
+def _session_trace(session_id: str) -> AssembledTrace:
+    tid = os.urandom(16).hex()
+    return assemble([SpanView(tid, "1" * 16, None, "invoke_agent a", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": session_id}, start_ns=1, end_ns=2)])
+
+
+class _FailsFor(SessionScorer):
+    def __init__(self, session_id: str) -> None:
+        super().__init__()
+        self.failing = session_id
+
+    def score(self, session_id, records):
+        if session_id == self.failing:
+            raise ValueError("this session's data cannot be scored")
+        return super().score(session_id, records)
+
+
+def _evaluate_failing_for(session_id: str):
+    def evaluate(con, score, records, status):
+        if score.session_id == session_id:
+            raise OSError(36, "File name too long")
+        return None
+
+    return evaluate
+
+
+@pytest.mark.parametrize("breaks", ["score", "evaluate"])
+def test_one_session_that_raises_leaves_its_row_as_it_was_and_the_others_are_written(tmp_path, breaks):
+    con = connect(tmp_path / "iso.duckdb")
+    migrate(con)
+    traces = [_session_trace("s-ok"), _session_trace("s-bad")]
+    ids = {"s-ok", "s-bad"}
+    first = score_sessions(con, ids, traces, SessionScorer(), (), set())
+    assert sorted(x.score.session_id for x in first.written) == ["s-bad", "s-ok"] and not first.failed
+
+    scorer = _FailsFor("s-bad") if breaks == "score" else SessionScorer()
+    evaluate = _evaluate_failing_for("s-bad") if breaks == "evaluate" else None
+    again = score_sessions(con, ids, traces, scorer, (), set(), evaluate)
+    assert [x.score.session_id for x in again.written] == ["s-ok"]
+    assert [f.session_id for f in again.failed] == ["s-bad"]
+    assert isinstance(again.failed[0].error, (ValueError, OSError))
+    rows = dict(con.execute("SELECT session_id, version FROM sessions").fetchall())
+    assert rows == {"s-ok": 2, "s-bad": 1}  # the failed one keeps its previous row
+
+
+POISON = "poisoned-trace"
+
+
+class _InlineStore:
+    """Runs each job at once on the caller's thread; the assembly job itself is faked."""
+
+    settings = SimpleNamespace(lake=None)
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[str, ...]] = []
+
+    def submit_job(self, job) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(job(None))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller like the real store does
+            fut.set_exception(exc)
+        return fut
+
+
+def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
+    store = _InlineStore()
+
+    def fake_assemble_job(traces, session_keys=(), on_assembled=None):
+        def job(con):
+            store.jobs.append(tuple(traces))
+            if POISON in traces:
+                raise ValueError("this trace's data cannot be assembled")
+            return [AssembledTrace(tid, [], {}) for tid in traces]
+
+        return job
+
+    monkeypatch.setattr(sessions_module, "assemble_job", fake_assemble_job)
+    metrics = Metrics()
+    svc = SessionService(SessionSettings(), store, metrics)  # type: ignore[arg-type]
+    svc.tracker.observe(["a", POISON, "b"], datetime(2026, 1, 1))
+    with caplog.at_level(logging.ERROR, logger="agentfunnel.collector.sessions"):
+        done = svc.flush()
+        assert sorted(t.trace_id for t in done) == ["a", "b"]
+        assert store.jobs == [("a", POISON, "b"), ("a",), (POISON,), ("b",)]  # the chunk, then each trace alone once
+        assert POISON not in svc.tracker and len(svc.tracker) == 0
+        assert svc.flush() == [] and len(store.jobs) == 4  # given up: not retried on the next pass
+    assert metrics.get("traces_failed") == 1 and metrics.get("traces_assembled") == 2
+    assert metrics.get("assembly_errors") == 2
+    assert sum(POISON in r.getMessage() for r in caplog.records) == 1

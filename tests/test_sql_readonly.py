@@ -1,0 +1,124 @@
+"""The read-only SQL endpoint is read-only: what an attacker tried, against a real server and the file itself.
+
+Every statement below wrote, deleted, read a local file or reached for the network on the first
+version. Each is tried through ``agentfunnel sql`` while a server owns the file (the endpoint)
+and again with no server (the CLI opens the file itself); afterwards nothing has changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agentfunnel.collector.query import QueryError, query
+from conftest import run_cli, sql
+from otlp_build import trace_request
+
+SECRET_ENV = "AGENTFUNNEL_TEST_SECRET_VALUE"
+
+
+def _attacks(tmp: Path) -> dict[str, str]:
+    return {
+        "cte delete": "WITH x AS (DELETE FROM spans RETURNING *) SELECT count(*) FROM x",
+        "cte update": "WITH x AS (UPDATE spans SET name = 'forged' RETURNING *) SELECT count(*) FROM x",
+        "cte insert": "WITH x AS (INSERT INTO funnel_steps VALUES ('v', 's', 1, 'a', 'b') RETURNING *) SELECT * FROM x",
+        "explain analyze drop": "EXPLAIN ANALYZE DROP TABLE spans",
+        "explain analyze delete": "EXPLAIN ANALYZE DELETE FROM spans",
+        "explain analyze create": "EXPLAIN ANALYZE CREATE TABLE pwned AS SELECT 1",
+        "explain analyze truncate": "EXPLAIN ANALYZE TRUNCATE spans",
+        "explain analyze alter": "EXPLAIN ANALYZE ALTER TABLE spans RENAME TO gone",
+        "explain analyze copy": f"EXPLAIN ANALYZE COPY (SELECT 'x') TO '{tmp / 'copied.csv'}'",
+        "explain analyze set": "EXPLAIN ANALYZE SET memory_limit = '1MB'",
+        "set": "SET memory_limit = '1MB'",
+        "copy": f"COPY (SELECT 'x') TO '{tmp / 'copied2.csv'}'",
+        "attach": f"ATTACH '{tmp / 'other.duckdb'}' AS other",
+        "read_text environ": "SELECT content FROM read_text('/proc/self/environ')",
+        "read_csv": "SELECT * FROM read_csv('/etc/passwd')",
+        "read_blob": "SELECT content FROM read_blob('/proc/self/environ')",
+        "glob": "SELECT * FROM glob('/etc/*')",
+        "replacement scan": "SELECT * FROM '/etc/passwd'",
+        "install": "INSTALL httpfs",
+        "autoinstall": "SELECT * FROM read_parquet('https://example.invalid/x.parquet')",
+        "transaction escape": "COMMIT; DELETE FROM spans",
+        "pragma": f"PRAGMA profile_output = '{tmp / 'profile.txt'}'",
+        "export": f"EXPORT DATABASE '{tmp / 'export'}'",
+        "checkpoint": "CHECKPOINT",
+    }
+
+
+def _ingest(db: Path, n: int = 5) -> None:
+    req = trace_request([{"name": f"s{i}"} for i in range(n)])
+    path = db.parent / "five.binpb"
+    path.write_bytes(req.SerializeToString())
+    run_cli("ingest", "--db", str(db), str(path))
+
+
+def _assert_refused(db: Path, tmp: Path) -> None:
+    """Each attack through the CLI's own query function (in this process: fast), two through the real command."""
+    for name, attack in _attacks(tmp).items():
+        with pytest.raises(QueryError) as refused:
+            query(db, attack)
+        assert "do-not-leak" not in str(refused.value), name
+    for attack in ("WITH x AS (DELETE FROM spans RETURNING *) SELECT count(*) FROM x",
+                   "SELECT content FROM read_text('/proc/self/environ')"):
+        out = run_cli("sql", "--db", str(db), "--format", "json", attack, check=False)
+        assert out.returncode == 1 and "do-not-leak" not in out.stdout + out.stderr
+    assert query(db, "SELECT count(*) FROM spans WHERE name LIKE 's%'").rows == [[5]]
+    assert query(db, "SELECT count(*) FROM information_schema.tables WHERE table_name IN ('pwned', 'gone')").rows == [[0]]
+    assert query(db, "SELECT current_setting('memory_limit') <> '1.0 MiB'").rows == [[True]]
+    assert not list(tmp.glob("copied*")) and not (tmp / "other.duckdb").exists() and not (tmp / "export").exists()
+    assert not (tmp / "profile.txt").exists()
+
+
+def test_the_endpoint_refuses_every_write_file_read_and_download(server_factory, tmp_path):
+    srv = server_factory(env={SECRET_ENV: "do-not-leak"})
+    _ingest(srv.db)
+    _assert_refused(srv.db, tmp_path)
+    # the server still commits after all that (a SET memory_limit once made every commit fail)
+    _ingest(srv.db)
+    assert query(srv.db, "SELECT count(*) FROM spans").rows == [[10]]
+    metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
+    assert metrics["sql_queries"]["refused"] >= 5 and metrics["sql_queries"]["error"] >= 5
+
+
+def test_the_cli_opening_the_file_itself_follows_the_same_rules(tmp_path):
+    db = tmp_path / "offline.duckdb"
+    _ingest(db)
+    os.environ[SECRET_ENV] = "do-not-leak"  # inherited by the CLI processes
+    try:
+        _assert_refused(db, tmp_path)
+    finally:
+        del os.environ[SECRET_ENV]
+
+
+def test_result_rows_bytes_and_time_are_bounded(server_factory, tmp_path):
+    config = tmp_path / "sql.yaml"
+    config.write_text("sql:\n  max_rows: 1000\n  max_result_bytes: 200000\n  timeout_seconds: 1\n")
+    srv = server_factory(["--config", str(config)])
+    too_many = run_cli("sql", "--db", str(srv.db), "SELECT range FROM range(5000)", check=False)
+    assert too_many.returncode == 1 and "sql.max_rows (1000)" in too_many.stderr
+    assert len(query(srv.db, "SELECT range FROM range(1000)").rows) == 1000
+    with pytest.raises(QueryError, match="sql.max_result_bytes"):
+        query(srv.db, "SELECT repeat('x', 10000) FROM range(100)")
+    started = time.monotonic()
+    with pytest.raises(QueryError, match="sql.timeout_seconds"):
+        query(srv.db, "SELECT count(*) FROM range(10000000000000) t(x) WHERE x % 7 = 3")
+    assert time.monotonic() - started < 30  # interrupted, not left running
+    metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
+    assert metrics["sql_queries"]["max_rows"] == 1 and metrics["sql_queries"]["max_result_bytes"] == 1
+    assert metrics["sql_queries"]["timeout"] == 1
+    # and the server answers at once afterwards
+    assert query(srv.db, "SELECT 42").rows == [[42]]
+
+
+def test_reading_statements_still_work(server):
+    for statement in ("DESCRIBE spans", "SUMMARIZE sessions", "SHOW TABLES", "FROM outcome_mix",
+                      "PRAGMA table_info('spans')", "EXPLAIN SELECT * FROM spans",
+                      "EXPLAIN ANALYZE SELECT count(*) FROM spans"):
+        assert query(server.db, statement).columns, statement
+    assert sql(server.db, "SELECT 1 AS a; SELECT 2 AS b") == [{"b": 2}]
