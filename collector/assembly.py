@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -33,6 +33,9 @@ import pyarrow as pa
 from ..semconv import SpanRecord, SpanView, normalize
 from ..semconv.trace_rules import apply_trace_rules
 from .telemetry import Metrics
+
+if TYPE_CHECKING:
+    from .held import HeldTraces
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +151,13 @@ class AssembledTrace:
 
 
 def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> AssembledTrace:
-    records = apply_trace_rules([normalize(v, session_keys=session_keys) for v in views], views)
-    return AssembledTrace(views[0].trace_id, records, resolve_sessions(records))
+    return assemble_records([normalize(v, session_keys=session_keys) for v in views], views)
+
+
+def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> AssembledTrace:
+    """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
+    ruled = apply_trace_rules(records, views)
+    return AssembledTrace(views[0].trace_id, ruled, resolve_sessions(ruled))
 
 
 def _json(value: Any) -> str | None:
@@ -288,26 +296,44 @@ def open_traces_from_store(con: duckdb.DuckDBPyConnection) -> dict[str, datetime
 
 def assemble_job(traces: dict[str, datetime], session_keys: Sequence[str] = (),
                  on_assembled: Callable[[duckdb.DuckDBPyConnection, list[AssembledTrace], set[str]], Any] | None = None,
-                 ) -> Callable[[duckdb.DuckDBPyConnection], list[AssembledTrace]]:
+                 held: "HeldTraces | None" = None) -> Callable[[duckdb.DuckDBPyConnection], list[AssembledTrace]]:
     """A store job that assembles these traces and writes the result; returns what it assembled.
 
-    ``on_assembled(con, traces, sessions)`` runs in the same transaction with every session the
-    traces belong to now or belonged to before (a provisional session merged away must go).
+    A trace held whole in memory (``held``) is assembled from its records; any other is read
+    back from the store. ``on_assembled(con, traces, sessions)`` runs in the same transaction
+    with every session the traces belong to now or belonged to before (a provisional session
+    merged away must go).
     """
 
     def job(con: duckdb.DuckDBPyConnection) -> list[AssembledTrace]:
         if not traces:
             return []
         ids = list(traces)
-        before = {sid for (sids,) in con.execute(
-            "SELECT session_ids FROM trace_index WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()
-            for sid in (sids or [])}
-        # a late span reopens a trace assembled before: read it back from its first span on
-        known = con.execute("SELECT min(first_received) FROM trace_index WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                            [ids]).fetchone()[0]
-        since = min([*traces.values(), *([known] if known else [])])
-        views = read_views(con, ids, since)
-        assembled = [assemble(v, session_keys) for v in views.values() if v]
+        indexed = con.execute("SELECT trace_id, first_received, session_ids FROM trace_index "
+                              "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()
+        before = {sid for _, _, sids in indexed for sid in (sids or [])}
+        known = {tid for tid, _, _ in indexed}  # assembled before: a late span reopened it, read it back whole
+        since = min([*traces.values(), *(first for _, first, _ in indexed)])
+        assembled: list[AssembledTrace] = []
+        read_back = list(known)
+        if held is not None:
+            held.forget(known)
+            for tid in ids:
+                if tid in known:
+                    continue
+                found = held.take(tid)
+                if found is None:
+                    read_back.append(tid)
+                elif found[0]:
+                    views, records = found
+                    assembled.append(assemble_records(records, views))
+        else:
+            read_back = ids
+        if read_back:
+            views_of = read_views(con, read_back, since)
+            assembled += [assemble(v, session_keys) for v in views_of.values() if v]
+            if held is not None:
+                held.count_read_back(sum(1 for v in views_of.values() if v))
         write_traces(con, assembled, since)
         index = pa.table({
             "trace_id": pa.array([t.trace_id for t in assembled], pa.string()),

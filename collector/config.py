@@ -149,6 +149,10 @@ class SessionSettings(_Model):
         100_000, gt=0, description="Bound on traces held open; beyond it the least recently seen close early."
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
+    max_held_bytes: int = Field(
+        256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
+        "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
+        "store when they close.")
     shutdown_assembly_seconds: float = Field(
         10.0, ge=0, description="At shutdown, open traces are assembled for at most this long; the rest on the next start."
     )

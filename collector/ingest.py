@@ -56,7 +56,8 @@ class _DirectSink:
         self.evaluator.rescore = self.sessions.rescore_sessions
         self.pipeline = Pipeline(self.store, self.metrics,
                                  Admission(settings.receivers.max_bytes_in_flight, 1.0, self.metrics),
-                                 self.sessions.observe, settings.receivers.max_attribute_value_bytes)
+                                 self.sessions.observe, settings.receivers.max_attribute_value_bytes,
+                                 self.sessions.prepare)
         self.pending: deque[tuple[Body, Future]] = deque()
 
     def open(self) -> None:

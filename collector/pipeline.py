@@ -91,13 +91,15 @@ class Pipeline:
     """Decode and store; one per process."""
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
-                 on_committed: Callable[[list[str]], None] | None = None,
-                 max_value_bytes: int | None = None) -> None:
+                 on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
+                 max_value_bytes: int | None = None,
+                 prepare: Callable[[SpanBatch], object] | None = None) -> None:
         self.store = store
         self.max_value_bytes = max_value_bytes
         self.metrics = metrics
         self.admission = admission
         self.on_committed = on_committed
+        self.prepare = prepare
         self.batch_listeners: list[Callable[[SpanBatch | LogBatch], None]] = []
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
@@ -106,6 +108,8 @@ class Pipeline:
         if self.max_value_bytes is not None and (cut := bound_values(batch, self.max_value_bytes)):
             self.metrics.inc("values_truncated", cut)
         kind = "spans" if signal == "traces" else "logs"
+        if self.prepare is not None and isinstance(batch, SpanBatch) and len(batch):
+            batch.prepared = self.prepare(batch)  # normalized here, once, off the writer thread
         self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
         if batch.rejected.count:
             self.metrics.inc(f"{kind}_rejected", batch.rejected.count, label="invalid")
@@ -132,10 +136,7 @@ class Pipeline:
                 except Exception:  # noqa: BLE001 - a listener must never fail an acknowledged request
                     log.exception("commit listener failed")
             if self.on_committed is not None and len(batch):
-                # a log record tied to a span can change what its trace says: reassemble it too
-                traces = batch.trace_id if isinstance(batch, SpanBatch) else [t for t in batch.trace_id if t]
-                if traces:
-                    self.on_committed(traces)
+                self.on_committed(batch)
             out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
                                         result.duplicates))
 

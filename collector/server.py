@@ -62,7 +62,7 @@ class Server:
         self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
         self.evaluator.rescore = self.sessions.rescore_sessions
         self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe,
-                                 settings.receivers.max_attribute_value_bytes)
+                                 settings.receivers.max_attribute_value_bytes, self.sessions.prepare)
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,

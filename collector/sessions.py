@@ -19,7 +19,9 @@ import duckdb
 
 from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
+from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
+from .held import HeldTraces, Prepared, log_events, prepare
 from .scoring_stage import FailedSession, ScoredSession, score_sessions, session_records, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
@@ -42,6 +44,7 @@ class SessionService:
         self.scorer = SessionScorer(scoring)
         self.evaluator = evaluator
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
+        self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
         self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
@@ -58,9 +61,24 @@ class SessionService:
             self.tracker.observe([tid], since)
         return len(found)
 
-    def observe(self, trace_ids: Iterable[str]) -> None:
-        """Spans of these traces were just committed."""
-        evicted = self.tracker.observe(set(trace_ids), utcnow() - RECEIVED_SLACK)
+    def prepare(self, batch: SpanBatch) -> Prepared:
+        """The batch's views and records, made once in the decode worker (the pipeline calls it)."""
+        return prepare(batch, self.settings.session_keys)
+
+    def observe(self, batch: SpanBatch | LogBatch) -> None:
+        """This batch was just committed: hold what it brought, note its traces as open."""
+        if isinstance(batch, SpanBatch):
+            trace_ids = set(batch.trace_id)
+            if batch.prepared is not None:
+                self.held.add(batch.prepared, [t for t in trace_ids if t in self.tracker])
+            else:
+                self.held.not_held(trace_ids)
+        else:  # a log record tied to a span can change what its trace says: reassemble it too
+            trace_ids = {t for t in batch.trace_id if t}
+            self.held.add_logs(log_events(batch), [t for t in trace_ids if t in self.tracker])
+        if not trace_ids:
+            return
+        evicted = self.tracker.observe(trace_ids, utcnow() - RECEIVED_SLACK)
         if evicted:
             self._assemble(self.tracker.take(evicted))
 
@@ -74,7 +92,7 @@ class SessionService:
         def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
             written.extend(self._score(con, sessions, assembled, extra))
 
-        return self._notify(self.store.submit_job(assemble_job(traces, keys, score)), written)
+        return self._notify(self.store.submit_job(assemble_job(traces, keys, score, self.held)), written)
 
     def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
                still_open: Collection[str] = ()) -> list[ScoredSession]:

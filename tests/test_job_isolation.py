@@ -210,7 +210,7 @@ class _InlineStore:
 def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
     store = _InlineStore()
 
-    def fake_assemble_job(traces, session_keys=(), on_assembled=None):
+    def fake_assemble_job(traces, session_keys=(), on_assembled=None, held=None):
         def job(con):
             store.jobs.append(tuple(traces))
             if POISON in traces:

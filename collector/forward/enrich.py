@@ -21,7 +21,7 @@ from typing import Any
 from ...scoring import SessionScore
 from ...scoring.funnel import StepMatcher
 from ...semconv import SpanRecord, SpanView
-from ..assembly import assemble
+from ..assembly import assemble, assemble_records
 from ..batches import to_json
 from ..scoring_stage import ScoredSession
 from .encode import OutLog, OutSpan
@@ -80,11 +80,13 @@ def tool_step(record: SpanRecord, matcher: StepMatcher, agent_names: Sequence[st
 
 
 def immediate_labels(views: Sequence[SpanView], matcher: StepMatcher, session_keys: Sequence[str],
-                     known: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+                     known: Mapping[str, str], records: Sequence[SpanRecord] | None = None,
+                     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Labels per span (same order) and the trace → session ids this batch makes known.
 
     Session ids follow assembly's rules within the batch; a trace with no key in the batch takes
     the one ``known`` from before, and a provisional (trace-id) session is never stamped.
+    ``records``: the spans already normalized (by the session stage, once), in the same order.
     """
     labels: list[dict[str, Any]] = [{} for _ in views]
     learned: dict[str, str] = {}
@@ -92,7 +94,8 @@ def immediate_labels(views: Sequence[SpanView], matcher: StepMatcher, session_ke
     for i, v in enumerate(views):
         by_trace.setdefault(v.trace_id, []).append(i)
     for tid, idx in by_trace.items():
-        trace = assemble([views[i] for i in idx], session_keys)
+        trace = (assemble([views[i] for i in idx], session_keys) if records is None
+                 else assemble_records([records[i] for i in idx], [views[i] for i in idx]))
         keyed = any(r.session_key for r in trace.records)
         sessions = {s for s in trace.sessions.values() if s}
         if keyed and len(sessions) == 1:

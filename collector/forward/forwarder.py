@@ -161,14 +161,18 @@ class Forwarder:
     def _on_spans(self, batch: SpanBatch) -> None:
         if self.hold is None:
             rows = rows_of(batch, keep_parsed=True)
-            views = views_of(rows, batch.attrs, batch.resource_attrs, batch.event_list)
-            self._send(self._label_at_once(rows, views))
+            prepared = batch.prepared  # the session stage normalized these spans once: reuse its records
+            if prepared is not None:
+                self._send(self._label_at_once(rows, prepared.views, prepared.records))
+            else:
+                self._send(self._label_at_once(rows, views_of(rows, batch.attrs, batch.resource_attrs, batch.event_list)))
             return
         evicted = self.hold.add(rows_of(batch))
         if evicted:
             self._release_unlabeled(evicted, "hold_bytes")
 
-    def _label_at_once(self, rows: list[OutSpan], views: Sequence[Any] | None = None) -> list[OutSpan]:
+    def _label_at_once(self, rows: list[OutSpan], views: Sequence[Any] | None = None,
+                       records: Sequence[Any] | None = None) -> list[OutSpan]:
         """Immediate-mode labels: what the spans themselves (and earlier ones) say."""
         if views is None:
             resources: dict[str, dict] = {}
@@ -176,7 +180,7 @@ class Forwarder:
             res = [resources.setdefault(r.resource_attributes, json.loads(r.resource_attributes)) for r in rows]
             events = [json.loads(r.events) if r.events else [] for r in rows]
             views = views_of(rows, attrs, res, events)
-        labels, learned = immediate_labels(views, self.matcher, self.session_keys, self._known)
+        labels, learned = immediate_labels(views, self.matcher, self.session_keys, self._known, records)
         for tid, sid in learned.items():
             self._remember(tid, sid)
         for row, extra in zip(rows, labels):

@@ -1,0 +1,101 @@
+"""Open traces held in memory give exactly what reading them back from the store gives.
+
+Every recorded fixture (spans and log records, as the frameworks sent them) is assembled twice:
+from the records the decode worker made once (``held``), and from the store, as an evicted or
+reopened trace is (``sessions.max_held_bytes`` too small to hold anything). Both databases must
+hold the same tool calls, span stamps and sessions; the counters say which path ran.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
+from agentfunnel.collector.held import HeldTraces, log_events, prepare
+from agentfunnel.collector.assembly import assemble, assemble_records
+from agentfunnel.collector.telemetry import Metrics
+from conftest import FIXTURES, read_db, run_cli
+from test_dialects import views_of
+
+OTLP = FIXTURES / "otlp"
+COMPARED = {
+    "tool_calls": "SELECT session_id, trace_id, span_id, tool_name, call_id, arguments, result, error, step, args_valid "
+                  "FROM tool_calls ORDER BY trace_id, span_id",
+    "spans": "SELECT trace_id, span_id, session_id, dialect FROM spans ORDER BY trace_id, span_id",
+    "sessions": "SELECT * EXCLUDE (updated_at) FROM sessions ORDER BY session_id",
+    "trace_index": "SELECT trace_id, span_count, session_ids FROM trace_index ORDER BY trace_id",
+}
+
+
+def test_held_records_assemble_like_the_views_they_came_from():
+    """In process, no store: the decode worker's records, held and taken, against normalizing the views."""
+    for path in sorted(OTLP.glob("*/*.traces.binpb")):
+        batch = decode_traces_protobuf(path.read_bytes())
+        held = HeldTraces(1 << 30, Metrics())
+        held.add(prepare(batch), already_open=())
+        by_trace: dict[str, list] = {}
+        for v in views_of(path):
+            by_trace.setdefault(v.trace_id, []).append(v)
+        for tid, views in by_trace.items():
+            taken = held.take(tid)
+            assert taken is not None, path
+            from_memory = assemble_records(taken[1], taken[0])
+            expected = assemble(sorted(views, key=lambda v: (v.start_ns, v.span_id)))
+            assert from_memory == expected, f"{path}: {tid}"
+        assert held.take(next(iter(by_trace))) is None  # taken once
+
+
+def test_a_log_record_for_a_held_span_is_read_with_it():
+    logs_path = next(OTLP.glob("google-adk/*.logs.binpb"))
+    spans = decode_traces_protobuf(logs_path.with_name(logs_path.name.replace(".logs.", ".traces.")).read_bytes())
+    logs = decode_logs_protobuf(logs_path.read_bytes())
+    held = HeldTraces(1 << 30, Metrics())
+    held.add_logs(log_events(logs), already_open=())  # logs may come first
+    held.add(prepare(spans), already_open=())
+    answers = [r.final_answer for tid in set(spans.trace_id) for r in held.take(tid)[1] if r.final_answer]
+    assert answers  # the model's text is in the log records, not on the spans
+
+
+def test_evicted_traces_are_read_back_and_give_the_same_rows(tmp_path, server_factory):
+    files = sorted(str(p) for p in OTLP.glob("*/*.binpb"))
+    held_db, read_db_path = tmp_path / "held.duckdb", tmp_path / "read.duckdb"
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text("sessions:\n  max_held_bytes: 1\n")
+    run_cli("ingest", "--db", str(held_db), *files)
+    run_cli("ingest", "--db", str(read_db_path), "--config", str(tiny), *files)
+    for name, query in COMPARED.items():
+        assert read_db(held_db, query) == read_db(read_db_path, query), name
+    # the counters show which path each took, on a live server
+    srv = server_factory(db=tmp_path / "live.duckdb")
+    run_cli("ingest", "--db", str(srv.db), *files[:6])
+    srv.admin_post("/flush")
+    metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
+    assert metrics["traces_assembled"] > 0 and "traces_read_back" not in metrics
+    assert metrics["held_bytes"] == 0 and metrics["held_traces"] == 0
+    srv.stop()
+    small = server_factory(["--config", str(tiny)], db=tmp_path / "small.duckdb")
+    run_cli("ingest", "--db", str(small.db), *files[:6])
+    small.admin_post("/flush")
+    metrics = json.loads(urllib.request.urlopen(small.admin + "/metrics").read())
+    assert metrics["held_traces_evicted"] > 0 and metrics["traces_read_back"] == metrics["traces_assembled"]
+
+
+def test_immediate_forwarding_labels_from_the_held_records_without_normalizing_again(monkeypatch):
+    from agentfunnel.collector import assembly
+    from agentfunnel.collector.forward.enrich import immediate_labels
+    from agentfunnel.scoring.config import ScoringConfig
+    from agentfunnel.scoring.funnel import StepMatcher
+
+    matcher = StepMatcher(ScoringConfig().funnel)
+    for path in sorted(OTLP.glob("*/shop_purchase.traces.binpb")):
+        batch = decode_traces_protobuf(path.read_bytes())
+        prepared = prepare(batch)
+        expected = immediate_labels(prepared.views, matcher, (), {})
+
+        def normalize_again(*args, **kwargs):
+            raise AssertionError("normalized a second time")
+
+        with monkeypatch.context() as m:
+            m.setattr(assembly, "normalize", normalize_again)
+            assert immediate_labels(prepared.views, matcher, (), {}, prepared.records) == expected, path
