@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..semconv import SpanRecord, SpanView, normalize
+from .assembly import AssembledTrace
 from .batches import LogBatch, SpanBatch
 from .telemetry import Metrics
 
@@ -186,3 +187,49 @@ class HeldTraces:
                 if trace is not None:
                     self._bytes -= trace.cost
                 self._partial.discard(tid)
+
+
+RECORD_COST_BYTES = 1500  # one assembled record, its parsed arguments and result included (an estimate)
+
+
+class AssembledTraces:
+    """Traces assembled recently, kept so a session's next turn is scored without reading its earlier ones back.
+
+    A session spans many traces (one per turn); scoring turn n needs turns 1..n-1 too. Reading
+    them back from the store and normalizing them again made every turn cost more than the one
+    before. Filled after each assembly commits, bounded by ``max_bytes`` (least recently used
+    first out, counted); a trace not found here is read back as before.
+    """
+
+    def __init__(self, max_bytes: int, metrics: Metrics) -> None:
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+        self._traces: OrderedDict[str, tuple[AssembledTrace, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        metrics.gauge("assembled_cache_bytes", lambda: self._bytes)
+
+    def put(self, traces: Iterable[AssembledTrace]) -> None:
+        with self._lock:
+            for t in traces:
+                old = self._traces.pop(t.trace_id, None)
+                if old is not None:
+                    self._bytes -= old[1]
+                cost = RECORD_COST_BYTES * (len(t.records) + 1)
+                self._traces[t.trace_id] = (t, cost)
+                self._bytes += cost
+            evicted = 0
+            while self._bytes > self.max_bytes and self._traces:
+                _, (_, cost) = self._traces.popitem(last=False)
+                self._bytes -= cost
+                evicted += 1
+        if evicted:
+            self.metrics.inc("assembled_cache_evicted", evicted)
+
+    def get(self, trace_id: str) -> AssembledTrace | None:
+        with self._lock:
+            found = self._traces.get(trace_id)
+            if found is None:
+                return None
+            self._traces.move_to_end(trace_id)
+            return found[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Container, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,6 +23,9 @@ from ..semconv import SpanRecord
 from .assembly import LOCAL, AssembledTrace, Sources, assemble, read_views
 from .config import LakeSettings
 from .store.writer import _utcnow as utcnow
+
+if TYPE_CHECKING:
+    from .held import AssembledTraces
 
 _SESSION_COLUMNS = {
     "session_id": pa.string(), "status": pa.string(), "version": pa.int32(), "first_seen": pa.timestamp("ns"),
@@ -75,15 +78,21 @@ def _row(x: ScoredSession, now: datetime) -> dict:
 
 def session_records(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                     fresh: Sequence[AssembledTrace], session_keys: Sequence[str],
-                    sources: Sources = LOCAL) -> dict[str, list[SpanRecord]]:
-    """Every record of these sessions, from the traces just assembled and those assembled before."""
+                    sources: Sources = LOCAL, cache: "AssembledTraces | None" = None) -> dict[str, list[SpanRecord]]:
+    """Every record of these sessions, from the traces just assembled and those assembled before
+    (kept in ``cache`` when they were assembled recently, else read back)."""
     traces = {t.trace_id: t for t in fresh}
     rows = con.execute(
         f"SELECT trace_id, first_received FROM {sources.trace_index} WHERE list_has_any(session_ids, ?::VARCHAR[])",
         [list(session_ids)]).fetchall()
     older: dict[str, datetime] = {}
     for tid, since in rows:  # on a lake a trace moved between replicas can be indexed twice: read it from its first span
-        if tid not in traces:
+        if tid in traces:
+            continue
+        kept = cache.get(tid) if cache is not None else None
+        if kept is not None:
+            traces[tid] = kept
+        else:
             older[tid] = min(since, older.get(tid, since))
     if older:
         for views in read_views(con, list(older), min(older.values()), sources).values():
@@ -130,7 +139,8 @@ class ScoringPass:
 
 def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str], fresh: Sequence[AssembledTrace],
                    scorer: SessionScorer, session_keys: Sequence[str], open_traces: Container[str],
-                   evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None) -> ScoringPass:
+                   evaluate: Callable[..., Any] | None = None, lake: LakeSettings | None = None,
+                   cache: "AssembledTraces | None" = None) -> ScoringPass:
     """Re-score these sessions and replace their rows (a session left with no spans is removed).
 
     Each session is scored and evaluated on its own: one that raises is returned in ``failed``
@@ -147,7 +157,7 @@ def score_sessions(con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
         sources = EVERY_REPLICA
     if not session_ids:
         return ScoringPass([], [])
-    records = session_records(con, session_ids, fresh, session_keys, sources)
+    records = session_records(con, session_ids, fresh, session_keys, sources, cache if lake is None else None)
     versions = dict(con.execute("SELECT session_id, version FROM sessions WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
                                 [list(session_ids)]).fetchall())
     now = utcnow()

@@ -21,7 +21,7 @@ from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
-from .held import HeldTraces, Prepared, log_events, prepare
+from .held import AssembledTraces, HeldTraces, Prepared, log_events, prepare
 from .scoring_stage import FailedSession, ScoredSession, score_sessions, session_records, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
@@ -45,6 +45,7 @@ class SessionService:
         self.evaluator = evaluator
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
         self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
+        self.assembled = AssembledTraces(settings.max_assembled_cache_bytes, metrics)
         self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
@@ -92,13 +93,17 @@ class SessionService:
         def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
             written.extend(self._score(con, sessions, assembled, extra))
 
-        return self._notify(self.store.submit_job(assemble_job(traces, keys, score, self.held)), written)
+        fut = self.store.submit_job(assemble_job(traces, keys, score, self.held))
+        # committed: the next turn of these sessions is scored from them, not read back (callbacks
+        # run on the writer thread as the job ends, before it starts the next one)
+        fut.add_done_callback(lambda f: self.assembled.put(f.result()) if f.exception() is None else None)
+        return self._notify(fut, written)
 
     def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
                still_open: Collection[str] = ()) -> list[ScoredSession]:
         scored = score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
                                 _OpenTraces(self.tracker, still_open),
-                                self.evaluator.evaluate if self.evaluator else None, self.lake)
+                                self.evaluator.evaluate if self.evaluator else None, self.lake, self.assembled)
         self._count_failures(scored.failed)
         return scored.written
 
