@@ -81,10 +81,12 @@ class Evaluator:
     """Cases, the judge and its queue; one per process."""
 
     def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store,
-                 rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None) -> None:
+                 rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.store = store
         self.rescore = rescore
+        self.metrics = metrics
         self.suite: LoadedSuite | None = None
         if settings.suite:
             try:
@@ -165,7 +167,6 @@ class Evaluator:
                   list(r.failed_assertions), r.fix_hint, r.case_sha256, utcnow()]
         con.execute("INSERT INTO case_runs VALUES (" + ", ".join(["?"] * len(values)) + ")", values)
 
-    metrics: Metrics | None = None  # set by the session service, which owns the process's counters
     _archive_errors_logged: frozenset[str] = frozenset()  # error kinds already logged: later ones are only counted
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:

@@ -14,12 +14,10 @@ from typing import Any, Callable
 from .config import Settings
 from .errors import PermanentError, Saturated
 from .files import Body, SignalHint, read_bodies
-from .pipeline import Admission, ExportResult, Pipeline
+from .pipeline import Admission, ExportResult
 from .query import admin_post, running_server
-from .evaluation import Evaluator
-from .sessions import SessionService
-from .store.writer import Store
 from .telemetry import Metrics
+from .wiring import build_ingest_path
 
 
 @dataclass
@@ -50,14 +48,9 @@ class _DirectSink:
 
     def __init__(self, settings: Settings) -> None:
         self.metrics = Metrics()
-        self.store = Store(settings.store, self.metrics)
-        self.evaluator = Evaluator(settings.cases, settings.judge, self.store)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
-        self.evaluator.rescore = self.sessions.rescore_sessions
-        self.pipeline = Pipeline(self.store, self.metrics,
-                                 Admission(settings.receivers.max_bytes_in_flight, 1.0, self.metrics),
-                                 self.sessions.observe, settings.receivers.max_attribute_value_bytes,
-                                 self.sessions.prepare)
+        path = build_ingest_path(settings, self.metrics, Admission(settings.receivers.max_bytes_in_flight, 1.0,
+                                                                   self.metrics))
+        self.store, self.evaluator, self.sessions, self.pipeline = path.store, path.evaluator, path.sessions, path.pipeline
         self.pending: deque[tuple[Body, Future]] = deque()
 
     def open(self) -> None:

@@ -25,18 +25,17 @@ from typing import Any, Callable
 from aiohttp import web
 
 from .config import Settings
-from .pipeline import Admission, Pipeline
+from .pipeline import Admission
 from .query import SECRET_HEADER, QueryError, remove_sidecar, run_query, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
-from .evaluation import Evaluator, NotConfigured
-from .sessions import SessionService
+from .evaluation import NotConfigured
 from .errors import UnauthorizedError
 from .forward import Forwarder
-from .store.writer import Store
 from .telemetry import Metrics
+from .wiring import build_ingest_path
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +53,10 @@ class Server:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.store = Store(settings.store, self.metrics,
-                           max_queue_bytes=settings.receivers.max_bytes_in_flight)
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
                                    settings.receivers.retry_after_seconds, self.metrics)
-        self.evaluator = Evaluator(settings.cases, settings.judge, self.store)
-        self.sessions = SessionService(settings.sessions, self.store, self.metrics, settings.scoring, self.evaluator)
-        self.evaluator.rescore = self.sessions.rescore_sessions
-        self.pipeline = Pipeline(self.store, self.metrics, self.admission, self.sessions.observe,
-                                 settings.receivers.max_attribute_value_bytes, self.sessions.prepare)
+        path = build_ingest_path(settings, self.metrics, self.admission)
+        self.store, self.evaluator, self.sessions, self.pipeline = path.store, path.evaluator, path.sessions, path.pipeline
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,

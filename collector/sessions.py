@@ -51,8 +51,6 @@ class SessionService:
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
         self._failures_logged: dict[str, None] = {}  # session ids, oldest first
         metrics.gauge("open_traces", lambda: len(self.tracker))
-        if evaluator is not None:
-            evaluator.metrics = metrics
 
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""

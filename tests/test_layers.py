@@ -1,0 +1,17 @@
+"""The layering contract in pyproject.toml holds: semconv ← scoring ← collector, never the other way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+
+def test_imports_flow_one_way():
+    command = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(command), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 kept, 0 broken" in out.stdout
