@@ -99,3 +99,40 @@ def test_immediate_forwarding_labels_from_the_held_records_without_normalizing_a
         with monkeypatch.context() as m:
             m.setattr(assembly, "normalize", normalize_again)
             assert immediate_labels(prepared.views, matcher, (), {}, prepared.records) == expected, path
+
+
+def test_sessions_from_held_records_score_as_the_scenarios_say_without_a_store():
+    """The middle of the stage as pure functions on recorded fixtures: prepare, hold, assemble, score."""
+    import pytest
+
+    from agentfunnel.scoring import SessionScorer
+    from test_dialects import FRAMEWORK_EXCEPTIONS, SCENARIOS, SESSION_EXPECTATIONS, _expected
+
+    scorer = SessionScorer()
+    for expected_file in SCENARIOS:
+        exp = _expected(expected_file)
+        traces_path = expected_file.with_name(exp["scenario"] + ".traces.binpb")
+        held = HeldTraces(1 << 30, Metrics())
+        logs_path = traces_path.with_name(exp["scenario"] + ".logs.binpb")
+        if logs_path.exists():
+            held.add_logs(log_events(decode_logs_protobuf(logs_path.read_bytes())), already_open=())
+        batch = decode_traces_protobuf(traces_path.read_bytes())
+        held.add(prepare(batch), already_open=())
+        by_session: dict[str, list] = {}
+        for tid in sorted(set(batch.trace_id)):
+            views, records = held.take(tid)
+            trace = assemble_records(records, views)
+            for r in trace.records:
+                if (sid := trace.sessions.get(r.span_id)) is not None:
+                    by_session.setdefault(sid, []).append(r)
+        assert len(by_session) == exp["sessions"], expected_file
+        variant, steps, completion, outcome, hit_cap = SESSION_EXPECTATIONS[exp["scenario"]]
+        want = {"variant": variant, "steps": tuple(steps), "completion_rate": completion, "outcome": outcome,
+                "hit_cap": hit_cap}
+        want.update({k: tuple(v) if k == "steps" else v
+                     for k, v in FRAMEWORK_EXCEPTIONS.get((exp["framework"], exp["scenario"]), {}).items()})
+        sid, records = next(iter(by_session.items()))
+        score = scorer.score(sid, records)
+        got = {k: getattr(score, k) for k in want}
+        assert got.pop("completion_rate") == pytest.approx(want.pop("completion_rate"), abs=1e-5), expected_file
+        assert got == want, expected_file
