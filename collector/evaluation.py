@@ -29,7 +29,7 @@ from ..scoring.judge.models import ReturnedData
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
-from .store.writer import Store, _utcnow as utcnow
+from .store.writer import Store, _utcnow as utcnow, insert_row
 
 if TYPE_CHECKING:
     from ..scoring.judge import AnthropicJudge
@@ -87,6 +87,7 @@ class Evaluator:
         self.store = store
         self.rescore = rescore
         self.metrics = metrics
+        self._archive_errors_logged: frozenset[str] = frozenset()  # error kinds logged: later ones are only counted
         self.suite: LoadedSuite | None = None
         if settings.suite:
             try:
@@ -157,17 +158,19 @@ class Evaluator:
     @staticmethod
     def _write(con: duckdb.DuckDBPyConnection, score: SessionScore, r: CaseRunResult) -> None:
         con.execute("DELETE FROM case_runs WHERE session_id = ?", [score.session_id])
-        stage_values: list[Any] = []
+        row: dict[str, Any] = {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
+                               "run_id": score.run_id, "fit": r.fit, "probe": r.probe,
+                               "controlled_exposure": r.controlled_exposure}
         for stage in STAGE_COLUMNS:
             s = r.stages.get(stage)
-            stage_values += [s.state if s else None, json.dumps(s.evidence, default=str) if s else None]
-        layers = json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None
-        values = [score.session_id, r.case_id, score.experiment, score.run_id, r.fit, r.probe, r.controlled_exposure,
-                  *stage_values, r.first_failed_stage, r.passed, r.correct_abstention, r.failure_class, layers,
-                  list(r.failed_assertions), r.fix_hint, r.case_sha256, utcnow()]
-        con.execute("INSERT INTO case_runs VALUES (" + ", ".join(["?"] * len(values)) + ")", values)
-
-    _archive_errors_logged: frozenset[str] = frozenset()  # error kinds already logged: later ones are only counted
+            row[stage] = s.state if s else None
+            row[f"{stage}_evidence"] = json.dumps(s.evidence, default=str) if s else None
+        row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
+                   failure_class=r.failure_class,
+                   layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
+                   failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256,
+                   updated_at=utcnow())
+        insert_row(con, "case_runs", row)
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
         """One JSON per case run; the archive is a copy for people, so failing to write it never fails the session."""
@@ -254,9 +257,13 @@ def archive_name(experiment: str | None, case_id: str, run: str) -> str:
 
 
 def store_judgment(con: duckdb.DuckDBPyConnection, session_id: str, j: Judgment) -> None:
-    values = [session_id, j.input_hash, j.judge_model, j.backend, j.base_url, j.rubric_id, j.rubric_sha256,
-         j.prompt_version, j.temperature, j.case_sha256, j.answer_sha256, j.reference_sha256, j.status, j.passed,
-         j.score, json.dumps([c.model_dump() for c in j.criteria]), json.dumps(j.missing_requirements),
-         json.dumps(j.unsupported_claims), j.explanation, j.error, j.created_at.replace(tzinfo=None),
-         j.input_tokens, j.output_tokens, j.cached, j.model_dump_json()]
-    con.execute("INSERT INTO judgments VALUES (" + ", ".join(["?"] * len(values)) + ")", values)
+    insert_row(con, "judgments", {
+        "session_id": session_id, "input_hash": j.input_hash, "judge_model": j.judge_model, "backend": j.backend,
+        "base_url": j.base_url, "rubric_id": j.rubric_id, "rubric_sha256": j.rubric_sha256,
+        "prompt_version": j.prompt_version, "temperature": j.temperature, "case_sha256": j.case_sha256,
+        "answer_sha256": j.answer_sha256, "reference_sha256": j.reference_sha256, "status": j.status,
+        "passed": j.passed, "score": j.score, "criteria": json.dumps([c.model_dump() for c in j.criteria]),
+        "missing_requirements": json.dumps(j.missing_requirements),
+        "unsupported_claims": json.dumps(j.unsupported_claims), "explanation": j.explanation, "error": j.error,
+        "created_at": j.created_at.replace(tzinfo=None), "input_tokens": j.input_tokens,
+        "output_tokens": j.output_tokens, "cached": j.cached, "judgment": j.model_dump_json()})

@@ -91,6 +91,12 @@ def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ..
     con.execute("SET lock_configuration = true")
 
 
+def insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
+    """One row, by column name: a column added to the table later never shifts the others."""
+    names = ", ".join(row)
+    con.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join(['?'] * len(row))})", list(row.values()))
+
+
 def _utcnow() -> datetime:
     """Naive UTC, the convention of every TIMESTAMP column."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
