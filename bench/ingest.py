@@ -291,6 +291,20 @@ class Drive:
     client_cpu: float = 0.0
 
 
+def deliver_until_taken(sender: "Sender", body: bytes, retry_sleep: float, failed: list) -> tuple[int, int]:
+    """Send one body until the server takes it: (push-backs, spans rejected); gives up past PUSHBACK_DEADLINE."""
+    pushed = 0
+    deadline = time.monotonic() + PUSHBACK_DEADLINE
+    while True:
+        rejected = sender.send(body)
+        if rejected is not None:
+            return pushed, rejected
+        pushed += 1
+        if failed or time.monotonic() > deadline:
+            raise RuntimeError(f"request still pushed back after {pushed} tries")
+        time.sleep(retry_sleep)
+
+
 def drive(transport: str, addr: str, bodies: list[bytes], warmup: list[bytes], concurrency: int,
           retry_sleep: float, server: Child) -> Drive:
     """Warm each client up, then send every body once with ``concurrency`` clients; time to last ack."""
@@ -305,16 +319,7 @@ def drive(transport: str, addr: str, bodies: list[bytes], warmup: list[bytes], c
     ends: list[float] = []
 
     def deliver(sender: Sender, body: bytes) -> tuple[int, int]:
-        pushed = 0
-        deadline = time.monotonic() + PUSHBACK_DEADLINE
-        while True:
-            rejected = sender.send(body)
-            if rejected is not None:
-                return pushed, rejected
-            pushed += 1
-            if failed or time.monotonic() > deadline:
-                raise RuntimeError(f"request still pushed back after {pushed} tries")
-            time.sleep(retry_sleep)
+        return deliver_until_taken(sender, body, retry_sleep, failed)
 
     def client(k: int) -> None:
         sender: Sender | None = None
@@ -691,16 +696,7 @@ def drive_streams(transport: str, addr: str, streams: list[list[bytes]], spans: 
     ends: list[float] = []
 
     def deliver(sender: Sender, body: bytes) -> tuple[int, int]:
-        pushed = 0
-        deadline = time.monotonic() + PUSHBACK_DEADLINE
-        while True:
-            rejected = sender.send(body)
-            if rejected is not None:
-                return pushed, rejected
-            pushed += 1
-            if failed or time.monotonic() > deadline:
-                raise RuntimeError(f"request still pushed back after {pushed} tries")
-            time.sleep(retry_sleep)
+        return deliver_until_taken(sender, body, retry_sleep, failed)
 
     def client(k: int) -> None:
         sender: Sender | None = None

@@ -153,6 +153,9 @@ class SessionSettings(_Model):
         256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
+    max_prepare_queue_bytes: int = Field(
+        64 * MiB, gt=0, description="Committed request bytes waiting to be normalized and held; a batch beyond it is "
+        "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits.")
     max_assembled_cache_bytes: int = Field(
         128 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back; beyond it the least recently used go (assembled_cache_evicted).")

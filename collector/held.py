@@ -1,22 +1,25 @@
 """Open traces held in memory: each span decoded and normalized once, read back only when evicted.
 
-Reading a trace back from DuckDB and parsing its JSON again cost more than normalizing it. So a
-batch's spans are turned into ``SpanView`` and ``SpanRecord`` in the decode worker, before the
-commit, and once the commit succeeded they are held with their open trace until it is
-assembled. A log record tied to a held span joins it as an event (shaped as ``assembly`` shapes
+Reading a trace back from DuckDB and parsing its JSON again cost more than normalizing it. So
+once a batch is committed (and acknowledged: this is never on the ingest path), a worker turns
+its spans into ``SpanView`` and ``SpanRecord`` once and holds them with their open trace until
+it is assembled; the forwarder labels the same batch from those records. A log record tied to a held span joins it as an event (shaped as ``assembly`` shapes
 the ones it reads back), and the span is normalized again at assembly with it.
 
 A trace is held *whole* or not at all: one seen for the first time by this process and never
-evicted. Anything else (reopened after a restart, evicted to keep within ``max_bytes``,
-assembled before and reopened by a late span) is read back from the store, as before. The bound
-is in estimated bytes; each eviction is counted.
+evicted. Anything else (reopened after a restart, evicted to keep within ``max_bytes``, a batch
+the worker could not take because its queue was full, a trace whose assembly came before the
+worker had prepared all of it, assembled before and reopened by a late span) is read back from
+the store, as before. The bounds are in estimated bytes; hitting one is counted.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..semconv import SpanRecord, SpanView, normalize
@@ -24,6 +27,9 @@ from .assembly import AssembledTrace
 from .batches import LogBatch, SpanBatch
 from .telemetry import Metrics
 
+log = logging.getLogger(__name__)
+
+PARTIAL_REMEMBERED = 1_000_000  # traces known not to be held whole; older marks are of traces long assembled
 SPAN_OVERHEAD_BYTES = 1200  # the view, the record and their dicts, beyond the JSON text they hold
 PARSED_FACTOR = 3  # parsed values cost about three times their JSON text
 
@@ -86,19 +92,44 @@ class HeldTraces:
         self.metrics = metrics
         self.session_keys = tuple(session_keys)
         self._traces: OrderedDict[str, _Trace] = OrderedDict()  # least recently added first
-        self._partial: set[str] = set()  # open traces not held whole: read back at assembly
+        self._partial: OrderedDict[str, None] = OrderedDict()  # open traces not held whole: read back at assembly
+        self._pending: dict[str, int] = {}  # committed batches per trace that the worker has not prepared yet
         self._bytes = 0
         self._lock = threading.Lock()
         metrics.gauge("held_bytes", lambda: self._bytes)
         metrics.gauge("held_traces", lambda: len(self._traces))
 
-    def add(self, prepared: Prepared, already_open: Iterable[str]) -> None:
-        """Hold the committed spans of a batch. ``already_open``: traces open before this batch whose
-        earlier spans are not held (reopened after a restart), so they cannot be held whole."""
+    def _mark_partial(self, tid: str) -> None:
+        self._partial[tid] = None
+        self._partial.move_to_end(tid)
+        if len(self._partial) > PARTIAL_REMEMBERED:
+            self._partial.popitem(last=False)
+
+    def _unseen(self, already_open: Iterable[str]) -> None:
+        """Traces open before a batch whose earlier spans are neither held nor on their way: not whole."""
+        for tid in already_open:
+            if tid not in self._traces and not self._pending.get(tid):
+                self._mark_partial(tid)
+
+    def expect(self, trace_ids: Iterable[str], already_open: Iterable[str]) -> None:
+        """A committed batch of these traces is on its way to the worker."""
         with self._lock:
-            for tid in already_open:
-                if tid not in self._traces:
-                    self._partial.add(tid)
+            self._unseen(already_open)
+            for tid in trace_ids:
+                self._pending[tid] = self._pending.get(tid, 0) + 1
+
+    def _arrived(self, trace_ids: Iterable[str]) -> None:
+        for tid in trace_ids:
+            left = self._pending.get(tid, 0) - 1
+            if left > 0:
+                self._pending[tid] = left
+            else:
+                self._pending.pop(tid, None)
+
+    def add(self, prepared: Prepared, trace_ids: Iterable[str]) -> None:
+        """Hold the committed spans of a batch that ``expect`` announced for ``trace_ids``."""
+        with self._lock:
+            self._arrived(trace_ids)
             for i, (view, record) in enumerate(zip(prepared.views, prepared.records)):
                 tid = view.trace_id
                 if tid in self._partial:
@@ -116,11 +147,9 @@ class HeldTraces:
             self._evict()
 
     def add_logs(self, events: dict[tuple[str, str], tuple[list[dict], int]], already_open: Iterable[str]) -> None:
-        """Hold log records tied to spans (before or after their spans arrive); ``already_open`` as in ``add``."""
+        """Hold log records tied to spans (before or after their spans arrive); ``already_open`` as in ``expect``."""
         with self._lock:
-            for tid in already_open:
-                if tid not in self._traces:
-                    self._partial.add(tid)
+            self._unseen(already_open)
             for (tid, sid), (evs, cost) in events.items():
                 if tid in self._partial:
                     continue  # not held whole: the assembly reads the trace's logs back with its spans
@@ -139,7 +168,7 @@ class HeldTraces:
         while self._bytes > self.max_bytes and self._traces:
             tid, trace = self._traces.popitem(last=False)
             self._bytes -= trace.cost
-            self._partial.add(tid)
+            self._mark_partial(tid)
             evicted += 1
         if evicted:
             self.metrics.inc("held_traces_evicted", evicted)
@@ -147,9 +176,13 @@ class HeldTraces:
     def take(self, trace_id: str) -> tuple[list[SpanView], list[SpanRecord]] | None:
         """The held trace's views and records, in the store's order, released; None when it is not held whole."""
         with self._lock:
+            if self._pending.get(trace_id):  # the worker is behind: what is held is not all of it
+                self._drop(trace_id)
+                self._mark_partial(trace_id)  # and what it still brings must not pass for a whole trace
+                return None
             if trace_id in self._partial:
-                self._partial.discard(trace_id)
-                self._traces.pop(trace_id, None)
+                self._partial.pop(trace_id, None)
+                self._drop(trace_id)
                 return None
             trace = self._traces.pop(trace_id, None)
             if trace is None:
@@ -170,23 +203,31 @@ class HeldTraces:
         if traces:
             self.metrics.inc("traces_read_back", traces)
 
-    def not_held(self, trace_ids: Iterable[str]) -> None:
-        """These traces have spans this stage never saw prepared: read them back at assembly."""
-        with self._lock:
-            for tid in trace_ids:
-                trace = self._traces.pop(tid, None)
-                if trace is not None:
-                    self._bytes -= trace.cost
-                self._partial.add(tid)
+    def not_held(self, trace_ids: Iterable[str], announced: bool = False) -> None:
+        """These traces have spans this stage will not see prepared: read them back at assembly.
+        ``announced``: the batch was ``expect``-ed, and will not arrive after all."""
+        if announced:
+            with self._lock:
+                self._arrived(trace_ids)
+        self._release(trace_ids, partial=True)
 
     def forget(self, trace_ids: Iterable[str]) -> None:
         """Drop what is held for these traces (their assembly reads them back)."""
+        self._release(trace_ids, partial=False)
+
+    def _drop(self, tid: str) -> None:
+        trace = self._traces.pop(tid, None)
+        if trace is not None:
+            self._bytes -= trace.cost
+
+    def _release(self, trace_ids: Iterable[str], partial: bool) -> None:
         with self._lock:
             for tid in trace_ids:
-                trace = self._traces.pop(tid, None)
-                if trace is not None:
-                    self._bytes -= trace.cost
-                self._partial.discard(tid)
+                self._drop(tid)
+                if partial:
+                    self._mark_partial(tid)
+                else:
+                    self._partial.pop(tid, None)
 
 
 RECORD_COST_BYTES = 1500  # one assembled record, its parsed arguments and result included (an estimate)
@@ -233,3 +274,96 @@ class AssembledTraces:
                 return None
             self._traces.move_to_end(trace_id)
             return found[0]
+
+
+class Preparer:
+    """The worker that prepares committed span batches, off the ingest path, in commit order.
+
+    Its queue is bounded in payload bytes: a batch that does not fit is not prepared (its traces
+    are read back at assembly, counted in ``prepare_skipped``), so ingest never waits for it.
+    Every batch then goes to the listeners (the forwarder), prepared or not, in commit order.
+    """
+
+    def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics) -> None:
+        self.held = held
+        self.session_keys = tuple(session_keys)
+        self.max_queue_bytes = max_queue_bytes
+        self.metrics = metrics
+        self.listeners: list[Callable[[SpanBatch], None]] = []
+        self._queue: deque[tuple[SpanBatch, list[str]]] = deque()
+        self._queue_bytes = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="agentfunnel-prepare", daemon=True)
+        self._thread.start()
+        metrics.gauge("prepare_queue_bytes", lambda: self._queue_bytes)
+
+    def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
+        """A committed batch (on the writer thread, right after its commit): queue it and return."""
+        trace_ids = list(dict.fromkeys(batch.trace_id))
+        size = max(batch.payload_bytes, 1)
+        with self._cond:
+            fits = not self._stopping and (not self._queue or self._queue_bytes + size <= self.max_queue_bytes)
+            if fits:
+                self.held.expect(trace_ids, already_open)
+                self._queue.append((batch, trace_ids))
+                self._queue_bytes += size
+                self._cond.notify()
+        if not fits:
+            self.metrics.inc("prepare_skipped", len(batch))
+            self.held.not_held(trace_ids)
+            self._tell(batch)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch, trace_ids = self._queue.popleft()
+                self._queue_bytes -= max(batch.payload_bytes, 1)
+                self._busy = True
+            try:
+                batch.prepared = prepare(batch, self.session_keys)
+                self.held.add(batch.prepared, trace_ids)
+            except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
+                log.exception("preparing a committed batch failed; its traces are read back at assembly")
+                self.held.not_held(trace_ids, announced=True)
+            self._tell(batch)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def _tell(self, batch: SpanBatch) -> None:
+        for listener in self.listeners:
+            try:
+                listener(batch)
+            except Exception:  # noqa: BLE001 - a listener never undoes what was stored
+                log.exception("batch listener failed")
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every queued batch is prepared (``ingest`` and ``flush`` do, before assembling)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def stop(self, timeout: float) -> None:
+        """Prepare what is queued for at most ``timeout`` seconds; the rest is read back after all."""
+        self.drain(timeout)
+        with self._cond:
+            self._stopping = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._queue_bytes = 0
+            self._cond.notify_all()
+        for batch, trace_ids in left:
+            self.held.not_held(trace_ids, announced=True)
+            self._tell(batch)
+        self._thread.join(timeout)

@@ -92,15 +92,12 @@ class Pipeline:
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
                  on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
-                 max_value_bytes: int | None = None,
-                 prepare: Callable[[SpanBatch], object] | None = None) -> None:
+                 max_value_bytes: int | None = None) -> None:
         self.store = store
         self.max_value_bytes = max_value_bytes
         self.metrics = metrics
         self.admission = admission
         self.on_committed = on_committed
-        self.prepare = prepare
-        self.batch_listeners: list[Callable[[SpanBatch | LogBatch], None]] = []
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
@@ -108,8 +105,6 @@ class Pipeline:
         if self.max_value_bytes is not None and (cut := bound_values(batch, self.max_value_bytes)):
             self.metrics.inc("values_truncated", cut)
         kind = "spans" if signal == "traces" else "logs"
-        if self.prepare is not None and isinstance(batch, SpanBatch) and len(batch):
-            batch.prepared = self.prepare(batch)  # normalized here, once, off the writer thread
         self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
         if batch.rejected.count:
             self.metrics.inc(f"{kind}_rejected", batch.rejected.count, label="invalid")
@@ -130,13 +125,11 @@ class Pipeline:
                 out.set_exception(exc)
                 return
             result: CommitResult = f.result()
-            for listener in self.batch_listeners:  # e.g. the forwarder: after COMMIT, never before
-                try:
-                    listener(batch)
-                except Exception:  # noqa: BLE001 - a listener must never fail an acknowledged request
-                    log.exception("commit listener failed")
             if self.on_committed is not None and len(batch):
-                self.on_committed(batch)
+                try:  # the session stage (and through it the forwarder): after COMMIT, never before
+                    self.on_committed(batch)
+                except Exception:  # noqa: BLE001 - it must never fail an acknowledged request
+                    log.exception("commit listener failed")
             out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
                                         result.duplicates))
 

@@ -78,7 +78,7 @@ class Server:
         fwd = Forwarder(settings.forward, self.metrics, settings.scoring, settings.sessions.session_keys,
                         settings.sessions.idle_timeout_seconds, open_traces=self.sessions.tracker.open_ids,
                         barrier=lambda: self.store.submit_job(lambda con: None))
-        self.pipeline.batch_listeners.append(fwd.on_batch)
+        self.sessions.preparer.listeners.append(fwd.on_batch)  # after the batch is normalized: its records are reused
         self.sessions.session_listeners.append(fwd.on_sessions)
         return fwd
 
@@ -273,6 +273,7 @@ class Server:
                 self.sessions.flush(within_seconds=self.settings.sessions.shutdown_assembly_seconds)
             except Exception:  # noqa: BLE001 - the traces stay unassembled and are reopened on start
                 log.exception("could not assemble open traces at shutdown")
+        self.sessions.preparer.stop(0)  # whatever is left is read back on the next start
         if self.forwarder is not None:  # after the last assembly, before the store closes
             await asyncio.get_running_loop().run_in_executor(None, self.forwarder.stop)
         self.evaluator.close()

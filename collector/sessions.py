@@ -21,7 +21,7 @@ from ..scoring import ScoringConfig, SessionScorer
 from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
-from .held import AssembledTraces, HeldTraces, Prepared, log_events, prepare
+from .held import AssembledTraces, HeldTraces, Preparer, log_events
 from .scoring_stage import FailedSession, ScoredSession, score_sessions, session_records, write_funnel_steps
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
@@ -46,6 +46,7 @@ class SessionService:
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
         self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
         self.assembled = AssembledTraces(settings.max_assembled_cache_bytes, metrics)
+        self.preparer = Preparer(self.held, settings.session_keys, settings.max_prepare_queue_bytes, metrics)
         self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
@@ -60,18 +61,11 @@ class SessionService:
             self.tracker.observe([tid], since)
         return len(found)
 
-    def prepare(self, batch: SpanBatch) -> Prepared:
-        """The batch's views and records, made once in the decode worker (the pipeline calls it)."""
-        return prepare(batch, self.settings.session_keys)
-
     def observe(self, batch: SpanBatch | LogBatch) -> None:
-        """This batch was just committed: hold what it brought, note its traces as open."""
+        """This batch was just committed (writer thread): have it prepared and held, note its traces as open."""
         if isinstance(batch, SpanBatch):
             trace_ids = set(batch.trace_id)
-            if batch.prepared is not None:
-                self.held.add(batch.prepared, [t for t in trace_ids if t in self.tracker])
-            else:
-                self.held.not_held(trace_ids)
+            self.preparer.submit(batch, [t for t in trace_ids if t in self.tracker])
         else:  # a log record tied to a span can change what its trace says: reassemble it too
             trace_ids = {t for t in batch.trace_id if t}
             self.held.add_logs(log_events(batch), [t for t in trace_ids if t in self.tracker])
@@ -312,8 +306,9 @@ class SessionService:
         the traces left are stored unassembled and reopened on the next start, so a stop under
         heavy load is prompt and loses nothing.
         """
-        traces = self.tracker.take()
         deadline = None if within_seconds is None else time.monotonic() + within_seconds
+        self.preparer.drain(within_seconds)  # what is committed is held before it is assembled
+        traces = self.tracker.take()
         done: list[AssembledTrace] = []
         chunks = self._chunks(traces)
         for i, chunk in enumerate(chunks):

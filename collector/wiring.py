@@ -38,6 +38,5 @@ def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission
 
     evaluator = Evaluator(settings.cases, settings.judge, store, rescore=rescore, metrics=metrics)
     sessions = SessionService(settings.sessions, store, metrics, settings.scoring, evaluator)
-    pipeline = Pipeline(store, metrics, admission, sessions.observe, settings.receivers.max_attribute_value_bytes,
-                        sessions.prepare)
+    pipeline = Pipeline(store, metrics, admission, sessions.observe, settings.receivers.max_attribute_value_bytes)
     return IngestPath(metrics, store, evaluator, sessions, pipeline)

@@ -33,7 +33,7 @@ def test_held_records_assemble_like_the_views_they_came_from():
     for path in sorted(OTLP.glob("*/*.traces.binpb")):
         batch = decode_traces_protobuf(path.read_bytes())
         held = HeldTraces(1 << 30, Metrics())
-        held.add(prepare(batch), already_open=())
+        held.add(prepare(batch), trace_ids=())
         by_trace: dict[str, list] = {}
         for v in views_of(path):
             by_trace.setdefault(v.trace_id, []).append(v)
@@ -52,7 +52,7 @@ def test_a_log_record_for_a_held_span_is_read_with_it():
     logs = decode_logs_protobuf(logs_path.read_bytes())
     held = HeldTraces(1 << 30, Metrics())
     held.add_logs(log_events(logs), already_open=())  # logs may come first
-    held.add(prepare(spans), already_open=())
+    held.add(prepare(spans), trace_ids=())
     answers = [r.final_answer for tid in set(spans.trace_id) for r in held.take(tid)[1] if r.final_answer]
     assert answers  # the model's text is in the log records, not on the spans
 
@@ -117,7 +117,7 @@ def test_sessions_from_held_records_score_as_the_scenarios_say_without_a_store()
         if logs_path.exists():
             held.add_logs(log_events(decode_logs_protobuf(logs_path.read_bytes())), already_open=())
         batch = decode_traces_protobuf(traces_path.read_bytes())
-        held.add(prepare(batch), already_open=())
+        held.add(prepare(batch), trace_ids=())
         by_session: dict[str, list] = {}
         for tid in sorted(set(batch.trace_id)):
             views, records = held.take(tid)
@@ -136,3 +136,29 @@ def test_sessions_from_held_records_score_as_the_scenarios_say_without_a_store()
         got = {k: getattr(score, k) for k in want}
         assert got.pop("completion_rate") == pytest.approx(want.pop("completion_rate"), abs=1e-5), expected_file
         assert got == want, expected_file
+
+
+def test_a_full_prepare_queue_never_holds_up_ingest_and_its_traces_are_read_back():
+    import threading
+
+    from agentfunnel.collector.held import Preparer
+
+    path = next(OTLP.glob("pydantic-ai/shop_purchase.traces.binpb"))
+    batches = [decode_traces_protobuf(path.read_bytes()) for _ in range(3)]
+    metrics = Metrics()
+    held = HeldTraces(1 << 30, metrics)
+    preparer = Preparer(held, (), max_queue_bytes=1, metrics=metrics)
+    release, told = threading.Event(), []
+    preparer.listeners.append(lambda b: (told.append(b), b is batches[0] and release.wait(10)))
+    preparer.submit(batches[0], [])  # taken by the worker, which then waits in the listener
+    while not told:
+        release.wait(0.01)
+    preparer.submit(batches[1], [])  # queued (the queue was empty)
+    preparer.submit(batches[2], [])  # does not fit: told at once, unprepared, and its traces marked
+    assert told[-1] is batches[2] and batches[2].prepared is None
+    assert metrics.get("prepare_skipped") == len(batches[2])
+    release.set()
+    assert preparer.drain(10)
+    assert batches[1].prepared is not None
+    assert held.take(batches[0].trace_id[0]) is None  # a batch of the trace was not held: read it back
+    preparer.stop(1)
