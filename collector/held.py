@@ -29,6 +29,7 @@ from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
+GIVE_WAY_SECONDS = 0.005  # how long the prepare worker stands aside while requests wait for a commit
 PARTIAL_REMEMBERED = 1_000_000  # traces known not to be held whole; older marks are of traces long assembled
 SPAN_OVERHEAD_BYTES = 1200  # the view, the record and their dicts, beyond the JSON text they hold
 PARSED_FACTOR = 3  # parsed values cost about three times their JSON text
@@ -281,10 +282,15 @@ class Preparer:
 
     Its queue is bounded in payload bytes: a batch that does not fit is not prepared (its traces
     are read back at assembly, counted in ``prepare_skipped``), so ingest never waits for it.
-    Every batch then goes to the listeners (the forwarder), prepared or not, in commit order.
+    While ``ingest_waiting()`` says requests are queued for a commit, the worker gives way (it
+    shares the interpreter with the receivers), until its own queue is half full: a burst is
+    acknowledged at full speed and prepared right after. Every batch then goes to the listeners
+    (the forwarder), prepared or not, in commit order.
     """
 
-    def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics) -> None:
+    def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics,
+                 ingest_waiting: Callable[[], bool] = lambda: False) -> None:
+        self.ingest_waiting = ingest_waiting
         self.held = held
         self.session_keys = tuple(session_keys)
         self.max_queue_bytes = max_queue_bytes
@@ -294,6 +300,7 @@ class Preparer:
         self._queue_bytes = 0
         self._cond = threading.Condition()
         self._stopping = False
+        self._draining = 0  # callers waiting in drain(): prepare at once, without giving way
         self._busy = False
         self._thread = threading.Thread(target=self._run, name="agentfunnel-prepare", daemon=True)
         self._thread.start()
@@ -322,6 +329,10 @@ class Preparer:
                     self._cond.wait()
                 if not self._queue:
                     return
+                if (self.ingest_waiting() and not self._stopping and not self._draining
+                        and self._queue_bytes < self.max_queue_bytes // 2):
+                    self._cond.wait(GIVE_WAY_SECONDS)  # requests first: come back in a moment
+                    continue
                 batch, trace_ids = self._queue.popleft()
                 self._queue_bytes -= max(batch.payload_bytes, 1)
                 self._busy = True
@@ -347,11 +358,16 @@ class Preparer:
         """Wait until every queued batch is prepared (``ingest`` and ``flush`` do, before assembling)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._queue or self._busy:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._draining += 1
+            self._cond.notify_all()
+            try:
+                while self._queue or self._busy:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._draining -= 1
         return True
 
     def stop(self, timeout: float) -> None:

@@ -46,7 +46,8 @@ class SessionService:
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
         self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
         self.assembled = AssembledTraces(settings.max_assembled_cache_bytes, metrics)
-        self.preparer = Preparer(self.held, settings.session_keys, settings.max_prepare_queue_bytes, metrics)
+        self.preparer = Preparer(self.held, settings.session_keys, settings.max_prepare_queue_bytes, metrics,
+                                 ingest_waiting=lambda: store.queue_bytes > 0)
         self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
         # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
         self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
