@@ -3,8 +3,9 @@
 Reading a trace back from DuckDB and parsing its JSON again cost more than normalizing it. So
 once a batch is committed (and acknowledged: this is never on the ingest path), a worker turns
 its spans into ``SpanView`` and ``SpanRecord`` once and holds them with their open trace until
-it is assembled; the forwarder labels the same batch from those records. A log record tied to a held span joins it as an event (shaped as ``assembly`` shapes
-the ones it reads back), and the span is normalized again at assembly with it.
+it is assembled; the forwarder labels the same batch from those records. A log record tied to
+a held span joins it as an event (shaped as ``assembly`` shapes the ones it reads back), and the
+span is normalized again at assembly with it.
 
 A trace is held *whole* or not at all: one seen for the first time by this process and never
 evicted. Anything else (reopened after a restart, evicted to keep within ``max_bytes``, a batch
@@ -37,7 +38,7 @@ PARSED_FACTOR = 3  # parsed values cost about three times their JSON text
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A span batch's rows as the session stage reads them, made once in the decode worker."""
+    """A span batch's rows as the session stage reads them, made once by the prepare worker."""
 
     views: list[SpanView]
     records: list[SpanRecord]
@@ -45,7 +46,7 @@ class Prepared:
 
 
 def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
-    """Views and normalized records of every span in the batch (pure; runs before the commit)."""
+    """Views and normalized records of every span in the batch (pure; the prepare worker runs it after the commit)."""
     attrs, res, events = batch.attrs, batch.resource_attrs, batch.event_list
     views = [SpanView(
         trace_id=batch.trace_id[i], span_id=batch.span_id[i], parent_span_id=batch.parent_span_id[i],
@@ -285,7 +286,8 @@ class Preparer:
     While ``ingest_waiting()`` says requests are queued for a commit, the worker gives way (it
     shares the interpreter with the receivers), until its own queue is half full: a burst is
     acknowledged at full speed and prepared right after. Every batch then goes to the listeners
-    (the forwarder), prepared or not, in commit order.
+    (the forwarder): prepared ones in commit order, a skipped one at once, unprepared (it may
+    overtake batches still queued).
     """
 
     def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics,

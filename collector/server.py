@@ -26,7 +26,7 @@ from aiohttp import web
 
 from .config import Settings
 from .pipeline import Admission
-from .query import SECRET_HEADER, QueryError, remove_sidecar, run_query, write_sidecar
+from .query import SECRET_HEADER, QueryError, QueryResult, remove_sidecar, run_query, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
@@ -243,7 +243,7 @@ class Server:
         self.metrics.inc("sql_queries", label="ok")
         return web.json_response(result.to_json())
 
-    def _read(self, sql: str, max_rows: int | None) -> Any:
+    def _read(self, sql: str, max_rows: int | None) -> QueryResult:
         """One query on a connection of its own (a cursor of the database, never the writer's connection)."""
         cursor = self.store.reader()
         try:

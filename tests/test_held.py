@@ -1,7 +1,7 @@
 """Open traces held in memory give exactly what reading them back from the store gives.
 
 Every recorded fixture (spans and log records, as the frameworks sent them) is assembled twice:
-from the records the decode worker made once (``held``), and from the store, as an evicted or
+from the records the prepare worker made once (``held``), and from the store, as an evicted or
 reopened trace is (``sessions.max_held_bytes`` too small to hold anything). Both databases must
 hold the same tool calls, span stamps and sessions; the counters say which path ran.
 """
@@ -29,7 +29,7 @@ COMPARED = {
 
 
 def test_held_records_assemble_like_the_views_they_came_from():
-    """In process, no store: the decode worker's records, held and taken, against normalizing the views."""
+    """In process, no store: the prepare worker's records, held and taken, against normalizing the views."""
     for path in sorted(OTLP.glob("*/*.traces.binpb")):
         batch = decode_traces_protobuf(path.read_bytes())
         held = HeldTraces(1 << 30, Metrics())
