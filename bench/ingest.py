@@ -307,74 +307,10 @@ def deliver_until_taken(sender: "Sender", body: bytes, retry_sleep: float, faile
 
 def drive(transport: str, addr: str, bodies: list[bytes], warmup: list[bytes], concurrency: int,
           retry_sleep: float, server: Child) -> Drive:
-    """Warm each client up, then send every body once with ``concurrency`` clients; time to last ack."""
-    import psutil
-
-    me = psutil.Process()
-    lock = threading.Lock()
-    next_index = iter(range(len(bodies)))
-    start = threading.Barrier(concurrency + 1)
-    failed: list[BaseException] = []
-    out = Drive()
-    ends: list[float] = []
-
-    def deliver(sender: Sender, body: bytes) -> tuple[int, int]:
-        return deliver_until_taken(sender, body, retry_sleep, failed)
-
-    def client(k: int) -> None:
-        sender: Sender | None = None
-        lat: list[float] = []
-        pushed = rejected = 0
-        try:
-            sender = SENDERS[transport](addr)
-            for body in warmup[k::concurrency]:
-                deliver(sender, body)
-            start.wait()
-            while not failed:
-                with lock:
-                    i = next(next_index, None)
-                if i is None:
-                    break
-                t0 = time.perf_counter()
-                p, r = deliver(sender, bodies[i])
-                lat.append(time.perf_counter() - t0)
-                pushed += p
-                rejected += r
-            end = time.perf_counter()
-        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
-            failed.append(exc)
-            start.abort()
-            return
-        finally:
-            if sender is not None:
-                sender.close()
-        with lock:
-            out.latencies.extend(lat)
-            out.requests += len(lat)
-            out.pushbacks += pushed
-            out.rejected += rejected
-            ends.append(end)
-
-    threads = [threading.Thread(target=client, args=(k,), name=f"client-{k}", daemon=True)
-               for k in range(concurrency)]
-    for t in threads:
-        t.start()
-    try:
-        start.wait(timeout=300)
-    except threading.BrokenBarrierError:
-        pass
-    cpu0, me0 = server.cpu_seconds(), me.cpu_times()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    if failed:
-        raise RuntimeError(f"{transport} client failed: {failed[0]!r}") from failed[0]
-    cpu1, me1 = server.cpu_seconds(), me.cpu_times()
-    out.seconds = max(ends) - t0
-    out.spans = out.requests * SPANS_PER_REQUEST
-    out.server_cpu = cpu1 - cpu0
-    out.client_cpu = (me1.user + me1.system) - (me0.user + me0.system)
-    return out
+    """Warm each client up, then send every body once with ``concurrency`` clients (dealt out in turn); time to last ack."""
+    return drive_streams(transport, addr, [bodies[k::concurrency] for k in range(concurrency)],
+                         len(bodies) * SPANS_PER_REQUEST, [warmup[k::concurrency] for k in range(concurrency)],
+                         retry_sleep, server)
 
 
 # ============================================================================ runs

@@ -194,17 +194,20 @@ def cmd_cases_check(args: argparse.Namespace) -> int:
 
 def _session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
-    from .scoring_stage import session_records
+    from .sessions import gather_sessions
+    from .store.session_tables import SessionTables
     from .store.writer import connect
     from ..scoring import SessionScorer
 
     con = connect(settings.store.path, read_only=True)
     try:
-        records = session_records(con, [session_id], (), tuple(settings.sessions.session_keys))[session_id]
+        found = gather_sessions(con, SessionTables(), [session_id], session_keys=tuple(settings.sessions.session_keys))
     finally:
         con.close()
-    if not records:
+    session = found.get(session_id)
+    if session is None:
         return None
+    records = list(session.records)
     return SessionScorer(settings.scoring).score(session_id, records), records
 
 
@@ -235,11 +238,11 @@ def cmd_cases_add(args: argparse.Namespace) -> int:
 def cmd_judge(args: argparse.Namespace) -> int:
     """Judge evaluation runs now (a session, or an experiment), then re-score them; through the running server
     when one owns the file (with its configuration), else on the file."""
-    from .evaluation import Evaluator, NotConfigured
+    from .evaluation import NotConfigured
     from .query import QueryError, admin_post, running_server
-    from .sessions import SessionService
     from .store.writer import Store
     from .telemetry import Metrics
+    from .wiring import build_session_stage
 
     settings = _settings(args)
     info = running_server(settings.store.path)
@@ -259,9 +262,9 @@ def cmd_judge(args: argparse.Namespace) -> int:
     store = Store(settings.store, metrics).open()
     evaluator = None
     try:
-        evaluator = Evaluator(settings.cases, settings.judge, store)
-        service = SessionService(settings.sessions, store, metrics, settings.scoring, evaluator)
-        summary = service.judge_runs(args.session, args.experiment)
+        stage = build_session_stage(settings, metrics, store)
+        evaluator = stage.evaluator
+        summary = stage.sessions.judge_runs(args.session, args.experiment)
     except NotConfigured as exc:
         print(f"agentfunnel judge: {exc}", file=sys.stderr)
         return 2
@@ -316,9 +319,9 @@ def cmd_rescore(args: argparse.Namespace) -> int:
             return 1
         print(f"rescored the sessions of {traces} trace(s) in the running server (its own configuration)")
         return 0
-    from .sessions import SessionService
     from .store.writer import Store
     from .telemetry import Metrics
+    from .wiring import build_session_stage
 
     if settings.store.lake is None and not settings.store.path.exists():
         print(f"agentfunnel rescore: database {settings.store.path} does not exist", file=sys.stderr)
@@ -326,10 +329,15 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     metrics = Metrics()
     store = Store(settings.store, metrics).open()
     try:
-        service = SessionService(settings.sessions, store, metrics, settings.scoring)
-        service.recover()
-        traces = service.rescore(stale_only=args.stale)
-        service.flush()
+        stage = build_session_stage(settings, metrics, store)
+        service = stage.sessions
+        try:
+            service.recover()
+            traces = service.rescore(stale_only=args.stale)
+            service.flush()
+            stage.evaluator.drain()  # judgments the re-score asked for, before the file closes
+        finally:
+            stage.evaluator.close()
     finally:
         store.close()
     print(f"rescored the sessions of {traces} trace(s) with config {service.scorer.config_hash}")

@@ -29,18 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from .batches import MAX_REJECT_MESSAGES, SPAN_COLUMNS, SPAN_KINDS, STATUS_CODES, LogBatch, ResourceContext, SpanBatch
 from .errors import PermanentError
 
-_wire: Any
-try:
-    from . import _wire
-except ImportError:  # not built (no C compiler at install time): the pure-Python path serves
-    _wire = None
-else:
-    if _wire.COLUMNS != SPAN_COLUMNS:  # a stale build against another column layout
-        _wire = None
-# Whether decode_traces_protobuf takes the compiled path; AGENTFUNNEL_PURE_PYTHON=1 turns it off.
-USE_WIRE = _wire is not None and os.environ.get("AGENTFUNNEL_PURE_PYTHON") != "1"
-# The compiled module for other stages (the store builds Arrow buffers with it), None when off.
-WIRE: Any = _wire if USE_WIRE else None
+from .wire import USE_WIRE, WIRE, _wire  # noqa: F401 - decode._wire: which build decodes
 
 # ---------------------------------------------------------------------------- protobuf
 

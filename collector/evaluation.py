@@ -20,8 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from ..scoring import SessionScore
 from ..scoring.cases import CaseFileError, LoadedSuite, load_suite
 from ..scoring.judge import JudgeInput, JudgeSettings, Judgment
@@ -29,7 +27,9 @@ from ..scoring.judge.models import ReturnedData
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
-from .store.writer import Store, _utcnow as utcnow, insert_row
+from .scoring_stage import Evaluated
+from .store.session_tables import SessionTables
+from .store.writer import Store
 
 if TYPE_CHECKING:
     from ..scoring.judge import AnthropicJudge
@@ -47,19 +47,19 @@ class NotConfigured(Exception):
 class _StoredJudgments:
     """The judge's cache is the ``judgments`` table: a re-score never pays twice for one input."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, tables: SessionTables) -> None:
         self.store = store
+        self.tables = tables
 
     def get(self, input_hash: str) -> Judgment | None:
         if self.store.con is None:
             return None
         cur = self.store.reader()
         try:
-            row = cur.execute("SELECT judgment FROM judgments WHERE input_hash = ? AND status IN ('complete', "
-                              "'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()
+            found = self.tables.cached_judgment(cur, input_hash)
         finally:
             cur.close()
-        return Judgment.model_validate_json(row[0]).model_copy(update={"cached": True}) if row else None
+        return Judgment.model_validate_json(found).model_copy(update={"cached": True}) if found else None
 
     def put(self, judgment: Judgment) -> None:
         pass  # stored with its session by the evaluator, in the writer's transaction
@@ -80,11 +80,12 @@ def judge_input(case: Any, records: Sequence[SpanRecord], score: SessionScore) -
 class Evaluator:
     """Cases, the judge and its queue; one per process."""
 
-    def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store,
+    def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store, tables: SessionTables,
                  rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None,
                  metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.tables = tables
         self.rescore = rescore
         self.metrics = metrics
         self._archive_errors_logged: frozenset[str] = frozenset()  # error kinds logged: later ones are only counted
@@ -115,7 +116,7 @@ class Evaluator:
             if self._judge is None:
                 from ..scoring.judge import AnthropicJudge
 
-                self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store))
+                self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables))
             return self._judge
 
     def drain(self, timeout: float = 120.0) -> None:
@@ -131,46 +132,24 @@ class Evaluator:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    # ------------------------------------------------------------------ inside the scoring transaction
-    def evaluate(self, con: duckdb.DuckDBPyConnection, score: SessionScore, records: Sequence[SpanRecord],
-                 status: str) -> tuple[CaseRunResult, str | None, float | None] | None:
-        """The case run of a scored session, written to ``case_runs``; with the judge's status and score."""
+    # ------------------------------------------------------------------ inside the scoring pass
+    def is_case_run(self, score: SessionScore) -> bool:
+        return (score.case_id or "") in self.cases
+
+    def evaluate(self, score: SessionScore, records: Sequence[SpanRecord], status: str,
+                 judgment: Judgment | None) -> Evaluated | None:
+        """The case run of a scored session, with the judge's status and score and its ``case_runs`` row."""
         case = self.cases.get(score.case_id or "")
         if case is None:
             return None
-        judgment = self._latest(con, score.session_id)
         result = evaluate_run(case, records, score, judgment)
-        self._write(con, score, result)
         if needs_judge(case) and judgment is None and status == "closed" and self.judge.configured:
             self._request(score.session_id, judge_input(case, records, score))
         if self.settings.archive_dir:
             self._archive(score, result, judgment)
-        if not needs_judge(case):
-            return result, None, None
-        return result, (judgment.status if judgment else "missing"), (judgment.score if judgment else None)
-
-    @staticmethod
-    def _latest(con: duckdb.DuckDBPyConnection, session_id: str) -> Judgment | None:
-        row = con.execute("SELECT judgment FROM judgments WHERE session_id = ? ORDER BY created_at DESC LIMIT 1",
-                          [session_id]).fetchone()
-        return Judgment.model_validate_json(row[0]) if row else None
-
-    @staticmethod
-    def _write(con: duckdb.DuckDBPyConnection, score: SessionScore, r: CaseRunResult) -> None:
-        con.execute("DELETE FROM case_runs WHERE session_id = ?", [score.session_id])
-        row: dict[str, Any] = {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
-                               "run_id": score.run_id, "fit": r.fit, "probe": r.probe,
-                               "controlled_exposure": r.controlled_exposure}
-        for stage in STAGE_COLUMNS:
-            s = r.stages.get(stage)
-            row[stage] = s.state if s else None
-            row[f"{stage}_evidence"] = json.dumps(s.evidence, default=str) if s else None
-        row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
-                   failure_class=r.failure_class,
-                   layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
-                   failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256,
-                   updated_at=utcnow())
-        insert_row(con, "case_runs", row)
+        status_and_score = ((judgment.status if judgment else "missing"), (judgment.score if judgment else None)) \
+            if needs_judge(case) else (None, None)
+        return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result))
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
         """One JSON per case run; the archive is a copy for people, so failing to write it never fails the session."""
@@ -203,7 +182,7 @@ class Evaluator:
     def _judge_and_store(self, session_id: str, inp: JudgeInput) -> Judgment:
         try:
             judgment = self.judge.judge(inp)
-            self.store.submit_job(lambda con: store_judgment(con, session_id, judgment)).result()
+            self.store.submit_job(lambda con: self.tables.add_judgment(con, judgment_row(session_id, judgment))).result()
             if self.rescore is not None:
                 fut = self.rescore([session_id])
                 if isinstance(fut, Future):
@@ -235,7 +214,8 @@ class Evaluator:
             if case is None or not needs_judge(case):
                 continue
             judgment = self.judge.judge(judge_input(case, records, score))
-            self.store.submit_job(lambda con, j=judgment, s=sid: store_judgment(con, s, j)).result()
+            row = judgment_row(sid, judgment)
+            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r)).result()
             done += 1
         return done
 
@@ -256,8 +236,25 @@ def archive_name(experiment: str | None, case_id: str, run: str) -> str:
     return "__".join([*parts, digest]) + ".json"
 
 
-def store_judgment(con: duckdb.DuckDBPyConnection, session_id: str, j: Judgment) -> None:
-    insert_row(con, "judgments", {
+def case_run_row(score: SessionScore, r: CaseRunResult) -> dict[str, Any]:
+    """The ``case_runs`` row of one evaluated run (``updated_at`` is stamped when it is written)."""
+    row: dict[str, Any] = {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
+                           "run_id": score.run_id, "fit": r.fit, "probe": r.probe,
+                           "controlled_exposure": r.controlled_exposure}
+    for stage in STAGE_COLUMNS:
+        s = r.stages.get(stage)
+        row[stage] = s.state if s else None
+        row[f"{stage}_evidence"] = json.dumps(s.evidence, default=str) if s else None
+    row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
+               failure_class=r.failure_class,
+               layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
+               failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256)
+    return row
+
+
+def judgment_row(session_id: str, j: Judgment) -> dict[str, Any]:
+    """The ``judgments`` row of one verdict, with its provenance."""
+    return {
         "session_id": session_id, "input_hash": j.input_hash, "judge_model": j.judge_model, "backend": j.backend,
         "base_url": j.base_url, "rubric_id": j.rubric_id, "rubric_sha256": j.rubric_sha256,
         "prompt_version": j.prompt_version, "temperature": j.temperature, "case_sha256": j.case_sha256,
@@ -266,4 +263,4 @@ def store_judgment(con: duckdb.DuckDBPyConnection, session_id: str, j: Judgment)
         "missing_requirements": json.dumps(j.missing_requirements),
         "unsupported_claims": json.dumps(j.unsupported_claims), "explanation": j.explanation, "error": j.error,
         "created_at": j.created_at.replace(tzinfo=None), "input_tokens": j.input_tokens,
-        "output_tokens": j.output_tokens, "cached": j.cached, "judgment": j.model_dump_json()})
+        "output_tokens": j.output_tokens, "cached": j.cached, "judgment": j.model_dump_json()}

@@ -50,7 +50,8 @@ class _DirectSink:
         self.metrics = Metrics()
         path = build_ingest_path(settings, self.metrics, Admission(settings.receivers.max_bytes_in_flight, 1.0,
                                                                    self.metrics))
-        self.store, self.evaluator, self.sessions, self.pipeline = path.store, path.evaluator, path.sessions, path.pipeline
+        stage = path.stage
+        self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
         self.pending: deque[tuple[Body, Future]] = deque()
 
     def open(self) -> None:

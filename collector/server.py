@@ -55,8 +55,10 @@ class Server:
         self.metrics = Metrics()
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
                                    settings.receivers.retry_after_seconds, self.metrics)
-        path = build_ingest_path(settings, self.metrics, self.admission)
-        self.store, self.evaluator, self.sessions, self.pipeline = path.store, path.evaluator, path.sessions, path.pipeline
+        path = build_ingest_path(settings, self.metrics, self.admission, forward=True)
+        stage = path.stage
+        self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
+        self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
@@ -69,18 +71,6 @@ class Server:
         self.grpc: GrpcReceiver | None = None
         self.http: HttpReceiver | None = None
         self.endpoints: Endpoints | None = None
-        self.forwarder = self._forwarder(settings)
-
-    def _forwarder(self, settings: Settings) -> Forwarder | None:
-        """Forwarding downstream (optional): fed after COMMIT and after assembly, never on the ingest path."""
-        if settings.forward is None:
-            return None
-        fwd = Forwarder(settings.forward, self.metrics, settings.scoring, settings.sessions.session_keys,
-                        settings.sessions.idle_timeout_seconds, open_traces=self.sessions.tracker.open_ids,
-                        barrier=lambda: self.store.submit_job(lambda con: None))
-        self.sessions.preparer.listeners.append(fwd.on_batch)  # after the batch is normalized: its records are reused
-        self.sessions.session_listeners.append(fwd.on_sessions)
-        return fwd
 
     async def _run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._decode_pool, functools.partial(fn, *args))

@@ -1,7 +1,10 @@
-"""The session stage's lifecycle: note traces as spans commit, assemble them when they go idle.
+"""The session stage's lifecycle: note traces as spans commit, assemble and score them when they go idle.
 
-Assembly runs as a job on the store's writer thread, off the ingest path: a request is
-acknowledged as soon as its spans are committed, and the session work follows.
+Each step runs as a job on the store's writer thread, off the ingest path: a request is
+acknowledged as soon as its spans are committed, and the session work follows. A job assembles
+traces (``assembly``), gathers every trace of the sessions they touch, scores them
+(``scoring_stage``) and writes the rows, all through one ``SessionTables``: the same code for a
+file of its own and for a replica on a lake.
 """
 
 from __future__ import annotations
@@ -10,19 +13,23 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Container, Iterable
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from ..scoring import ScoringConfig, SessionScorer
-from .assembly import AssembledTrace, TraceTracker, assemble_job, open_traces_from_store
+from ..scoring import ScoringConfig, SessionScore, SessionScorer
+from ..scoring.assembled import Session
+from ..scoring.judge import Judgment
+from .assembly import AssembledTrace, assemble, assemble_records, index_rows, sessions_of, span_stamps, tool_call_rows
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
 from .held import AssembledTraces, HeldTraces, Preparer, log_events
-from .scoring_stage import FailedSession, ScoredSession, score_sessions, session_records, write_funnel_steps
+from .open_traces import TraceTracker
+from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
+from .store.session_tables import SessionTables
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -33,13 +40,38 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it
 FAILED_SESSIONS_REMEMBERED = 10_000  # sessions whose scoring failure was logged: a repeat is only counted
+SessionListener = Callable[[list[ScoredSession]], None]
+
+
+def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, session_ids: Collection[str],
+                    fresh: Sequence[AssembledTrace] = (), session_keys: Sequence[str] = (),
+                    open_traces: Container[str] = (), cache: AssembledTraces | None = None) -> dict[str, Session]:
+    """These sessions whole: from the traces just assembled, those kept in ``cache``, and the rest read back."""
+    traces = {t.trace_id: t for t in fresh}
+    older: dict[str, datetime] = {}
+    for tid, since in tables.traces_of(con, session_ids).items():
+        if tid in traces:
+            continue
+        kept = cache.get(tid) if cache is not None else None
+        if kept is not None:
+            traces[tid] = kept
+        else:
+            older[tid] = since
+    if older:
+        for views in tables.read_traces(con, older, min(older.values()), tables.session_sources).values():
+            t = assemble(views, session_keys)
+            traces[t.trace_id] = t
+    return sessions_of(traces.values(), set(session_ids), open_traces)
 
 
 class SessionService:
-    def __init__(self, settings: SessionSettings, store: Store, metrics: Metrics,
-                 scoring: ScoringConfig | None = None, evaluator: "Evaluator | None" = None) -> None:
+    def __init__(self, settings: SessionSettings, store: Store, tables: SessionTables, metrics: Metrics,
+                 scoring: ScoringConfig | None = None, evaluator: "Evaluator | None" = None,
+                 session_listeners: Sequence[SessionListener] = (),
+                 batch_listeners: Sequence[Callable[[SpanBatch], None]] = ()) -> None:
         self.settings = settings
         self.store = store
+        self.tables = tables
         self.metrics = metrics
         self.scorer = SessionScorer(scoring)
         self.evaluator = evaluator
@@ -47,20 +79,24 @@ class SessionService:
         self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
         self.assembled = AssembledTraces(settings.max_assembled_cache_bytes, metrics)
         self.preparer = Preparer(self.held, settings.session_keys, settings.max_prepare_queue_bytes, metrics,
-                                 ingest_waiting=lambda: store.queue_bytes > 0)
-        self.lake = store.settings.lake  # on a lake: score only the sessions this replica owns
-        # called after each assembly commits, with the sessions it (re)wrote: e.g. the forwarder
-        self.session_listeners: list[Callable[[list[ScoredSession]], None]] = []
+                                 ingest_waiting=lambda: store.queue_bytes > 0, listeners=batch_listeners)
+        # called after each job commits, with the sessions it (re)wrote (the forwarder); batch listeners
+        # get each committed span batch once it is prepared, its records with it
+        self.session_listeners = tuple(session_listeners)
         self._failures_logged: dict[str, None] = {}  # session ids, oldest first
         metrics.gauge("open_traces", lambda: len(self.tracker))
 
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""
-        self.store.submit_job(lambda con: write_funnel_steps(con, self.scorer)).result()
-        found = self.store.submit_job(open_traces_from_store).result()
+        self._write_funnel_steps()
+        found = self.store.submit_job(self.tables.unassembled).result()
         for tid, since in found.items():
             self.tracker.observe([tid], since)
         return len(found)
+
+    def _write_funnel_steps(self) -> None:
+        rows = funnel_step_rows(self.scorer)
+        self.store.submit_job(lambda con: self.tables.write_funnel_steps(con, rows)).result()
 
     def observe(self, batch: SpanBatch | LogBatch) -> None:
         """This batch was just committed (writer thread): have it prepared and held, note its traces as open."""
@@ -76,29 +112,81 @@ class SessionService:
         if evicted:
             self._assemble(self.tracker.take(evicted))
 
+    # ------------------------------------------------------------------ jobs (writer thread)
+    def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime]) -> tuple[list[AssembledTrace], set[str]]:
+        """Assemble these traces and write what the store keeps of them; also returns the sessions they belonged to before.
+
+        A trace held whole in memory is assembled from its records; any other (assembled before
+        and reopened by a late span, evicted, unprepared) is read back from the store.
+        """
+        indexed = self.tables.indexed(con, list(traces))
+        before = {sid for t in indexed for sid in t.session_ids}
+        known = {t.trace_id for t in indexed}
+        since = min([*traces.values(), *(t.first_received for t in indexed)])
+        assembled: list[AssembledTrace] = []
+        read_back = list(known)
+        self.held.forget(known)
+        for tid in traces:
+            if tid in known:
+                continue
+            found = self.held.take(tid)
+            if found is None:
+                read_back.append(tid)
+            elif found[0]:
+                views, records = found
+                assembled.append(assemble_records(records, views))
+        if read_back:
+            views_of = self.tables.read_traces(con, read_back, since)
+            keys = tuple(self.settings.session_keys)
+            assembled += [assemble(v, keys) for v in views_of.values() if v]
+            self.held.count_read_back(sum(1 for v in views_of.values() if v))
+        self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
+                                    index_rows(assembled, since, utcnow()))
+        return assembled, before
+
+    def _score_in(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
+                  fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = ()) -> list[ScoredSession]:
+        """Re-score these sessions (those this store owns) and replace their rows."""
+        ids = {s for s in session_ids if self.tables.owns(s)}
+        if not ids:
+            return []
+        sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
+                                   _OpenTraces(self.tracker, still_open),
+                                   self.assembled if self.tables.assembles_every_trace else None)
+        scoring = score_sessions(
+            sessions, ids, self._score_one, self.tables.versions(con, ids), self.evaluator,
+            lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in self.tables.latest_judgments(con, cased).items()})
+        rows = pass_rows(scoring, utcnow())
+        self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+        self._count_failures(scoring.failed)
+        return scoring.written
+
+    def _score_one(self, session: Session) -> SessionScore:
+        return self.scorer.score(session.session_id, session.records)
+
     def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = ()) -> Future:
         """Assemble these traces and re-score their sessions, in one store transaction."""
-        keys = tuple(self.settings.session_keys)
         extra = still_open if isinstance(still_open, frozenset) else frozenset(still_open)
-
         written: list[ScoredSession] = []
 
-        def score(con, assembled, sessions):  # noqa: ANN001 - runs inside the assembly transaction
-            written.extend(self._score(con, sessions, assembled, extra))
+        def job(con: duckdb.DuckDBPyConnection) -> list[AssembledTrace]:
+            if not traces:
+                return []
+            assembled, before = self._assemble_in(con, traces)
+            written.extend(self._score_in(con, before | {s for t in assembled for s in t.session_ids}, assembled, extra))
+            return assembled
 
-        fut = self.store.submit_job(assemble_job(traces, keys, score, self.held))
+        fut = self.store.submit_job(job)
         # committed: the next turn of these sessions is scored from them, not read back (callbacks
         # run on the writer thread as the job ends, before it starts the next one)
         fut.add_done_callback(lambda f: self.assembled.put(f.result()) if f.exception() is None else None)
         return self._notify(fut, written)
 
-    def _score(self, con: duckdb.DuckDBPyConnection, sessions: Collection[str], assembled: list[AssembledTrace],
-               still_open: Collection[str] = ()) -> list[ScoredSession]:
-        scored = score_sessions(con, sessions, assembled, self.scorer, tuple(self.settings.session_keys),
-                                _OpenTraces(self.tracker, still_open),
-                                self.evaluator.evaluate if self.evaluator else None, self.lake, self.assembled)
-        self._count_failures(scored.failed)
-        return scored.written
+    def _score_job(self, session_ids: Collection[str]) -> Future:
+        """Re-score these sessions from what is stored, without re-assembling their traces."""
+        written: list[ScoredSession] = []
+        ids = set(session_ids)
+        return self._notify(self.store.submit_job(lambda con: written.extend(self._score_in(con, ids))), written)
 
     def _count_failures(self, failed: list[FailedSession]) -> None:
         """Count every failed session; log each one once, with its exception (a re-score only counts it)."""
@@ -134,38 +222,16 @@ class SessionService:
         items = list(traces.items())
         return [dict(items[i:i + n]) for i in range(0, len(items), n)]
 
-    def _score_job(self, session_ids: Collection[str]) -> Future:
-        """Re-score these sessions from what is stored, without re-assembling their traces."""
-        written: list[ScoredSession] = []
-        ids = set(session_ids)
-        return self._notify(self.store.submit_job(lambda con: written.extend(self._score(con, ids, []))), written)
-
-    def poll_lake(self) -> Future | None:
-        """Score the sessions this replica owns whose traces other replicas assembled since the last poll.
-
-        Reads DuckLake's change feed of the other replicas' ``trace_index`` from the snapshot
-        recorded in ``lake_progress`` (written in the same transaction, so a restart resumes
-        there). A session this replica scored before that lost a trace (a provisional session
-        merged away) is re-scored too, and so removed.
-        """
-        if self.lake is None:
+    def follow_others(self) -> Future | None:
+        """Re-score the owned sessions whose traces other writers (a lake's other replicas) assembled."""
+        if self.tables.poll_interval_seconds is None:
             return None
-        from .store import lake as lakestore
-
-        lake = self.lake
         written: list[ScoredSession] = []
 
         def job(con: duckdb.DuckDBPyConnection) -> int:
-            after, upto = lakestore.progress(con), lakestore.snapshot(con)
-            changed = lakestore.assembled_elsewhere(con, lake, after, upto)
-            if changed:
-                ids = {sid for _, sids in changed for sid in sids if lakestore.owner_of(sid, lake.replicas) == lake.replica}
-                ids |= {sid for (sid,) in con.execute(
-                    "SELECT session_id FROM sessions WHERE list_has_any(trace_ids, ?::VARCHAR[])",
-                    [[tid for tid, _ in changed]]).fetchall()}
-                written.extend(self._score(con, ids, []))
-            if upto > after:
-                lakestore.set_progress(con, upto, utcnow())
+            ids = self.tables.assembled_elsewhere(con)
+            if ids:
+                written.extend(self._score_in(con, ids))
             return len(written)
 
         return self._notify(self.store.submit_job(job), written)
@@ -220,12 +286,7 @@ class SessionService:
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""
-        if self.lake is not None:  # their traces may be on other replicas: score from the lake as it is
-            return self._score_job(session_ids) if session_ids else None
-        rows = self.store.submit_job(lambda con: con.execute(
-            "SELECT trace_id, first_received FROM trace_index WHERE list_has_any(session_ids, ?::VARCHAR[])",
-            [session_ids]).fetchall()).result()
-        return self._job(dict(rows)) if rows else None
+        return self._score_job(session_ids) if session_ids else None
 
     def rescore(self, stale_only: bool = False, chunk: int = 500) -> int:
         """Re-derive sessions from their stored spans with the current configuration.
@@ -233,42 +294,15 @@ class SessionService:
         ``stale_only`` limits it to sessions scored under another configuration (their
         ``config_hash`` differs). Returns how many traces were re-assembled.
         """
-        self.store.submit_job(lambda con: write_funnel_steps(con, self.scorer)).result()
-        where = ("WHERE list_has_any(session_ids, (SELECT coalesce(list(session_id), []) FROM sessions "
-                 "WHERE config_hash IS DISTINCT FROM ?))") if stale_only else ""
-        params = [self.scorer.config_hash] if stale_only else []
-        rows = self.store.submit_job(lambda con: con.execute(
-            f"SELECT trace_id, first_received FROM trace_index {where} ORDER BY first_received", params).fetchall()).result()
-        for i in range(0, len(rows), chunk):
-            self._job(dict(rows[i:i + chunk])).result()
-        if self.lake is not None:
-            self._rescore_owned(stale_only, chunk)
-        return len(rows)
-
-    def _rescore_owned(self, stale_only: bool, chunk: int) -> None:
-        """On a lake: every session this replica owns, wherever its traces are; drop rows of sessions it no longer owns."""
-        from .store.lake import EVERY_REPLICA, owner_of
-
-        lake = self.lake
-        assert lake is not None
-
-        def owned(con: duckdb.DuckDBPyConnection) -> list[str]:
-            ids = [r[0] for r in con.execute(f"SELECT DISTINCT unnest(session_ids) FROM {EVERY_REPLICA.trace_index}").fetchall()]
-            mine = {s for s in ids if owner_of(s, lake.replicas) == lake.replica}
-            for table in ("sessions", "case_runs", "call_scores"):  # a change of replicas moved them to another owner
-                stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
-                gone = [s for s in stored if owner_of(s, lake.replicas) != lake.replica]
-                if gone:
-                    con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [gone])
-            if stale_only:
-                fresh = {r[0] for r in con.execute("SELECT session_id FROM sessions WHERE config_hash = ?",
-                                                    [self.scorer.config_hash]).fetchall()}
-                mine -= fresh
-            return sorted(mine)
-
-        ids = self.store.submit_job(owned).result()
+        self._write_funnel_steps()
+        stale_for = self.scorer.config_hash if stale_only else None
+        traces = list(self.store.submit_job(lambda con: self.tables.traces_to_rescore(con, stale_for)).result().items())
+        for i in range(0, len(traces), chunk):
+            self._job(dict(traces[i:i + chunk])).result()
+        ids = self.store.submit_job(lambda con: self.tables.sessions_to_rescore(con, stale_for)).result()
         for i in range(0, len(ids), chunk):
             self._score_job(ids[i:i + chunk]).result()
+        return len(traces)
 
     def judge_runs(self, session_id: str | None = None, experiment: str | None = None) -> dict[str, Any]:
         """Judge case runs now and re-score them: ``agentfunnel judge``, offline or through the server.
@@ -280,20 +314,16 @@ class SessionService:
         evaluator = self.evaluator
         assert evaluator is not None, "judging needs the service built with an Evaluator"
         evaluator.check_configured()
-        where, params = (("session_id = ?", [session_id]) if session_id
-                         else ("experiment GLOB ?", [experiment or "*"]))
         assert self.store.con is not None
-        cur = self.store.con.cursor()  # a reader beside the writer thread, like the SQL endpoint
+        cur = self.store.con.cursor()  # a reader beside the writer thread: this store's own case runs
         try:
-            ids = [r[0] for r in cur.execute(
-                f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where} ORDER BY session_id",
-                params).fetchall()]
-            records = session_records(cur, ids, (), tuple(self.settings.session_keys)) if ids else {}
+            ids = self.tables.case_sessions(cur, session_id, experiment)
+            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}
         finally:
             cur.close()
         before = evaluator.judge.stats()
         judged = evaluator.judge_now(
-            ids, lambda sid: (self.scorer.score(sid, records[sid]), records[sid]) if records.get(sid) else None)
+            ids, lambda sid: (self._score_one(sessions[sid]), list(sessions[sid].records)) if sid in sessions else None)
         if ids and (fut := self.rescore_sessions(ids)) is not None:
             fut.result()
         after = evaluator.judge.stats()
@@ -319,7 +349,7 @@ class SessionService:
                 log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
                 break
             done.extend(self._assemble(chunk).result())
-        polled = self.poll_lake()  # on a lake: and catch up with what the other replicas assembled
+        polled = self.follow_others()  # on a lake: and catch up with what the other replicas assembled
         if polled is not None:
             polled.result()
         return done
@@ -329,14 +359,14 @@ class SessionService:
         loop = asyncio.get_running_loop()
         next_preview = loop.time() + self.settings.open_refresh_seconds
         next_poll = loop.time()
+        poll_interval = self.tables.poll_interval_seconds
         while True:
-            await asyncio.sleep(min(self.settings.check_interval_seconds,
-                                    self.lake.poll_interval_seconds if self.lake else float("inf")))
+            await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
             idle = self.tracker.take(idle_only=True)
             futures = [self._assemble(idle)] if idle else []
-            if self.lake is not None and loop.time() >= next_poll:
-                next_poll = loop.time() + self.lake.poll_interval_seconds
-                polled = self.poll_lake()
+            if poll_interval is not None and loop.time() >= next_poll:
+                next_poll = loop.time() + poll_interval
+                polled = self.follow_others()
                 if polled is not None:
                     futures.append(polled)
             if self.settings.open_refresh_seconds and loop.time() >= next_preview:

@@ -1,8 +1,9 @@
-"""The ingest path and the session stage, built once and wired the same way for ``serve`` and ``ingest``.
+"""The session stage and the ingest path in front of it, built once and wired the same way for every command.
 
-The evaluator asks for a session to be re-scored when its judgment arrives, and the session
-service asks the evaluator to evaluate case runs: the one cycle in the stage, closed here, at
-construction, so nothing is patched onto an object after it was made.
+The evaluator asks for a session to be re-scored when its judgment arrives, the session service
+asks the evaluator to evaluate case runs, and the forwarder asks which traces are still open:
+the stage's cycles, closed here at construction, so nothing is patched onto an object after it
+was made.
 """
 
 from __future__ import annotations
@@ -11,32 +12,63 @@ from dataclasses import dataclass
 
 from .config import Settings
 from .evaluation import Evaluator
+from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .sessions import SessionService
+from .store.session_tables import SessionTables, tables_for
 from .store.writer import Store
 from .telemetry import Metrics
 
 
 @dataclass(frozen=True)
-class IngestPath:
-    """What a process that takes OTLP in needs: the store, the session stage and the pipeline in front of them."""
+class SessionStage:
+    """The store and everything that turns its spans into sessions."""
 
     metrics: Metrics
     store: Store
+    tables: SessionTables
     evaluator: Evaluator
     sessions: SessionService
+    forwarder: Forwarder | None
+
+
+@dataclass(frozen=True)
+class IngestPath:
+    """What a process that takes OTLP in needs: the session stage and the pipeline in front of it."""
+
+    stage: SessionStage
     pipeline: Pipeline
 
 
-def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission) -> IngestPath:
-    store = Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight)
+def build_session_stage(settings: Settings, metrics: Metrics, store: Store | None = None,
+                        forward: bool = False) -> SessionStage:
+    """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
+    store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight)
+    tables = tables_for(settings.store)
     sessions: SessionService | None = None
 
     def rescore(session_ids: list[str]) -> object:
         assert sessions is not None  # judgments are only requested by sessions being scored
         return sessions.rescore_sessions(session_ids)
 
-    evaluator = Evaluator(settings.cases, settings.judge, store, rescore=rescore, metrics=metrics)
-    sessions = SessionService(settings.sessions, store, metrics, settings.scoring, evaluator)
-    pipeline = Pipeline(store, metrics, admission, sessions.observe, settings.receivers.max_attribute_value_bytes)
-    return IngestPath(metrics, store, evaluator, sessions, pipeline)
+    def open_traces() -> list[str]:
+        return sessions.tracker.open_ids() if sessions is not None else []
+
+    forwarder = None
+    if forward and settings.forward is not None:
+        forwarder = Forwarder(settings.forward, metrics, settings.scoring, settings.sessions.session_keys,
+                              settings.sessions.idle_timeout_seconds, open_traces=open_traces,
+                              barrier=lambda: store.submit_job(lambda con: None))
+    evaluator = Evaluator(settings.cases, settings.judge, store, tables, rescore=rescore, metrics=metrics)
+    sessions = SessionService(
+        settings.sessions, store, tables, metrics, settings.scoring, evaluator,
+        session_listeners=[forwarder.on_sessions] if forwarder else (),
+        batch_listeners=[forwarder.on_batch] if forwarder else ())  # after normalizing: its records are reused
+    return SessionStage(metrics, store, tables, evaluator, sessions, forwarder)
+
+
+def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission, forward: bool = False) -> IngestPath:
+    stage = build_session_stage(settings, metrics, forward=forward)
+    pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
+                        settings.receivers.max_attribute_value_bytes)
+    return IngestPath(stage, pipeline)

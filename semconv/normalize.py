@@ -8,6 +8,8 @@ signal) are read here once.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,16 +20,37 @@ from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNE
                          WEAK_SESSION_KEYS)
 from .dialects import REGISTRY, Dialect
 from .dialects.base import exception, step_limit_text
-from .records import SpanRecord, SpanView
+from .dialects.index import DialectIndex
+from .records import SpanRecord, SpanView, new_record
 
-_FIELDS = set(SpanRecord.__slots__)  # type: ignore[attr-defined]
+# What the dialects may fill; normalize sets the rest itself, from the span and the keys all dialects share.
+_DIALECT_FIELDS = frozenset(SpanRecord.__slots__) - {  # type: ignore[attr-defined]
+    "trace_id", "span_id", "parent_span_id", "name", "dialect", "status_code", "start_ns", "end_ns", "session_key",
+    "session_key_source", "weak_session_key", "user_id", "service_name", "declared_services", "store_page", "case_id",
+    "experiment", "run_id"}
+_TEXT_FIELDS = ("tool_name", "agent_name", "model", "call_id")  # telemetry can send any AnyValue here
+_KINDS = ("llm", "tool", "agent", "other")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SpanRecord)}  # a value the record has anyway is not passed
+_REGISTRY_INDEX = DialectIndex(REGISTRY)
+
+
+@functools.lru_cache(maxsize=16)
+def _index(dialects: tuple[Dialect, ...]) -> DialectIndex:
+    return DialectIndex(dialects)
+
+
+_ANY_SESSION_KEY = frozenset((*SESSION_KEYS, *WEAK_SESSION_KEYS))
+_ANY_USER_KEY = frozenset(USER_KEYS)
 
 
 def _session_key(attrs: dict[str, Any], extra_keys: Sequence[str]) -> tuple[str | None, str | None, bool]:
-    for key in (*SESSION_KEYS, *extra_keys):
-        value = attrs.get(key)
-        if value not in (None, ""):
-            return str(value), key, False
+    if not extra_keys and _ANY_SESSION_KEY.isdisjoint(attrs):
+        return None, None, False  # the usual span: no need to try the keys in order
+    for keys in (SESSION_KEYS, extra_keys):
+        for key in keys:
+            value = attrs.get(key)
+            if value not in (None, ""):
+                return str(value), key, False
     for key in WEAK_SESSION_KEYS:
         value = attrs.get(key)
         if value not in (None, ""):
@@ -35,9 +58,56 @@ def _session_key(attrs: dict[str, Any], extra_keys: Sequence[str]) -> tuple[str 
     return None, None, False
 
 
-def _error(span: SpanView, fields: dict[str, Any]) -> str | None:
+def _user(attrs: dict[str, Any], res: dict[str, Any]) -> str | None:
+    if not _ANY_USER_KEY.isdisjoint(attrs):
+        for key in USER_KEYS:
+            value = attrs.get(key)
+            if value not in (None, ""):
+                return str(value)
+    user = res.get("user.id")
+    return str(user) if user else None
+
+
+# What _attribution reads from a span's attributes before its resource's: our own enrichment keys.
+_ATTRIBUTION_KEYS = frozenset((AGENTFUNNEL_SERVICES, AGENTFUNNEL_STORE_PAGE, AGENTFUNNEL_CASE_ID,
+                               AGENTFUNNEL_EXPERIMENT, AGENTFUNNEL_RUN_ID))
+
+
+def _attribution(attrs: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """What the span is for, as record fields: the service, what it declares, and case attribution."""
+    declared = attrs.get(AGENTFUNNEL_SERVICES, res.get(AGENTFUNNEL_SERVICES))
+    if isinstance(declared, str):
+        declared = [d.strip() for d in declared.split(",")]
+    store_page = attrs.get(AGENTFUNNEL_STORE_PAGE, res.get(AGENTFUNNEL_STORE_PAGE))
+    return {
+        "service_name": _str(res.get("service.name")),
+        "declared_services": tuple(str(d) for d in declared if d) if isinstance(declared, list) else (),
+        "store_page": store_page is True or str(store_page).lower() == "true",
+        "case_id": _str(attrs.get(AGENTFUNNEL_CASE_ID) or res.get(AGENTFUNNEL_CASE_ID)),
+        "experiment": _str(attrs.get(AGENTFUNNEL_EXPERIMENT) or res.get(AGENTFUNNEL_EXPERIMENT)),
+        "run_id": _str(attrs.get(AGENTFUNNEL_RUN_ID) or res.get(AGENTFUNNEL_RUN_ID)),
+    }
+
+
+_NO_ATTRIBUTES: dict[str, Any] = {}
+_last_resource: tuple[dict[str, Any] | None, dict[str, Any]] = (None, {})
+
+
+def _span_attribution(attrs: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """``_attribution``; for the usual span, without any of its keys, read once per resource (the spans of
+    a resource share its dict, so the last one's reading is kept) and without the fields' defaults."""
+    global _last_resource
+    if not _ATTRIBUTION_KEYS.isdisjoint(attrs):
+        return _attribution(attrs, res)
+    last = _last_resource
+    if last[0] is not res:
+        read = {k: v for k, v in _attribution(_NO_ATTRIBUTES, res).items() if v != _DEFAULTS[k]}
+        last = _last_resource = (res, read)
+    return last[1]
+
+
+def _error(span: SpanView, fields: dict[str, Any], exc_type: Any, exc_message: Any) -> str | None:
     a = span.attributes
-    exc_type, exc_message = exception(span)
     if span.status_code == "ERROR":
         return span.status_message or exc_message or a.get(ERROR_TYPE) or exc_type or "error"
     if fields.get("error"):
@@ -46,72 +116,51 @@ def _error(span: SpanView, fields: dict[str, Any]) -> str | None:
         return str(a[ERROR_TYPE])
     if a.get(GEN_AI_TOOL_STATUS) == "error" or a.get(PYDANTIC_TOOL_FAILURE_STAGE):
         return exc_message or "error"
-    if any(e.get("name") == EVENT_OPERATION_EXCEPTION for e in span.events):
+    if span.events and any(e.get("name") == EVENT_OPERATION_EXCEPTION for e in span.events):
         return exc_message or exc_type or "error"  # the GenAI exception event means the operation failed
     return None
-
-
-def _step_limit(span: SpanView, error: str | None, fields: dict[str, Any]) -> str | None:
-    if fields.get("step_limit"):
-        return fields["step_limit"]
-    exc_type, exc_message = exception(span)
-    return step_limit_text(exc_type, error, exc_message)
 
 
 def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
               session_keys: Sequence[str] = ()) -> SpanRecord:
     """The normalized record of one span; never raises on unknown or odd input."""
-    fields: dict[str, Any] = {}
+    index = _REGISTRY_INDEX if dialects is REGISTRY else _index(tuple(dialects))
+    fields: dict[str, Any] = {}  # what the dialects read; the first value for a field wins
     name = "unknown"
-    for dialect in dialects:
+    for dialect in index.matching(span):
         try:
-            if not dialect.matches(span):
-                continue
             found = dialect.extract(span)
         except (AttributeError, KeyError, TypeError, ValueError):
             continue  # a dialect that cannot read this span leaves it to the others
         if name == "unknown":
             name = dialect.name
-        for key, value in found.items():
-            if key in _FIELDS and value is not None and fields.get(key) is None:
-                fields[key] = value
-            elif key == "provider" and value is None and key not in fields:
-                fields[key] = None  # a dialect that knows the provider attribute is misleading
-    attrs = span.attributes
-    error = _error(span, fields)
-    key, source, weak = _session_key(attrs, session_keys)
-    user = next((str(attrs[k]) for k in USER_KEYS if attrs.get(k) not in (None, "")), None)
-    if user is None and span.resource_attributes.get("user.id"):
-        user = str(span.resource_attributes["user.id"])
-    res = span.resource_attributes
-    declared = attrs.get(AGENTFUNNEL_SERVICES, res.get(AGENTFUNNEL_SERVICES))
-    if isinstance(declared, str):
-        declared = [d.strip() for d in declared.split(",")]
-    store_page = attrs.get(AGENTFUNNEL_STORE_PAGE, res.get(AGENTFUNNEL_STORE_PAGE))
-    fields.update(
-        service_name=_str(res.get("service.name")),
-        declared_services=tuple(str(d) for d in declared if d) if isinstance(declared, list) else (),
-        store_page=store_page is True or str(store_page).lower() == "true",
-        error=error,
-        step_limit=_step_limit(span, error, fields),
-        session_key=key, session_key_source=source, weak_session_key=weak,
-        user_id=user,
-        case_id=_str(attrs.get(AGENTFUNNEL_CASE_ID) or span.resource_attributes.get(AGENTFUNNEL_CASE_ID)),
-        experiment=_str(attrs.get(AGENTFUNNEL_EXPERIMENT) or span.resource_attributes.get(AGENTFUNNEL_EXPERIMENT)),
-        run_id=_str(attrs.get(AGENTFUNNEL_RUN_ID) or span.resource_attributes.get(AGENTFUNNEL_RUN_ID)),
-    )
-    for text_field in ("tool_name", "agent_name", "model", "call_id"):  # telemetry can send any AnyValue here
+        # None fills nothing, so a later dialect still can: Strands' and ADK's {"provider": None} do not
+        # keep OtelGenAI's reading of gen_ai.system out (records have always had it)
+        fields = {key: value for key, value in found.items() if value is not None and key in _DIALECT_FIELDS} | fields
+    exc_type, exc_message = exception(span) if span.events else (None, None)
+    error = _error(span, fields, exc_type, exc_message)
+    step_limit = fields.get("step_limit")
+    if not step_limit and (exc_type or error or exc_message):  # else there is no text to find it in
+        step_limit = step_limit_text(exc_type, error, exc_message)
+    attrs, res = span.attributes, span.resource_attributes
+    # the shared fields, some left out where the default says the same: the record is built faster
+    fields.update(_span_attribution(attrs, res))
+    fields["error"], fields["step_limit"] = error, step_limit or None
+    session_key, source, weak = _session_key(attrs, session_keys)
+    if session_key is not None:
+        fields["session_key"], fields["session_key_source"], fields["weak_session_key"] = session_key, source, weak
+    user = _user(attrs, res)
+    if user is not None:
+        fields["user_id"] = user
+    fields["status_code"], fields["start_ns"], fields["end_ns"] = span.status_code, span.start_ns, span.end_ns
+    for text_field in _TEXT_FIELDS:
         value = fields.get(text_field)
         if value is not None and not isinstance(value, str):
             fields[text_field] = json.dumps(value, sort_keys=True, default=str)
-    if fields.get("kind") not in ("llm", "tool", "agent", "other"):
+    kind = fields.get("kind")
+    if kind not in _KINDS or kind == "tool" and not fields.get("tool_name"):
         fields["kind"] = "other"
-    if fields["kind"] == "tool" and not fields.get("tool_name"):
-        fields["kind"] = "other"
-    return SpanRecord(
-        trace_id=span.trace_id, span_id=span.span_id, parent_span_id=span.parent_span_id, name=span.name,
-        dialect=name, status_code=span.status_code, start_ns=span.start_ns, end_ns=span.end_ns, **fields,
-    )
+    return new_record(span.trace_id, span.span_id, span.parent_span_id, span.name, name, **fields)
 
 
 def _str(value: Any) -> str | None:

@@ -200,11 +200,10 @@ def test_decode_encode_decode_gives_identical_columns(attrs):
 
 
 def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
-    from dataclasses import dataclass, fields
-
     from agentfunnel.collector.forward import enrich
-    from agentfunnel.collector.scoring_stage import ScoredSession
-    from agentfunnel.scoring import SessionScore, SessionScorer
+    from agentfunnel.collector.scoring_stage import Evaluated, ScoredSession
+    from agentfunnel.scoring import SessionScorer
+    from agentfunnel.scoring.assembled import Session
     from agentfunnel.scoring.funnel import StepMatcher
     from agentfunnel.semconv import SpanView, normalize
 
@@ -221,17 +220,12 @@ def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
     assert [lab["agentfunnel.session.id"] for lab in labels] == ["c1", "c1"] and learned == {tid: "c1"}
     assert enrich.immediate_labels([tool], matcher, (), learned)[0][0]["agentfunnel.session.id"] == "c1"
 
-    @dataclass(frozen=True)
-    class Judged(SessionScore):
-        judge_score: float | None = None
-        judge_status: str | None = None
-
     records = tuple(normalize(v) for v in (root, tool))
     score = SessionScorer().score("c1", records)
-    judged = Judged(**{f.name: getattr(score, f.name) for f in fields(score)}, judge_score=0.8, judge_status="complete")
-    assert enrich.span_labels(judged, tool.span_id)["agentfunnel.step"] == "cart"
-    assert "agentfunnel.step" not in enrich.span_labels(judged, root.span_id)
-    summary = enrich.summary_span(ScoredSession(judged, "closed", 2, records), 1)
+    assert enrich.span_labels(score, tool.span_id)["agentfunnel.step"] == "cart"
+    assert "agentfunnel.step" not in enrich.span_labels(score, root.span_id)
+    judged = Evaluated(passed=True, failure_class=None, judge_status="complete", judge_score=0.8)
+    summary = enrich.summary_span(ScoredSession(Session("c1", {tid: records}), score, 2, judged), 1)
     attrs, events = json.loads(summary.attributes), json.loads(summary.events)
     assert attrs["agentfunnel.judge.score"] == 0.8 and attrs["agentfunnel.judge.status"] == "complete"
     assert attrs["agentfunnel.session.version"] == 2 and attrs["agentfunnel.session.outcome"] == "checkout_reached"

@@ -147,9 +147,9 @@ def test_a_full_prepare_queue_never_holds_up_ingest_and_its_traces_are_read_back
     batches = [decode_traces_protobuf(path.read_bytes()) for _ in range(3)]
     metrics = Metrics()
     held = HeldTraces(1 << 30, metrics)
-    preparer = Preparer(held, (), max_queue_bytes=1, metrics=metrics)
     release, told = threading.Event(), []
-    preparer.listeners.append(lambda b: (told.append(b), b is batches[0] and release.wait(10)))
+    preparer = Preparer(held, (), max_queue_bytes=1, metrics=metrics,
+                        listeners=[lambda b: (told.append(b), b is batches[0] and release.wait(10))])
     preparer.submit(batches[0], [])  # taken by the worker, which then waits in the listener
     while not told:
         release.wait(0.01)

@@ -22,11 +22,11 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-import agentfunnel.collector.sessions as sessions_module
-from agentfunnel.collector.assembly import AssembledTrace, assemble
+from agentfunnel.collector.assembly import AssembledTrace, assemble, sessions_of
 from agentfunnel.collector.config import SessionSettings
-from agentfunnel.collector.scoring_stage import score_sessions
+from agentfunnel.collector.scoring_stage import pass_rows, score_sessions
 from agentfunnel.collector.sessions import SessionService
+from agentfunnel.collector.store.session_tables import SessionTables
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.collector.telemetry import Metrics
@@ -148,41 +148,55 @@ def _session_trace(session_id: str) -> AssembledTrace:
         "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": session_id}, start_ns=1, end_ns=2)])
 
 
-class _FailsFor(SessionScorer):
+def _score_failing_for(session_id: str):
+    scorer = SessionScorer()
+
+    def score(session):
+        if session.session_id == session_id:
+            raise ValueError("this session's data cannot be scored")
+        return scorer.score(session.session_id, session.records)
+
+    return score
+
+
+class _EvaluatorFailingFor:
+    """Every session is a case run; evaluating the named one raises (as a full disk would)."""
+
     def __init__(self, session_id: str) -> None:
-        super().__init__()
         self.failing = session_id
 
-    def score(self, session_id, records):
-        if session_id == self.failing:
-            raise ValueError("this session's data cannot be scored")
-        return super().score(session_id, records)
+    def is_case_run(self, score) -> bool:
+        return True
 
-
-def _evaluate_failing_for(session_id: str):
-    def evaluate(con, score, records, status):
-        if score.session_id == session_id:
+    def evaluate(self, score, records, status, judgment):
+        if score.session_id == self.failing:
             raise OSError(36, "File name too long")
         return None
-
-    return evaluate
 
 
 @pytest.mark.parametrize("breaks", ["score", "evaluate"])
 def test_one_session_that_raises_leaves_its_row_as_it_was_and_the_others_are_written(tmp_path, breaks):
     con = connect(tmp_path / "iso.duckdb")
     migrate(con)
-    traces = [_session_trace("s-ok"), _session_trace("s-bad")]
+    tables = SessionTables()
     ids = {"s-ok", "s-bad"}
-    first = score_sessions(con, ids, traces, SessionScorer(), (), set())
-    assert sorted(x.score.session_id for x in first.written) == ["s-bad", "s-ok"] and not first.failed
+    sessions = sessions_of([_session_trace("s-ok"), _session_trace("s-bad")], ids, ())
 
-    scorer = _FailsFor("s-bad") if breaks == "score" else SessionScorer()
-    evaluate = _evaluate_failing_for("s-bad") if breaks == "evaluate" else None
-    again = score_sessions(con, ids, traces, scorer, (), set(), evaluate)
+    def write(scoring) -> None:
+        rows = pass_rows(scoring, datetime(2026, 1, 1))
+        tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+
+    first = score_sessions(sessions, ids, _score_failing_for("none"), tables.versions(con, ids))
+    assert sorted(x.score.session_id for x in first.written) == ["s-bad", "s-ok"] and not first.failed
+    write(first)
+
+    score = _score_failing_for("s-bad" if breaks == "score" else "none")
+    evaluator = _EvaluatorFailingFor("s-bad") if breaks == "evaluate" else None
+    again = score_sessions(sessions, ids, score, tables.versions(con, ids), evaluator)
     assert [x.score.session_id for x in again.written] == ["s-ok"]
-    assert [f.session_id for f in again.failed] == ["s-bad"]
+    assert [f.session_id for f in again.failed] == ["s-bad"] and again.replaced == ["s-ok"]
     assert isinstance(again.failed[0].error, (ValueError, OSError))
+    write(again)
     rows = dict(con.execute("SELECT session_id, version FROM sessions").fetchall())
     assert rows == {"s-ok": 2, "s-bad": 1}  # the failed one keeps its previous row
 
@@ -210,18 +224,15 @@ class _InlineStore:
 def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
     store = _InlineStore()
 
-    def fake_assemble_job(traces, session_keys=(), on_assembled=None, held=None):
-        def job(con):
-            store.jobs.append(tuple(traces))
-            if POISON in traces:
-                raise ValueError("this trace's data cannot be assembled")
-            return [AssembledTrace(tid, [], {}) for tid in traces]
+    def fake_assemble_in(self, con, traces):
+        store.jobs.append(tuple(traces))
+        if POISON in traces:
+            raise ValueError("this trace's data cannot be assembled")
+        return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
-        return job
-
-    monkeypatch.setattr(sessions_module, "assemble_job", fake_assemble_job)
+    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
     metrics = Metrics()
-    svc = SessionService(SessionSettings(), store, metrics)  # type: ignore[arg-type]
+    svc = SessionService(SessionSettings(), store, SessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", POISON, "b"], datetime(2026, 1, 1))
     with caplog.at_level(logging.ERROR, logger="agentfunnel.collector.sessions"):
         done = svc.flush()

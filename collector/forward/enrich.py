@@ -142,7 +142,7 @@ def _judge(scored: ScoredSession) -> tuple[float | None, str | None, str | None]
     """Judge score, status and explanation, on the scored session or its score when scoring provides them."""
 
     def read(name: str) -> Any:
-        value = getattr(scored, name, None)
+        value = getattr(scored.evaluated, name, None)
         return value if value is not None else getattr(scored.score, name, None)
 
     value = read("judge_score")

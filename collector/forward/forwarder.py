@@ -203,7 +203,7 @@ class Forwarder:
                 if sc.status != "closed":
                     self.hold.claim(score.trace_ids)
                 else:
-                    rows = self.hold.take(score.trace_ids, {r.span_id for r in sc.records})
+                    rows = self.hold.take(score.trace_ids, sc.session.span_ids)
                     for row in rows:
                         row.extra_attrs = span_labels(score, row.span_id)
                     self._send(rows)

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from ..assembly import Sources
 from ..config import LakeSettings
 from .schema import MIGRATIONS, Migration, migrate
+from .session_tables import Sources
 from .writer import lock_down
 
 log = logging.getLogger(__name__)

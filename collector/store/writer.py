@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
-from ..decode import WIRE
+from ..wire import WIRE
 from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
@@ -89,12 +89,6 @@ def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ..
         con.execute(f"SET allowed_directories = [{listed}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-
-
-def insert_row(con: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
-    """One row, by column name: a column added to the table later never shifts the others."""
-    names = ", ".join(row)
-    con.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join(['?'] * len(row))})", list(row.values()))
 
 
 def _utcnow() -> datetime:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from ..attributes import ADK_TOOL_ARGS, ADK_TOOL_RESPONSE
 from ..records import SpanView
-from .base import Fields, parse_json
+from .base import Fields, Marks, parse_json
 
 
 class GoogleADK:
     name = "google_adk"
-
-    def matches(self, span: SpanView) -> bool:
-        return span.scope_name == "gcp.vertex.agent" or any(k.startswith("gcp.vertex.agent.") for k in span.attributes)
+    marks = Marks(scopes=frozenset({"gcp.vertex.agent"}), prefixes=("gcp.vertex.agent.",))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

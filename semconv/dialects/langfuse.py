@@ -6,16 +6,14 @@ from ..attributes import (LANGFUSE_OBSERVATION_INPUT, LANGFUSE_OBSERVATION_LEVEL
                           LANGFUSE_OBSERVATION_OUTPUT, LANGFUSE_OBSERVATION_TYPE, LANGFUSE_TRACE_OUTPUT,
                           LANGFUSE_USAGE_DETAILS)
 from ..records import SpanView
-from .base import Fields, as_int, parse_json, step_limit_text, unwrap_call_input
+from .base import Fields, Marks, as_int, parse_json, step_limit_text, unwrap_call_input
 
 KINDS = {"generation": "llm", "tool": "tool", "agent": "agent"}
 
 
 class Langfuse:
     name = "langfuse"
-
-    def matches(self, span: SpanView) -> bool:
-        return any(k.startswith("langfuse.") for k in span.attributes)
+    marks = Marks(prefixes=("langfuse.",))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

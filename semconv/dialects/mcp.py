@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from ..attributes import ERROR_TYPE, GEN_AI_TOOL_NAME, MCP_METHOD_NAME, MCP_PROTOCOL_METHODS
 from ..records import SpanView
-from .base import Fields, after_prefix, parse_json
+from .base import Fields, Marks, after_prefix, parse_json
 
 
 class MCP:
     name = "mcp"
-
-    def matches(self, span: SpanView) -> bool:
-        return MCP_METHOD_NAME in span.attributes
+    marks = Marks(keys=frozenset({MCP_METHOD_NAME}))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

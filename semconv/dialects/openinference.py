@@ -8,7 +8,7 @@ from ..attributes import (OI_AGENT_NAME, OI_INPUT_VALUE, OI_LLM_FINISH_REASON, O
                           OI_LLM_OUTPUT_MESSAGES, OI_LLM_RESPONSE_MODEL_NAME, OI_LLM_TOKEN_COMPLETION,
                           OI_LLM_TOKEN_PROMPT, OI_OUTPUT_VALUE, OI_SPAN_KIND, OI_TOOL_ID, OI_TOOL_NAME)
 from ..records import SpanView
-from .base import Fields, as_int, finish_reason, first, parse_json, tool_definitions
+from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
 
 KINDS = {"LLM": "llm", "TOOL": "tool", "AGENT": "agent"}
 
@@ -43,9 +43,7 @@ def langchain_final_text(state: Any) -> str | None:
 
 class OpenInference:
     name = "openinference"
-
-    def matches(self, span: SpanView) -> bool:
-        return OI_SPAN_KIND in span.attributes
+    marks = Marks(keys=frozenset({OI_SPAN_KIND}))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

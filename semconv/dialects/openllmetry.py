@@ -8,7 +8,7 @@ from ..attributes import (GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, L
                           TRACELOOP_ENTITY_INPUT, TRACELOOP_ENTITY_NAME, TRACELOOP_ENTITY_OUTPUT,
                           TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME)
 from ..records import SpanView
-from .base import Fields, parse_json, unwrap_call_input
+from .base import Fields, Marks, parse_json, unwrap_call_input
 from .openinference import langchain_final_text, unwrap_tool_message
 
 KINDS = {"tool": "tool", "agent": "agent", "workflow": "agent", "task": "other"}
@@ -22,10 +22,7 @@ def unwrap_output(value: Any) -> Any:
 
 class OpenLLMetry:
     name = "openllmetry"
-
-    def matches(self, span: SpanView) -> bool:
-        a = span.attributes
-        return TRACELOOP_SPAN_KIND in a or TRACELOOP_WORKFLOW_NAME in a or LLM_REQUEST_TYPE in a
+    marks = Marks(keys=frozenset({TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME, LLM_REQUEST_TYPE}))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from ..attributes import LOGFIRE_SPAN_TYPE, PYDANTIC_FINAL_RESULT
 from ..records import SpanView
-from .base import Fields, after_prefix, parse_json
+from .base import Fields, Marks, after_prefix, parse_json
 
 STRUCTURED_OUTPUT_TOOLS = {"final_result"}
 
 
 class PydanticAI:
     name = "pydantic_ai"
-
-    def matches(self, span: SpanView) -> bool:
-        a = span.attributes
-        return (span.scope_name in ("pydantic-ai", "logfire") or LOGFIRE_SPAN_TYPE in a or "logfire.msg" in a
-                or any(k.startswith("pydantic_ai.") for k in a))
+    marks = Marks(scopes=frozenset({"pydantic-ai", "logfire"}), keys=frozenset({LOGFIRE_SPAN_TYPE, "logfire.msg"}),
+                  prefixes=("pydantic_ai.",))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..attributes import EVENT_CHOICE, EVENT_TOOL_MESSAGE, GEN_AI_OPERATION_NAME
 from ..records import SpanView
-from .base import Fields, finish_reason, parse_json
+from .base import Fields, Marks, finish_reason, parse_json
 
 
 def _event(span: SpanView, name: str) -> dict | None:
@@ -27,9 +27,7 @@ def _blocks_text(blocks: object) -> str | None:
 
 class Strands:
     name = "strands"
-
-    def matches(self, span: SpanView) -> bool:
-        return span.scope_name == "strands.telemetry.tracer" or span.attributes.get("gen_ai.system") == "strands-agents"
+    marks = Marks(scopes=frozenset({"strands.telemetry.tracer"}), values=(("gen_ai.system", "strands-agents"),))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

@@ -6,16 +6,14 @@ from ..attributes import (AI_FUNCTION_ID, AI_MODEL_ID, AI_OPERATION_ID, AI_RESPO
                           AI_RESPONSE_MODEL, AI_RESPONSE_TEXT, AI_TOOLCALL_ARGS, AI_TOOLCALL_ID, AI_TOOLCALL_NAME,
                           AI_TOOLCALL_RESULT, AI_USAGE_INPUT, AI_USAGE_OUTPUT)
 from ..records import SpanView
-from .base import Fields, as_int, finish_reason, first, parse_json, tool_definitions
+from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
 
 AGENT_OPS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 
 
 class VercelAI:
     name = "vercel_ai"
-
-    def matches(self, span: SpanView) -> bool:
-        return AI_OPERATION_ID in span.attributes
+    marks = Marks(keys=frozenset({AI_OPERATION_ID}))
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

@@ -1,0 +1,319 @@
+"""The session stage's tables: every statement the stage runs, behind one interface.
+
+The stage (assembly, scoring, evaluation) hands rows over keyed by column name and asks the
+store questions; it writes no SQL of its own. Rows go in as one Arrow table per statement, typed
+from the table itself, so the migrations are the one place a table's columns are defined.
+
+A process with its own DuckDB file uses ``SessionTables``. A replica on a lake uses
+``LakeSessionTables``: it scores only the sessions it owns, reads their traces from every
+replica, keeps the steps of their tool calls in ``call_scores`` (the calls may be stored on
+another replica) and follows what the other replicas assembled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ...semconv import SpanView
+from ..config import LakeSettings, StoreSettings
+
+Row = Mapping[str, Any]
+
+_ARROW_OF_DUCKDB = {
+    "VARCHAR": pa.string(), "JSON": pa.string(), "BOOLEAN": pa.bool_(), "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(), "UINTEGER": pa.uint32(), "DOUBLE": pa.float64(), "TIMESTAMP": pa.timestamp("us"),
+    "TIMESTAMP_NS": pa.timestamp("ns"), "VARCHAR[]": pa.list_(pa.string()),
+}
+
+
+class UnknownColumn(KeyError):
+    """A row named a column its table does not have: a bug in the stage, caught before anything is written."""
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, pa.DataType]:
+    """The table's columns as the migrations made them (in this connection's schema)."""
+    return {name: _ARROW_OF_DUCKDB[kind] for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
+    """These rows, by column name, in one statement; a column a row leaves out is NULL."""
+    if not rows:
+        return
+    columns = _columns(con, table)
+    named = {k for r in rows for k in r}
+    unknown = sorted(named - columns.keys())
+    if unknown:
+        raise UnknownColumn(f"{table} has no column {', '.join(unknown)}")
+    data = pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in columns.items() if c in named})
+    name = f"_new_{table}"
+    con.register(name, data)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
+    finally:
+        con.unregister(name)
+
+
+_IN = "IN (SELECT unnest(?::VARCHAR[]))"
+
+
+@dataclass(frozen=True)
+class IndexedTrace:
+    """A trace as assembled before: when its first span was received, and the sessions it belonged to."""
+
+    trace_id: str
+    first_received: datetime
+    session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where reads of whole sessions go: these tables, or on a lake every replica's (the readers' views)."""
+
+    spans: str = "spans"
+    logs: str = "logs"
+    trace_index: str = "trace_index"
+
+
+LOCAL = Sources()
+
+_SPAN_QUERY = """
+SELECT trace_id, span_id, parent_span_id, name, kind, status_code, status_message, scope_name,
+       attributes, resource_attributes, events, epoch_ns(start_time) AS start_ns, epoch_ns(end_time) AS end_ns
+FROM {spans} WHERE received_at >= ? AND trace_id {IN}
+ORDER BY trace_id, start_time, span_id
+"""
+
+_LOG_QUERY = """
+SELECT span_id, event_name, epoch_ns(coalesce(time, observed_time)) AS t, attributes, body
+FROM {logs} WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id {IN}
+ORDER BY t
+"""
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+class SessionTables:
+    """The stage's SQL for a process that owns its DuckDB file (and so every session in it)."""
+
+    session_sources: Sources = LOCAL  # where a session's traces are read from
+    poll_interval_seconds: float | None = None  # how often to follow other writers (never: there are none)
+    assembles_every_trace = True  # so traces it assembled recently may be kept in memory and trusted
+
+    def owns(self, session_id: str) -> bool:
+        return True
+
+    # ------------------------------------------------------------------ traces
+    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+        """Traces with spans stored but never assembled (after a restart): trace → earliest received_at."""
+        rows = con.execute("SELECT trace_id, min(received_at) FROM spans WHERE dialect IS NULL GROUP BY trace_id").fetchall()
+        return {tid: since - timedelta(seconds=1) for tid, since in rows}
+
+    def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
+        rows = con.execute(f"SELECT trace_id, first_received, session_ids FROM trace_index WHERE trace_id {_IN}",
+                           [list(trace_ids)]).fetchall()
+        return [IndexedTrace(tid, first, tuple(sids or ())) for tid, first, sids in rows]
+
+    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
+                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
+        """Stored spans as views, trace by trace in store order, with the log records tied to them as events."""
+        ids = list(trace_ids)
+        log_events: dict[str, list[dict]] = {}
+        for span_id, event_name, t, attrs, body in con.execute(
+                _LOG_QUERY.format(logs=sources.logs, IN=_IN), [since, ids]).fetchall():
+            attributes = _loads(attrs) or {}
+            if body is not None:
+                attributes.setdefault("body", _loads(body))
+            log_events.setdefault(span_id, []).append({"name": event_name or "log", "time_unix_nano": t or 0,
+                                                       "attributes": attributes, "from_log": True})
+        views: dict[str, list[SpanView]] = {}
+        seen: set[tuple[str, str]] = set()
+        for row in con.execute(_SPAN_QUERY.format(spans=sources.spans, IN=_IN), [since, ids]).fetchall():
+            (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
+            if (tid, sid) in seen:  # on a lake, a span two replicas stored (after a change of the ring)
+                continue
+            seen.add((tid, sid))
+            views.setdefault(tid, []).append(SpanView(
+                trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
+                resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),
+                span_kind=kind or "INTERNAL", status_code=status or "UNSET", status_message=message,
+                scope_name=scope, start_ns=start or 0, end_ns=end or 0))
+        return views
+
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
+                        span_stamps: Sequence[Row], index: Sequence[Row]) -> None:
+        """Replace the tool calls and index rows of these traces; stamp their spans with session and dialect."""
+        ids = [r["trace_id"] for r in index]
+        con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [ids])
+        insert_rows(con, "tool_calls", tool_calls)
+        if span_stamps:
+            con.register("_span_stamps", pa.table({k: pa.array([r[k] for r in span_stamps], pa.string())
+                                                   for k in ("trace_id", "span_id", "session_id", "dialect")}))
+            try:
+                con.execute(
+                    "UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM _span_stamps s "
+                    "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id AND spans.span_id = s.span_id",
+                    [since])
+            finally:
+                con.unregister("_span_stamps")
+        # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
+        con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [ids])
+        insert_rows(con, "trace_index", index)
+
+    # ------------------------------------------------------------------ sessions
+    def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
+        """Every trace these sessions own → when its first span was received (the earliest, when indexed twice)."""
+        out: dict[str, datetime] = {}
+        rows = con.execute(f"SELECT trace_id, first_received FROM {self.session_sources.trace_index} "
+                           "WHERE list_has_any(session_ids, ?::VARCHAR[])", [list(session_ids)]).fetchall()
+        for tid, since in rows:  # on a lake a trace moved between replicas can be indexed twice
+            out[tid] = min(since, out.get(tid, since))
+        return out
+
+    def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
+        return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {_IN}",
+                                [list(session_ids)]).fetchall())
+
+    def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
+                         call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str]) -> None:
+        """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``."""
+        ids = list(replaced)
+        con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [ids])
+        insert_rows(con, "sessions", sessions)
+        self._write_call_steps(con, ids, call_steps)
+        con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [list(cased)])
+        insert_rows(con, "case_runs", case_runs)
+
+    def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
+        if not rows:
+            return
+        con.register("_call_steps", pa.table({"span_id": pa.array([r["span_id"] for r in rows], pa.string()),
+                                              "step": pa.array([r["step"] for r in rows], pa.string()),
+                                              "args_valid": pa.array([r["args_valid"] for r in rows], pa.bool_())}))
+        try:
+            con.execute("UPDATE tool_calls SET step = c.step, args_valid = c.args_valid FROM _call_steps c "
+                        f"WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id {_IN}", [session_ids])
+        finally:
+            con.unregister("_call_steps")
+
+    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
+        con.execute("DELETE FROM funnel_steps")
+        insert_rows(con, "funnel_steps", rows)
+
+    def latest_judgments(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, str]:
+        """Each session's newest judgment, as the JSON it was stored as."""
+        rows = con.execute(f"SELECT session_id, arg_max(judgment, created_at) FROM judgments WHERE session_id {_IN} "
+                           "GROUP BY session_id", [list(session_ids)]).fetchall()
+        return dict(rows)
+
+    def cached_judgment(self, con: duckdb.DuckDBPyConnection, input_hash: str) -> str | None:
+        """A finished judgment of exactly this input: a re-score never pays the judge twice."""
+        row = con.execute("SELECT judgment FROM judgments WHERE input_hash = ? AND status IN ('complete', "
+                          "'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()
+        return row[0] if row else None
+
+    def add_judgment(self, con: duckdb.DuckDBPyConnection, row: Row) -> None:
+        insert_rows(con, "judgments", [row])
+
+    # ------------------------------------------------------------------ re-scoring
+    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]:
+        """Every assembled trace, oldest first; with ``stale_for`` only those of sessions scored under
+        another configuration hash."""
+        where = ("WHERE list_has_any(session_ids, (SELECT coalesce(list(session_id), []) FROM sessions "
+                 "WHERE config_hash IS DISTINCT FROM ?))") if stale_for is not None else ""
+        params = [stale_for] if stale_for is not None else []
+        return dict(con.execute(f"SELECT trace_id, first_received FROM trace_index {where} ORDER BY first_received",
+                                params).fetchall())
+
+    def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
+        """Sessions whose traces another writer stored (none here: re-assembling the traces re-scores them all)."""
+        return []
+
+    def case_sessions(self, con: duckdb.DuckDBPyConnection, session_id: str | None = None,
+                      experiment: str | None = None) -> list[str]:
+        """Scored case runs: one session, or every run of the experiments matching a glob."""
+        where, params = (("session_id = ?", [session_id]) if session_id
+                         else ("experiment GLOB ?", [experiment or "*"]))
+        return [r[0] for r in con.execute(
+            f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where} ORDER BY session_id",
+            params).fetchall()]
+
+    def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
+        """Sessions to re-score because another writer assembled some of their traces (None: no other writer)."""
+        return None
+
+
+class LakeSessionTables(SessionTables):
+    """The stage's SQL for one replica of a lake: its own schema for writes, every replica's for reads."""
+
+    def __init__(self, lake: LakeSettings) -> None:
+        from .lake import EVERY_REPLICA
+
+        self.lake = lake
+        self.session_sources = EVERY_REPLICA
+        self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
+        self.poll_interval_seconds = lake.poll_interval_seconds
+
+    def owns(self, session_id: str) -> bool:
+        from .lake import owner_of
+
+        return owner_of(session_id, self.lake.replicas) == self.lake.replica
+
+    def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
+        """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
+        con.execute(f"DELETE FROM call_scores WHERE session_id {_IN}", [session_ids])
+        insert_rows(con, "call_scores", rows)
+
+    def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
+        """Every session this replica owns, wherever its traces are; rows of sessions it no longer owns
+        (after a change of ``replicas``) are dropped."""
+        ids = [r[0] for r in con.execute(
+            f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index}").fetchall()]
+        mine = {s for s in ids if self.owns(s)}
+        for table in ("sessions", "case_runs", "call_scores"):
+            stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
+            gone = [s for s in stored if not self.owns(s)]
+            if gone:
+                con.execute(f"DELETE FROM {table} WHERE session_id {_IN}", [gone])
+        if stale_for is not None:
+            mine -= {r[0] for r in con.execute("SELECT session_id FROM sessions WHERE config_hash = ?",
+                                                [stale_for]).fetchall()}
+        return sorted(mine)
+
+    def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
+        """Owned sessions whose traces other replicas (re)assembled since the last call.
+
+        Reads DuckLake's change feed of the other replicas' ``trace_index`` from the snapshot
+        recorded in ``lake_progress``, and records the new one in the same transaction (a restart
+        resumes there). A session this replica scored before that lost a trace (a provisional
+        session merged away) is included, and so removed.
+        """
+        from . import lake as lakestore
+
+        after, upto = lakestore.progress(con), lakestore.snapshot(con)
+        changed = lakestore.assembled_elsewhere(con, self.lake, after, upto)
+        ids: set[str] = set()
+        if changed:
+            ids = {sid for _, sids in changed for sid in sids if self.owns(sid)}
+            ids |= {sid for (sid,) in con.execute(
+                "SELECT session_id FROM sessions WHERE list_has_any(trace_ids, ?::VARCHAR[])",
+                [[tid for tid, _ in changed]]).fetchall()}
+        if upto > after:
+            from .writer import _utcnow
+
+            lakestore.set_progress(con, upto, _utcnow())
+        return ids
+
+
+def tables_for(settings: StoreSettings) -> SessionTables:
+    """The stage's tables for this store: a file of its own, or a replica's share of a lake."""
+    return SessionTables() if settings.lake is None else LakeSessionTables(settings.lake)

@@ -1,0 +1,121 @@
+"""The session stage's one storage interface: rows by column name, each table's columns defined once.
+
+The migrations define a table's columns; the stage's row builders name them. These tests hold the
+two together (a column added to a table and forgotten by its row, or named by a row and missing
+from the table, fails here, not in production), and drive ``SessionTables`` on a real DuckDB file
+the way a job does: assemble, score, replace.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from agentfunnel.collector.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
+from agentfunnel.collector.decode import decode_traces_protobuf
+from agentfunnel.collector.evaluation import case_run_row, judgment_row
+from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_step_rows, funnel_step_rows,
+                                                 pass_rows, score_sessions, session_row)
+from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
+from agentfunnel.collector.store.schema import migrate
+from agentfunnel.collector.store.session_tables import SessionTables, UnknownColumn, insert_rows
+from agentfunnel.collector.store.writer import connect
+from agentfunnel.scoring import SessionScorer
+from agentfunnel.scoring.judge import Judgment
+from agentfunnel.scoring.stages import evaluate_run
+from conftest import FIXTURES
+from test_dialects import views_of
+from test_stages import GOOD, case_of
+
+NOW = datetime(2026, 12, 1, 12, 0)
+SHOP = FIXTURES / "otlp" / "strands" / "shop_purchase.traces.binpb"
+
+
+@pytest.fixture
+def con(tmp_path):
+    con = connect(tmp_path / "tables.duckdb")
+    migrate(con)
+    migrate(con, LAKE_MIGRATIONS)  # call_scores: a lake replica's table, same definitions
+    yield con
+    con.close()
+
+
+def _columns(con, table: str) -> set[str]:
+    return {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
+def _traces():
+    by_trace: dict[str, list] = {}
+    for v in views_of(SHOP):
+        by_trace.setdefault(v.trace_id, []).append(v)
+    return [assemble(sorted(vs, key=lambda v: (v.start_ns, v.span_id))) for vs in by_trace.values()]
+
+
+def _scored():
+    traces = _traces()
+    ids = {s for t in traces for s in t.session_ids}
+    scorer = SessionScorer()
+    return traces, score_sessions(sessions_of(traces, ids, ()), ids, lambda s: scorer.score(s.session_id, s.records), {})
+
+
+def test_every_row_builder_names_exactly_its_tables_columns(con):
+    traces, scoring = _scored()
+    x = scoring.written[0]
+    assert set(session_row(x, NOW)) == _columns(con, "sessions")
+    assert set(index_rows(traces, NOW, NOW)[0]) == _columns(con, "trace_index")
+    assert set(tool_call_rows(traces)[0]) == _columns(con, "tool_calls") - {"step", "args_valid"}  # scoring's part
+    assert set(call_step_rows(x, NOW)[0]) == _columns(con, "call_scores")
+    assert set(funnel_step_rows(SessionScorer())[0]) == _columns(con, "funnel_steps")
+    result = evaluate_run(case_of(), x.records, x.score, GOOD)
+    assert set(case_run_row(x.score, result)) | {"updated_at"} == _columns(con, "case_runs")
+    judgment = Judgment.model_validate({
+        "status": "complete", "passed": True, "score": 1.0, "judge_model": "m", "backend": "anthropic",
+        "base_url": "http://127.0.0.1:1", "rubric_id": "r", "rubric_version": "1", "rubric_sha256": "0" * 64,
+        "prompt_version": "1", "temperature": 0.0, "threshold": 0.8, "answer_sha256": "1" * 64,
+        "reference_sha256": "2" * 64, "input_hash": "3" * 64, "created_at": NOW.replace(tzinfo=timezone.utc)})
+    assert set(judgment_row(x.score.session_id, judgment)) == _columns(con, "judgments")
+
+
+def test_a_row_naming_a_column_the_table_lacks_is_refused_whole_saying_which(con):
+    with pytest.raises(UnknownColumn, match="trace_index has no column colour, size"):
+        insert_rows(con, "trace_index", [{"trace_id": "t1"}, {"trace_id": "t2", "colour": "red", "size": 3}])
+    assert con.execute("SELECT count(*) FROM trace_index").fetchone() == (0,)
+    insert_rows(con, "trace_index", [{"trace_id": "t1"}])  # a column left out is NULL
+    assert con.execute("SELECT trace_id, span_count FROM trace_index").fetchall() == [("t1", None)]
+
+
+def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
+    """What a job does, step by step, on a real file; then the session loses its spans and its row goes."""
+    tables = SessionTables()
+    batch = decode_traces_protobuf(SHOP.read_bytes())
+    traces, scoring = _scored()
+    since = datetime(2026, 1, 1)
+    insert_rows(con, "spans", [{"trace_id": batch.trace_id[i], "span_id": batch.span_id[i], "name": batch.name[i],
+                                "attributes": batch.attributes[i], "received_at": NOW} for i in range(len(batch))])
+    assert set(tables.unassembled(con)) == {t.trace_id for t in traces}
+    tables.write_assembled(con, since, tool_call_rows(traces), span_stamps(traces), index_rows(traces, since, NOW))
+    assert tables.unassembled(con) == {}
+    sid = scoring.written[0].score.session_id
+    assert [t.session_ids for t in tables.indexed(con, [traces[0].trace_id])] == [(sid,)]
+    assert set(tables.traces_of(con, [sid])) == {t.trace_id for t in traces}
+    back = tables.read_traces(con, [traces[0].trace_id], since)
+    assert {v.span_id for v in back[traces[0].trace_id]} == {r.span_id for r in traces[0].records}
+    assert any(v.attributes for v in back[traces[0].trace_id])  # parsed back from the stored JSON
+    assert tables.read_traces(con, [traces[0].trace_id], datetime(2027, 1, 1)) == {}  # received before `since`
+
+    rows = pass_rows(scoring, NOW)
+    tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+    assert tables.versions(con, [sid]) == {sid: 1}
+    steps = dict(con.execute("SELECT tool_name, step FROM tool_calls WHERE step IS NOT NULL").fetchall())
+    assert steps and set(steps.values()) <= {"search", "details", "cart", "checkout", "purchase"}
+
+    evaluated = ScoredSession(scoring.written[0].session, scoring.written[0].score, 2,
+                              Evaluated(True, None, None, None, {"session_id": sid, "case_id": "c", "passed": True}))
+    again = pass_rows(type(scoring)([evaluated], [], [sid]), NOW)
+    tables.replace_sessions(con, again.replaced, again.sessions, again.call_steps, again.case_runs, again.cased)
+    assert tables.versions(con, [sid]) == {sid: 2}
+    assert con.execute("SELECT session_id, passed FROM case_runs").fetchall() == [(sid, True)]
+    gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # asked for, found in no trace: its row is removed
+    tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
+    assert tables.versions(con, [sid]) == {}
