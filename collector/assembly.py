@@ -21,9 +21,10 @@ import json
 from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
-from ..scoring.assembled import Session
+from ..scoring.assembled import Session, TraceShare
 from ..semconv import SpanRecord, SpanView, normalize
 from ..semconv.trace_rules import apply_trace_rules
 
@@ -72,6 +73,16 @@ class AssembledTrace:
     def session_ids(self) -> set[str]:
         return {s for s in self.sessions.values() if s}
 
+    @cached_property
+    def shares(self) -> dict[str, TraceShare]:
+        """Session id → this trace's records of it, made once (a share is what scoring summarizes)."""
+        by_session: dict[str, list[SpanRecord]] = {}
+        for r in self.records:
+            sid = self.sessions.get(r.span_id)
+            if sid is not None:
+                by_session.setdefault(sid, []).append(r)
+        return {sid: TraceShare(self.trace_id, tuple(recs)) for sid, recs in by_session.items()}
+
 
 def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> AssembledTrace:
     return assemble_records([normalize(v, session_keys=session_keys) for v in views], views)
@@ -85,14 +96,12 @@ def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -
 
 def sessions_of(traces: Iterable[AssembledTrace], wanted: Collection[str], open_traces: Container[str]) -> dict[str, Session]:
     """The ``wanted`` sessions from every trace they own (a session with no span in them is left out)."""
-    shares: dict[str, dict[str, list[SpanRecord]]] = {}
+    shares: dict[str, dict[str, TraceShare]] = {}
     for t in traces:
-        for r in t.records:
-            sid = t.sessions.get(r.span_id)
+        for sid, share in t.shares.items():
             if sid in wanted:
-                shares.setdefault(sid, {}).setdefault(t.trace_id, []).append(r)  # type: ignore[arg-type]
-    return {sid: Session(sid, {tid: tuple(recs) for tid, recs in by_trace.items()},
-                         open=any(tid in open_traces for tid in by_trace))
+                shares.setdefault(sid, {})[t.trace_id] = share
+    return {sid: Session(sid, by_trace, open=any(tid in open_traces for tid in by_trace))
             for sid, by_trace in shares.items()}
 
 

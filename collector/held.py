@@ -235,6 +235,7 @@ class HeldTraces:
 
 
 RECORD_COST_BYTES = 1500  # one assembled record, its parsed arguments and result included (an estimate)
+SUMMARY_COST_BYTES = 10_000  # the scoring summary kept with each share of a cached trace (bench/turns.py: ~8-18 KB)
 
 
 class AssembledTraces:
@@ -243,7 +244,8 @@ class AssembledTraces:
     A session spans many traces (one per turn); scoring turn n needs turns 1..n-1 too. Reading
     them back from the store and normalizing them again made every turn cost more than the one
     before. Filled after each assembly commits, bounded by ``max_bytes`` (least recently used
-    first out, counted); a trace not found here is read back as before.
+    first out, counted); a trace not found here is read back as before. A cached trace keeps its
+    sessions' shares, and so the scorer keeps their summaries: turn n summarizes only its own trace.
     """
 
     def __init__(self, max_bytes: int, metrics: Metrics) -> None:
@@ -260,7 +262,7 @@ class AssembledTraces:
                 old = self._traces.pop(t.trace_id, None)
                 if old is not None:
                     self._bytes -= old[1]
-                cost = RECORD_COST_BYTES * (len(t.records) + 1)
+                cost = RECORD_COST_BYTES * (len(t.records) + 1) + SUMMARY_COST_BYTES * len(t.session_ids)
                 self._traces[t.trace_id] = (t, cost)
                 self._bytes += cost
             evicted = 0

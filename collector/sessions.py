@@ -162,7 +162,7 @@ class SessionService:
         return scoring.written
 
     def _score_one(self, session: Session) -> SessionScore:
-        return self.scorer.score(session.session_id, session.records)
+        return self.scorer.score_session(session)
 
     def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = ()) -> Future:
         """Assemble these traces and re-score their sessions, in one store transaction."""

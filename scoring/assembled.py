@@ -8,18 +8,30 @@ from dataclasses import dataclass
 from ..semconv import SpanRecord
 
 
+@dataclass(frozen=True, eq=False)
+class TraceShare:
+    """The records of one trace that belong to one session, made once when the trace is assembled.
+
+    Compared by identity: while a share lives (its trace is held or cached) the scorer keeps its
+    summary, so a session's next turn summarizes only the new trace.
+    """
+
+    trace_id: str
+    records: tuple[SpanRecord, ...]
+
+
 @dataclass(frozen=True)
 class Session:
     """One session: its share of each trace it spans (one per user turn, usually), by trace id."""
 
     session_id: str
-    traces: Mapping[str, tuple[SpanRecord, ...]]
+    traces: Mapping[str, TraceShare]
     open: bool = False  # a trace of it is still receiving spans
 
     @property
     def records(self) -> tuple[SpanRecord, ...]:
-        return tuple(r for recs in self.traces.values() for r in recs)
+        return tuple(r for share in self.traces.values() for r in share.records)
 
     @property
     def span_ids(self) -> set[str]:
-        return {r.span_id for recs in self.traces.values() for r in recs}
+        return {r.span_id for share in self.traces.values() for r in share.records}

@@ -1,10 +1,18 @@
-"""Why a session stopped between two steps, with the evidence and the fix a store owner can make."""
+"""Why a session stopped between two steps, with the evidence and the fix a store owner can make.
+
+The calls are read once, where they are summarized (``StepFacts.of``, ``payment_mentions``); a
+session's diagnosis then only looks at those facts, so a long session is not read again per turn.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter, is_not, methodcaller
+from typing import Any, Protocol
 
-from ..semconv import SpanRecord
 from . import evidence as ev
 from .config import EvidenceSettings
 from .results import DropOff
@@ -16,15 +24,91 @@ FIXES = {
     "checkout_payment_required": "Support a test or delegated payment method agents can use.",
     "unknown": "",
 }
+PAYMENT_STATUSES = ["requires_payment", "payment_required", "pending_payment", "awaiting_payment"]
 
 
-def diagnose(variant_steps: Sequence[str], reached: Sequence[str], calls: Sequence[tuple[SpanRecord, str | None]],
-             terminal_pass: bool, settings: EvidenceSettings,
-             flags_of: Mapping[str, set[str]] | None = None) -> DropOff | None:
+def payment_mentions(error: str | None, result: Any, settings: EvidenceSettings) -> bool:
+    """A failed call: its error or result names a missing payment method. A successful one: its result's
+    status says payment is still needed."""
+    if error:
+        return (ev.mentions(error, settings.payment_required_phrases)
+                or ev.mentions(result, settings.payment_required_phrases))
+    return ev.mentions(result, PAYMENT_STATUSES)
+
+
+class Call(Protocol):
+    tool_name: str | None
+    error: str | None
+    span_id: str
+    end_ns: int
+    flags: frozenset[str]  # the evidence in its result (when it succeeded)
+    mentions_payment: bool  # ``payment_mentions`` of the call
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCall:
+    tool_name: str | None
+    error: str
+    span_id: str
+    end_ns: int
+    mentions_payment: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepFacts:
+    """What a diagnosis needs from consecutive calls of a session (read against one variant's steps)."""
+
+    failed: dict[str, FailedCall] = field(default_factory=dict)  # step -> the last failed call at it
+    succeeded_end: dict[str, int] = field(default_factory=dict)  # step -> the latest end of a call that worked
+    payment_pending: str | None = None  # the first call whose result's status still wants payment
+    cart: str | None = None  # the last call that made or returned a cart
+    cart_can_check_out: bool = False  # some such call gave a checkout link or status
+    options_unmapped: str | None = None  # the first details call whose options have no variant ids
+    search: str | None = None  # the last search call
+    search_has_ids: bool = False  # some search gave ids
+
+    @classmethod
+    def of(cls, calls: Iterable[tuple[Call, str | None]]) -> "StepFacts":
+        """``calls`` in session order with their step keys."""
+        failed: dict[str, FailedCall] = {}
+        succeeded_end: dict[str, int] = {}
+        payment_pending = cart = options_unmapped = search = None
+        cart_can_check_out = search_has_ids = False
+        for c, step in calls:
+            if c.error:
+                if step is not None:
+                    failed[step] = FailedCall(c.tool_name, c.error, c.span_id, c.end_ns, c.mentions_payment)
+                continue
+            flags = c.flags
+            if step is not None:
+                succeeded_end[step] = max(succeeded_end.get(step, c.end_ns), c.end_ns)
+            if payment_pending is None and c.mentions_payment:
+                payment_pending = c.tool_name
+            if step == "cart" or ev.CART in flags:
+                cart = c.tool_name
+                cart_can_check_out = cart_can_check_out or ev.CHECKOUT_URL in flags or ev.CHECKOUT_STATUS in flags
+            if options_unmapped is None and step == "details" and ev.OPTIONS_WITHOUT_IDS in flags:
+                options_unmapped = c.tool_name
+            if step == "search":
+                search = c.tool_name
+                search_has_ids = search_has_ids or ev.PRODUCT_IDS in flags
+        return cls(failed, succeeded_end, payment_pending, cart, cart_can_check_out, options_unmapped, search,
+                   search_has_ids)
+
+
+def _first(values: Iterable[Any]) -> Any:
+    return next(filter(partial(is_not, None), values), None)
+
+
+def _each(facts: Iterable[StepFacts], name: str) -> map:
+    return map(attrgetter(name), facts)
+
+
+def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequence[StepFacts],
+             terminal_pass: bool) -> DropOff | None:
     """The drop-off of a commerce session that stopped before its terminal rung, else None.
 
-    ``calls`` are the session's tool calls in order with their step keys; ``flags_of`` the
-    evidence already found in their results, by span id (found here when not given).
+    ``facts`` are those of consecutive runs of the session's calls, in session order.
     """
     if terminal_pass or not reached:
         return None
@@ -35,39 +119,32 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], calls: Sequen
     nxt = order[order.index(last) + 1] if order.index(last) + 1 < len(order) else "purchase"
 
     # 1. the next step was tried and failed, with no later success
-    failed = [c for c, step in calls if step == nxt and c.error]
-    succeeded_later = failed and any(step == nxt and not c.error and c.end_ns >= failed[-1].end_ns for c, step in calls)
-    if failed and not succeeded_later:
-        call = failed[-1]
-        payment = ev.mentions(call.error, settings.payment_required_phrases) or ev.mentions(call.result, settings.payment_required_phrases)
-        if payment and nxt in ("checkout", "purchase"):
+    call = _first(map(methodcaller("get", nxt), filter(None, _each(reversed(facts), "failed"))))
+    if call is not None and max(map(methodcaller("get", nxt, -math.inf), _each(facts, "succeeded_end"))) < call.end_ns:
+        if call.mentions_payment and nxt in ("checkout", "purchase"):
             return DropOff("checkout_payment_required", nxt, {"tool": call.tool_name, "error": call.error},
                            FIXES["checkout_payment_required"])
         return DropOff("tool_error", nxt, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
                        f"{call.tool_name}: {call.error}")
 
-    results = [(c, step, flags_of[c.span_id] if flags_of is not None and c.span_id in flags_of
-                else ev.find(c.result, settings)) for c, step in calls if not c.error]
     # 2. checkout reached but it needs payment data the agent cannot give
     if nxt == "purchase" or last == "checkout":
-        for c, _, flags in results:
-            status_says_payment = ev.mentions(c.result, ["requires_payment", "payment_required", "pending_payment",
-                                                         "awaiting_payment"])
-            if status_says_payment:
-                return DropOff("checkout_payment_required", nxt, {"tool": c.tool_name}, FIXES["checkout_payment_required"])
+        tool = _first(_each(facts, "payment_pending"))
+        if tool is not None:
+            return DropOff("checkout_payment_required", nxt, {"tool": tool}, FIXES["checkout_payment_required"])
     # 3. a cart with no way to check out
     if last == "cart":
-        carts = [(c, flags) for c, step, flags in results if step == "cart" or ev.CART in flags]
-        if carts and not any(ev.CHECKOUT_URL in flags or ev.CHECKOUT_STATUS in flags for _, flags in carts):
-            return DropOff("cart_no_checkout_url", nxt, {"tool": carts[-1][0].tool_name}, FIXES["cart_no_checkout_url"])
+        tool = _first(_each(reversed(facts), "cart"))
+        if tool is not None and not any(_each(facts, "cart_can_check_out")):
+            return DropOff("cart_no_checkout_url", nxt, {"tool": tool}, FIXES["cart_no_checkout_url"])
     # 4. details seen, but options cannot be mapped to a variant id
     if last == "details":
-        for c, step, flags in results:
-            if step == "details" and ev.OPTIONS_WITHOUT_IDS in flags:
-                return DropOff("variant_unmapped", nxt, {"tool": c.tool_name}, FIXES["variant_unmapped"])
+        tool = _first(_each(facts, "options_unmapped"))
+        if tool is not None:
+            return DropOff("variant_unmapped", nxt, {"tool": tool}, FIXES["variant_unmapped"])
     # 5. search results the agent could not act on
     if last == "search":
-        searches = [(c, flags) for c, step, flags in results if step == "search"]
-        if searches and not any(ev.PRODUCT_IDS in flags for _, flags in searches):
-            return DropOff("search_no_ids", nxt, {"tool": searches[-1][0].tool_name}, FIXES["search_no_ids"])
+        tool = _first(_each(reversed(facts), "search"))
+        if tool is not None and not any(_each(facts, "search_has_ids")):
+            return DropOff("search_no_ids", nxt, {"tool": tool}, FIXES["search_no_ids"])
     return DropOff("unknown", nxt, {}, FIXES["unknown"])

@@ -2,15 +2,23 @@
 
 The outcome is the highest rung of the variant's ladder the tool results prove; a model claiming
 it bought something proves nothing. Errored calls never reach a step; repeats do not stack.
+
+A session is scored from summaries of its traces (``summarize`` once per trace, ``combine`` per
+score), so a session of many turns costs about as much to score again as one of a few.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from functools import reduce
+from itertools import chain, compress, count, repeat
+from operator import add, attrgetter, is_, is_not, itemgetter, methodcaller
+from typing import Any
 
 from ..semconv import SpanRecord
+from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
 from .dropoff import diagnose
@@ -18,120 +26,111 @@ from .funnel import StepMatcher
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
+from .summary import (Row, TraceSummary, cycle_events, cycle_run, first, in_session_order, merge, most_common,
+                      present, summarize)
 from .validity import ToolCatalog
 
-VALIDATION_SIGNALS = ("validationerror", "validation failed", "validation error", "invalid argument",
-                      "mandatory input parameters", "missing required", "required positional argument", "invalid_params", "-32602",
-                      "failed to parse", "schema")
+
+def _where(flags: Iterable[bool]) -> list[int]:
+    """The positions of the true flags (found in C: usually one of many, or none)."""
+    return list(compress(count(), flags))
 
 
-def _order(records: Sequence[SpanRecord]) -> list[SpanRecord]:
-    return sorted(records, key=lambda r: (r.start_ns, r.end_ns, r.span_id))
-
-
-def _root_agents(records: Sequence[SpanRecord]) -> list[SpanRecord]:
-    """Agent spans with no agent ancestor in the session: one per turn, in time order."""
-    by_id = {r.span_id: r for r in records}
-    roots = []
-    for r in records:
-        if r.kind != "agent" or r.ignored:
-            continue
-        parent = by_id.get(r.parent_span_id or "")
-        depth = 0
-        while parent is not None and parent.kind != "agent" and depth < 64:
-            parent = by_id.get(parent.parent_span_id or "")
-            depth += 1
-        if parent is None:
-            roots.append(r)
-    return _order(roots)
-
-
-def _wasted(calls: Sequence[SpanRecord]) -> int:
-    """Repeated identical calls, including retries that fail the same way again."""
-    seen: set[tuple[str, str]] = set()
-    wasted = 0
-    for c in calls:
-        key = (c.tool_name or "", json.dumps(c.arguments, sort_keys=True, default=str))
-        if key in seen:
-            wasted += 1
-        seen.add(key)
-    return wasted
-
-
-def _cycles(llms: Sequence[SpanRecord], calls: Sequence[SpanRecord]) -> int | None:
-    """Model calls that asked for tools (by finish reason when the telemetry reports one, else by the
-    order of spans: a model call followed by a tool call before the next model call); NULL without model spans."""
-    if not llms:
-        return None
-    if all(r.finish_reason for r in llms):
-        return sum(1 for r in llms if r.finish_reason == "tool_call")
-    events = sorted([(r.start_ns, 0, r) for r in llms] + [(c.start_ns, 1, c) for c in calls], key=lambda e: e[:2])
-    cycles = 0
-    pending = False
-    for _, is_tool, _ in events:
-        if not is_tool:
-            pending = True
-        elif pending:
-            cycles += 1
-            pending = False
-    return cycles
-
-
-def _invalid(call: SpanRecord) -> bool:
-    return bool(call.error) and any(s in call.error.lower() for s in VALIDATION_SIGNALS)
+def _latest_ending(facts: Sequence[tuple[int, Any, Any] | None]) -> tuple[int, Any, Any] | None:
+    """Of (end, span, ...) facts in session order, the one ending last; on a tie the earlier (``max``
+    keeps the first of equals)."""
+    return max(filter(present, facts), key=itemgetter(0), default=None)
 
 
 class SessionScorer:
-    """Compiled once per configuration; ``score`` is pure."""
+    """Compiled once per configuration; ``summarize``, ``combine`` and ``score`` are pure."""
 
     def __init__(self, config: ScoringConfig | None = None) -> None:
         self.config = config or ScoringConfig()
         self.matcher = StepMatcher(self.config.funnel)
         self.prices = PriceTable(self.config.prices, self.config.use_default_prices)
         self.config_hash = self.config.config_hash()
+        # a summary per trace share, for as long as the share is alive (held, cached or being scored)
+        self._summaries: weakref.WeakKeyDictionary[TraceShare, TraceSummary] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def score_session(self, session: Session) -> SessionScore:
+        """An assembled session, from the summaries of its traces' shares (each made once while the share lives)."""
+        return self.combine(session.session_id, [self._summary_of(share) for share in session.traces.values()])
+
+    def _summary_of(self, share: TraceShare) -> TraceSummary:
+        with self._lock:
+            found = self._summaries.get(share)
+        if found is None:
+            found = self.summarize(share.records)
+            with self._lock:
+                self._summaries[share] = found
+        return found
 
     def score(self, session_id: str, records: Sequence[SpanRecord]) -> SessionScore:
-        records = _order(records)
+        """All of a session's records at once: summarized trace by trace, then combined."""
+        by_trace: dict[str, list[SpanRecord]] = {}
+        for r in records:
+            by_trace.setdefault(r.trace_id, []).append(r)
+        return self.combine(session_id, [self.summarize(trace) for trace in by_trace.values()])
+
+    def summarize(self, records: Sequence[SpanRecord]) -> TraceSummary:
+        """The records of one trace's share of a session, read once."""
+        return summarize(records, self.config.evidence, self.prices, self.config.funnel.agents, self.config_hash)
+
+    def combine(self, session_id: str, summaries: Sequence[TraceSummary]) -> SessionScore:
+        """The session's score from its traces' summaries, given in any order.
+
+        The summaries' facts are read as columns (passes in C over tuples, dict and set merges), not
+        in a Python loop per summary; what a summary's calls need from the session (the variant's
+        steps, the catalog's schemas) is kept on it until that changes.
+        """
+        if not all(map(self.config_hash.__eq__, map(attrgetter("config_hash"), summaries))):
+            raise ValueError("a summary made under another scoring configuration")
+        parts = in_session_order(summaries)
+        col = Row.columns(parts)
         cfg = self.config
-        evs = cfg.evidence
-        calls = [r for r in records if r.is_tool_call]
-        llms = [r for r in records if r.kind == "llm" and not r.ignored]
-        roots = _root_agents(records)
-        declared = {s for r in records for s in r.declared_services}
-        agent_names = [r.agent_name for r in roots if r.agent_name] + [r.service_name for r in records if r.service_name]
-        choice = self.matcher.choose_variant([c.tool_name or "" for c in calls], sorted(declared), agent_names)
+        n_llms, n_calls, tool_errors = sum(col.llms), sum(col.calls), sum(col.tool_errors)
+        configured = first(col.configured_agent) or first(col.configured_service)
+        tools = list(dict.fromkeys(chain.from_iterable(dict.fromkeys(col.tool_names))))
+        declared = sorted(frozenset().union(*col.declared_services))
+        choice = self.matcher.choose_variant(tools, declared, [configured] if configured else [])
         variant = choice.variant
         variant_steps = cfg.funnel.variant_steps(variant)
 
-        call_steps = {c.span_id: self.matcher.step(c.tool_name or "", variant) for c in calls}
-        reached = {call_steps[c.span_id] for c in calls if not c.error and call_steps[c.span_id]}
-        flags_of = {c.span_id: ev.find(c.result, evs) for c in calls if not c.error}
-        flags: set[str] = set().union(*flags_of.values())
-        store_page = any(r.store_page for r in records)
+        views = list(map(methodcaller("get", variant), col.variant_views))
+        for i in _where(map(is_, views, repeat(None))):  # a new summary, or a new variant
+            views[i] = parts[i].variant_view(variant, self.matcher)
+        call_steps: dict[str, str | None] = {}
+        for view in views:
+            call_steps |= view.steps
+        if len(parts) > 1 and len(call_steps) < sum(map(len, map(attrgetter("steps"), views))):
+            # a tool call's span id in two traces: spans are looked up by id, the last one in the session wins
+            return self.combine(session_id, [merge(parts)])
+        reached = set().union(*map(attrgetter("reached"), views))
+        flags = frozenset().union(*col.flags)
+        store_page = any(col.store_pages)
         if variant == "generic":
-            listed = any(r.mcp_method == "tools/list" for r in records)
-            if listed or any(not c.error for c in calls):
+            if any(col.listings) or n_calls > tool_errors:
                 reached.add("discover")
         if variant == "lodging" and ev.ORDER_CONFIRMED in flags and not store_page:
             reached.add("purchase")
         steps = tuple(s for s in variant_steps if s in reached)
 
-        final_answer = next((r.final_answer for r in reversed(roots) if r.final_answer), None)
+        final_answer = first(reversed(col.root_answer))
         if final_answer is None:
-            final_answer = next((r.final_answer for r in sorted(llms, key=lambda r: r.end_ns, reverse=True)
-                                 if r.final_answer), None)
-        hit_cap = any(r.step_limit for r in records)
-        if not hit_cap and roots and final_answer is None and llms:
+            answered = _latest_ending(col.llm_answer)
+            final_answer = answered[2] if answered else None
+        hit_cap = any(col.step_limits)
+        if not hit_cap and any(col.roots) and final_answer is None and n_llms:
             # a framework that stops quietly at its step limit (e.g. the AI SDK's stepCountIs): the last
             # model call still asked for tools, the run ended without error and without an answer
-            last_llm = max(llms, key=lambda r: r.end_ns)
-            hit_cap = last_llm.finish_reason == "tool_call" and not roots[-1].error
-        errored_root = any(r.error for r in roots)
-        last_call = calls[-1] if calls else None
-        last_call_failed = bool(last_call and last_call.error)
+            hit_cap = _latest_ending(col.latest_llm)[2] and not first(reversed(col.last_root_failed))
+        errored_root = any(col.failed_roots)
+        last_call_failed = bool(first(reversed(col.last_call_failed)))
         stopped_by_error = errored_root or last_call_failed or hit_cap
 
-        outcome = self._outcome(variant, steps, flags, store_page, final_answer, stopped_by_error, bool(calls))
+        outcome = self._outcome(variant, steps, flags, store_page, final_answer, stopped_by_error, n_calls > 0)
         terminal = outcome in ("purchase_completed", "po_submitted")
         if terminal:
             completion = 1.0
@@ -139,71 +138,87 @@ class SessionScorer:
             completion = len(steps) / len(variant_steps) if variant_steps else 0.0
         drop = None
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
-            drop = diagnose(variant_steps, steps, [(c, call_steps[c.span_id]) for c in calls], terminal, evs, flags_of)
+            drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal)
 
-        catalog = ToolCatalog.of(records)
-        args_valid = {c.span_id: catalog.args_valid(c) for c in calls}
-        invalid = sum(1 for c in calls if args_valid[c.span_id] is False or catalog.hallucinated(c)
-                      or (args_valid[c.span_id] is None and _invalid(c)))
-        cost = self._cost(llms, roots)
-        cycles = _cycles(llms, calls)
+        catalog = ToolCatalog.merged(col.schemas, col.schemaless)
+        checked = list(map(itemgetter(2), col.validity_memo))
+        for i in _where(map(is_not, map(itemgetter(0), col.validity_memo), repeat(catalog))):  # new, or a new catalog
+            checked[i] = parts[i].validity(catalog)
+        args_valid: dict[str, bool | None] = {}
+        for valid, _ in checked:
+            args_valid |= valid
 
-        in_tokens = [r.input_tokens for r in llms if r.input_tokens is not None]
-        out_tokens = [r.output_tokens for r in llms if r.output_tokens is not None]
-        if not in_tokens:  # no model spans with usage: the agent spans' totals stand in
-            in_tokens = [max((r.input_tokens for r in roots if r.input_tokens is not None), default=None)] if roots else []
-            out_tokens = [max((r.output_tokens for r in roots if r.output_tokens is not None), default=None)] if roots else []
-            in_tokens = [t for t in in_tokens if t is not None]
-            out_tokens = [t for t in out_tokens if t is not None]
-        models = Counter(r.model for r in llms if r.model) or Counter(r.model for r in records if r.model)
-        services = Counter(r.service_name for r in records if r.service_name)
-        starts = [r.start_ns for r in records if r.start_ns]
-        ends = [r.end_ns for r in records if r.end_ns]
+        if any(col.input_reports):
+            input_tokens = sum(col.input_tokens)
+            output_tokens = sum(col.output_tokens) if any(col.output_reports) else None
+        else:  # no model spans with usage: the agent spans' totals stand in
+            input_tokens = max(filter(present, col.root_input_max), default=None)
+            output_tokens = max(filter(present, col.root_output_max), default=None)
+        first_seen = min(filter(present, col.first_seen_ns), default=None)
+        last_seen = max(filter(present, col.last_seen_ns), default=None)
         return SessionScore(
             session_id=session_id, variant=variant, variant_source=choice.source, steps=steps,
             completion_rate=round(completion, 6), outcome=outcome,
             outcome_reads_as=OUTCOME_READS_AS.get(outcome, "pass" if outcome.endswith("_reached") else "unknown"),
             stopped_by_error=stopped_by_error, drop=drop,
-            agent_name=next((r.agent_name for r in roots if r.agent_name), None)
-            or next((r.agent_name for r in records if r.agent_name), None),
-            service_name=services.most_common(1)[0][0] if services else None,
-            user_id=next((r.user_id for r in records if r.user_id), None),
-            model=models.most_common(1)[0][0] if models else None,
-            llm_calls=len(llms), tool_call_count=len(calls),
-            invalid_tool_calls=invalid, wasted_steps=_wasted(calls), cost_usd=cost, call_args_valid=args_valid,
-            cycles=cycles,
-            hit_cap=hit_cap, tool_errors=sum(1 for c in calls if c.error),
-            input_tokens=sum(in_tokens) if in_tokens else None, output_tokens=sum(out_tokens) if out_tokens else None,
-            duration_ms=(max(ends) - min(starts)) / 1e6 if starts and ends else None,
-            final_answer=final_answer,
-            case_id=next((r.case_id for r in records if r.case_id), None),
-            experiment=next((r.experiment for r in records if r.experiment), None),
-            run_id=next((r.run_id for r in records if r.run_id), None),
-            first_seen_ns=min(starts) if starts else 0, last_seen_ns=max(ends) if ends else 0,
-            trace_ids=tuple(sorted({r.trace_id for r in records})), span_count=len(records),
+            agent_name=first(col.root_agent_name) or first(col.agent_name),
+            service_name=most_common(col.services, col.service_names), user_id=first(col.user_id),
+            model=(most_common(col.llm_models, col.llm_model_names) if any(col.llm_models)
+                   else most_common(col.models, col.model_names)),
+            llm_calls=n_llms, tool_call_count=n_calls,
+            invalid_tool_calls=sum(map(itemgetter(1), checked)),
+            wasted_steps=n_calls - len(frozenset().union(*col.repeats)),
+            cost_usd=self._cost(col), call_args_valid=args_valid, cycles=self._cycles(parts, col),
+            hit_cap=hit_cap, tool_errors=tool_errors,
+            input_tokens=input_tokens, output_tokens=output_tokens,
+            duration_ms=(last_seen - first_seen) / 1e6 if first_seen is not None and last_seen is not None else None,
+            final_answer=final_answer, case_id=first(col.case_id), experiment=first(col.experiment),
+            run_id=first(col.run_id), first_seen_ns=first_seen or 0, last_seen_ns=last_seen or 0,
+            trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
             call_steps=call_steps, config_hash=self.config_hash,
         )
 
-    def _cost(self, llms: Sequence[SpanRecord], roots: Sequence[SpanRecord]) -> float | None:
-        """Priced per model call; NULL as soon as one call's model or usage is unknown."""
-        priced = [r for r in llms if r.input_tokens is not None or r.output_tokens is not None]
-        if not priced:
-            priced = [r for r in roots if r.input_tokens is not None or r.output_tokens is not None]
-            if priced and not priced[-1].model:
-                model = next((r.model for r in llms if r.model), None)
-                return self.prices.cost(model, priced[-1].input_tokens, priced[-1].output_tokens)
-            priced = priced[-1:]
-        if not priced:
+    @staticmethod
+    def _cycles(parts: Sequence[TraceSummary], col: Row) -> int | None:
+        """Model calls that asked for tools (by finish reason when the telemetry reports one, else by the
+        order of spans: a model call followed by a tool call before the next model call); NULL without model spans."""
+        llms = sum(col.llms)
+        if not llms:
             return None
-        total = 0.0
-        for r in priced:
-            cost = self.prices.cost(r.model, r.input_tokens, r.output_tokens)
-            if cost is None:
-                return None
-            total += cost
-        return round(total, 8)
+        if sum(col.llms_finished) == llms:
+            return sum(col.tool_call_finishes)
+        runs: list[list[int]] = []  # summaries whose calls start at one instant are read together
+        for i, span in enumerate(col.event_span):
+            if span is None:
+                continue
+            if runs and span[0] <= col.event_span[runs[-1][-1]][1]:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        cycles, pending = 0, False
+        for run in runs:
+            if len(run) == 1:
+                added, pending = col.cycle_runs[run[0]][pending]
+            else:
+                added, pending = cycle_run(cycle_events([parts[i] for i in run]), pending)
+            cycles += added
+        return cycles
 
-    def _outcome(self, variant: str, steps: tuple[str, ...], flags: set[str], store_page: bool,
+    def _cost(self, col: Row) -> float | None:
+        """Priced per model call; NULL as soon as one call's model or usage is unknown."""
+        if any(col.priced):
+            if any(col.unpriced):
+                return None
+            return round(reduce(add, chain.from_iterable(col.costs), 0.0), 8)  # in session order
+        root = first(reversed(col.priced_root))
+        if root is None:
+            return None
+        if not root.model:
+            return self.prices.cost(first(col.first_llm_model), root.input_tokens, root.output_tokens)
+        cost = self.prices.cost(root.model, root.input_tokens, root.output_tokens)
+        return None if cost is None else round(0.0 + cost, 8)
+
+    def _outcome(self, variant: str, steps: tuple[str, ...], flags: set[str] | frozenset[str], store_page: bool,
                  answer: str | None, stopped_by_error: bool, any_calls: bool) -> str:
         user = self.config.funnel.variants.get(variant)
         if user is not None:

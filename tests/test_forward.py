@@ -203,7 +203,7 @@ def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
     from agentfunnel.collector.forward import enrich
     from agentfunnel.collector.scoring_stage import Evaluated, ScoredSession
     from agentfunnel.scoring import SessionScorer
-    from agentfunnel.scoring.assembled import Session
+    from agentfunnel.scoring.assembled import Session, TraceShare
     from agentfunnel.scoring.funnel import StepMatcher
     from agentfunnel.semconv import SpanView, normalize
 
@@ -225,7 +225,7 @@ def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
     assert enrich.span_labels(score, tool.span_id)["agentfunnel.step"] == "cart"
     assert "agentfunnel.step" not in enrich.span_labels(score, root.span_id)
     judged = Evaluated(passed=True, failure_class=None, judge_status="complete", judge_score=0.8)
-    summary = enrich.summary_span(ScoredSession(Session("c1", {tid: records}), score, 2, judged), 1)
+    summary = enrich.summary_span(ScoredSession(Session("c1", {tid: TraceShare(tid, records)}), score, 2, judged), 1)
     attrs, events = json.loads(summary.attributes), json.loads(summary.events)
     assert attrs["agentfunnel.judge.score"] == 0.8 and attrs["agentfunnel.judge.status"] == "complete"
     assert attrs["agentfunnel.session.version"] == 2 and attrs["agentfunnel.session.outcome"] == "checkout_reached"
