@@ -7,6 +7,7 @@ place that looks inside results, and the fields it looks for are configuration.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .config import EvidenceSettings
@@ -45,15 +46,45 @@ def _status(d: dict) -> str | None:
     return s.lower() if isinstance(s, str) else None
 
 
+@dataclass(frozen=True)
+class _Keys:
+    """The settings' key lists as sets, made once per settings object."""
+
+    evidence: frozenset[str]  # every key any flag reads
+    confirmed: frozenset[str]
+    checkout_statuses: frozenset[str]
+
+
+_COMPILED: dict[int, tuple[EvidenceSettings, _Keys]] = {}
+
+
+def _keys(ev: EvidenceSettings) -> _Keys:
+    held = _COMPILED.get(id(ev))
+    if held is not None and held[0] is ev:
+        return held[1]
+    keys = _Keys(frozenset(ev.order_id_keys + ev.booking_id_keys + ev.order_objects + ev.checkout_url_keys
+                           + ev.checkout_objects + ev.cart_keys + ev.rfq_keys + ev.quote_keys + ev.po_keys
+                           + ev.product_id_keys + ["status", "state"]),
+                 frozenset(ev.confirmed_statuses), frozenset(ev.checkout_statuses))
+    if len(_COMPILED) > 64:  # settings objects are few (one per configuration); never let them pile up
+        _COMPILED.clear()
+    _COMPILED[id(ev)] = (ev, keys)  # holds the settings: the id stays theirs
+    return keys
+
+
 def find(result: Any, ev: EvidenceSettings) -> set[str]:
     """Evidence flags in one tool result."""
     found: set[str] = set()
     if result is None:
         return found
-    confirmed = set(ev.confirmed_statuses)
-    checkout_statuses = set(ev.checkout_statuses)
+    compiled = _keys(ev)
+    confirmed, checkout_statuses = compiled.confirmed, compiled.checkout_statuses
     for d in _dicts(result):
-        present = {k for k, v in d.items() if _present(v)}  # then one C-level set test per key list
+        # only the keys a flag reads, with a value (a C-level intersection first: most keys are none of them)
+        present = {k for k in d.keys() & compiled.evidence if _present(d[k])}
+        checkout_page = any(type(v) is str and "/checkout" in v and v.startswith("http") for v in d.values())
+        if checkout_page:
+            found.add(CHECKOUT_PAGE)
         if not present:
             continue
         for obj_key in ev.order_objects:
@@ -82,9 +113,6 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
             found.add(PO)
         if not present.isdisjoint(ev.product_id_keys):
             found.add(PRODUCT_IDS)
-        for v in d.values():
-            if isinstance(v, str) and v.startswith("http") and "/checkout" in v:
-                found.add(CHECKOUT_PAGE)
     if _options_without_ids(result):
         found.add(OPTIONS_WITHOUT_IDS)
     return found

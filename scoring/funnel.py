@@ -41,6 +41,7 @@ class StepMatcher:
         self.commerce_step = functools.lru_cache(maxsize=4096)(self.commerce_step)  # type: ignore[method-assign]
         self.user_variant_of = functools.lru_cache(maxsize=4096)(self.user_variant_of)  # type: ignore[method-assign]
         self.is_action = functools.lru_cache(maxsize=4096)(self.is_action)  # type: ignore[method-assign]
+        self._choose = functools.lru_cache(maxsize=4096)(self._choose)  # type: ignore[method-assign]
 
     def commerce_step(self, tool: str, variant: str | None = None) -> str | None:
         """The first step of ``variant`` (in funnel order) the name matches, else the first anywhere."""
@@ -74,7 +75,10 @@ class StepMatcher:
 
     def choose_variant(self, tools: Iterable[str], declared: Iterable[str], agent_names: Iterable[str]) -> VariantChoice:
         """Configuration > declared services > inference from tool names; mixed: procurement > lodging > shopping."""
-        tools = list(tools)
+        return self._choose(tuple(tools), tuple(declared), tuple(agent_names))
+
+    def _choose(self, tools: tuple[str, ...], declared: tuple[str, ...], agent_names: tuple[str, ...]) -> VariantChoice:
+        """Memoized (bounded): every re-score of a session asks again with the same names."""
         for name in agent_names:
             if name in self.funnel.agents:
                 return VariantChoice(self.funnel.agents[name], "config")
