@@ -141,7 +141,7 @@ class SessionService:
             assembled += [assemble(v, keys) for v in views_of.values() if v]
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, utcnow()))
+                                    index_rows(assembled, since, utcnow()), reassembled=known)
         return assembled, before
 
     def _score_in(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
@@ -153,11 +153,13 @@ class SessionService:
         sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
                                    _OpenTraces(self.tracker, still_open),
                                    self.assembled if self.tables.assembles_every_trace else None)
+        versions = self.tables.versions(con, ids)
         scoring = score_sessions(
-            sessions, ids, self._score_one, self.tables.versions(con, ids), self.evaluator,
+            sessions, ids, self._score_one, versions, self.evaluator,
             lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in self.tables.latest_judgments(con, cased).items()})
         rows = pass_rows(scoring, utcnow())
-        self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+        self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
+                                     stored=[s for s in rows.replaced if s in versions])
         self._count_failures(scoring.failed)
         return scoring.written
 

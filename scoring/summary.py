@@ -38,7 +38,6 @@ VALIDATION_SIGNALS = ("validationerror", "validation failed", "validation error"
 _NOTHING: frozenset = frozenset()
 _FLAG_SETS: dict[frozenset[str], frozenset[str]] = {}  # the sets of evidence flags (few: a fixed set of flags), held once
 _ABSENT = object()  # a tool the catalog does not name
-_AS_JSON = object()  # arguments that read back from their canonical JSON unchanged
 present = partial(is_not, None)
 
 
@@ -87,23 +86,18 @@ class CallFacts:
     span_id: str  # = key[2], key[1]: read often enough to keep at hand
     end_ns: int
     tool_name: str
-    canonical_arguments: str  # sorted-key JSON: identical calls repeat it; a later catalog validates it
+    canonical_arguments: str  # sorted-key JSON: identical calls repeat it
     error: str | None
     flags: frozenset[str]  # what its result proves (nothing when it failed)
     reads_as_invalid: bool  # its error reads as an argument-validation failure
     mentions_payment: bool  # ``dropoff.payment_mentions``
-    raw_arguments: Any = _AS_JSON  # only for arguments JSON does not give back (tuples, NaN, other types)
-
-    @property
-    def arguments(self) -> Any:
-        return json.loads(self.canonical_arguments) if self.raw_arguments is _AS_JSON else self.raw_arguments
+    arguments: Any = None  # the record's own object (shared, not copied): a later catalog validates it
 
 
 def call_facts(key: Key, r: SpanRecord, flags: frozenset[str], evidence: EvidenceSettings) -> CallFacts:
     canonical = json.dumps(r.arguments, sort_keys=True, default=str)
-    raw = _AS_JSON if json.loads(canonical) == r.arguments else r.arguments
     return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags, reads_as_invalid(r.error),
-                     payment_mentions(r.error, r.result, evidence), raw)
+                     payment_mentions(r.error, r.result, evidence), r.arguments)
 
 
 @dataclass(frozen=True, slots=True)

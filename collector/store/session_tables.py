@@ -149,10 +149,12 @@ class SessionTables:
         return views
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row]) -> None:
-        """Replace the tool calls and index rows of these traces; stamp their spans with session and dialect."""
-        ids = [r["trace_id"] for r in index]
-        con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [ids])
+                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = ()) -> None:
+        """Write the tool calls and index rows of these traces (replacing those of the ``reassembled`` ones, which
+        were assembled before) and stamp their spans with session and dialect."""
+        if reassembled:
+            con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [list(reassembled)])
+            con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [list(reassembled)])
         insert_rows(con, "tool_calls", tool_calls)
         if span_stamps:
             con.register("_span_stamps", pa.table({k: pa.array([r[k] for r in span_stamps], pa.string())
@@ -165,7 +167,6 @@ class SessionTables:
             finally:
                 con.unregister("_span_stamps")
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
-        con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [ids])
         insert_rows(con, "trace_index", index)
 
     # ------------------------------------------------------------------ sessions
@@ -183,14 +184,19 @@ class SessionTables:
                                 [list(session_ids)]).fetchall())
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
-                         call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str]) -> None:
+                         call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
+                         stored: Collection[str] | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
-        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``."""
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``. ``stored``: those
+        of ``replaced`` that have a row now, when known (the others need no delete)."""
         ids = list(replaced)
-        con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [ids])
+        deleted = ids if stored is None else list(stored)
+        if deleted:  # an empty IN still scans the table
+            con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [deleted])
         insert_rows(con, "sessions", sessions)
         self._write_call_steps(con, ids, call_steps)
-        con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [list(cased)])
+        if cased:
+            con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [list(cased)])
         insert_rows(con, "case_runs", case_runs)
 
     def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
