@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import difflib
 import gc
 import io
 import json
@@ -17,18 +18,57 @@ from typing import Any
 from .config import ConfigError, Settings, load_settings
 
 DEFAULT_DB = Path("agentfunnel.duckdb")
+DEMO_DB = Path("agentfunnel-demo.duckdb")  # the demo's own file: never the one `serve` fills
 
 
-def _settings(args: argparse.Namespace, overrides: dict[tuple[str, ...], Any] | None = None) -> Settings:
+class DbUnusable(Exception):
+    """The database path cannot work for this command; the message is the reason, shown on one line."""
+
+
+def _check_db(path: Path, access: str, default: Path = DEFAULT_DB) -> None:
+    """Fail early, with a reason, where DuckDB would fail with a traceback (or the store would create directories).
+
+    ``access`` is ``create`` (serve, ingest, demo: the file may be new), ``update`` (judge,
+    rescore: an existing file, written) or ``read`` (the command says itself when the file is missing).
+    """
+    if path.is_dir():
+        raise DbUnusable(f"it is a directory (give a file in it, e.g. --db {path / default})")
+    if access == "read" or (access == "update" and not path.exists()):
+        return
+    parent = path.parent
+    if not parent.exists():
+        raise DbUnusable(f"directory {parent} does not exist (create it first, or choose another --db)")
+    if not parent.is_dir():
+        raise DbUnusable(f"{parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DbUnusable(f"directory {parent} is not writable (DuckDB writes its WAL beside the file)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DbUnusable("the file is not writable")
+
+
+def _settings(args: argparse.Namespace, overrides: dict[tuple[str, ...], Any] | None = None,
+              check: bool = True) -> Settings:
     flat = {("store", "path"): getattr(args, "db", None), **(overrides or {})}
-    return load_settings(getattr(args, "config", None), flat)
+    settings = load_settings(getattr(args, "config", None), flat)
+    if check and settings.store.lake is None:
+        _checked(args, settings.store.path)
+    return settings
+
+
+def _checked(args: argparse.Namespace, path: Path) -> Path:
+    try:
+        _check_db(path, args.db_access, args.db_default)
+    except DbUnusable as exc:
+        where = f"--db {path}" if args.db is not None else f"the database {path}"
+        raise DbUnusable(f"cannot use {where}: {exc}") from None
+    return path
 
 
 # ---------------------------------------------------------------------------- serve
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import Endpoints, serve_forever
+    from .server import Endpoints, ListenError, serve_forever
 
     settings = _settings(args, {
         ("receivers", "host"): args.host,
@@ -42,8 +82,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve_forever(settings, announce))
+    except ListenError as exc:
+        print(f"agentfunnel serve: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
-        print(f"agentfunnel: cannot start: {exc}", file=sys.stderr)
+        print(f"agentfunnel serve: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0
 
@@ -147,12 +190,20 @@ DEMO_QUERIES = (
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on an embedded default: serve, drive demo agents over real OTLP, report."""
-    from .demo.run import run_demo
+    from .demo.run import NotTheDemosDatabase, check_replaceable, run_demo
     from .report import run_report
 
-    settings = _settings(args)
-    if args.db is None and args.config is None:
-        settings = settings.model_copy(update={"store": settings.store.model_copy(update={"path": Path("agentfunnel-demo.duckdb")})})
+    settings = _settings(args, check=False)
+    if args.db is None and (args.config is None or "path" not in settings.store.model_fields_set):
+        # its own file unless told otherwise (AGENTFUNNEL_DB names the file `serve` fills, not the demo's)
+        settings = settings.model_copy(update={"store": settings.store.model_copy(update={"path": DEMO_DB})})
+    _checked(args, settings.store.path)
+    try:
+        check_replaceable(settings.store.path)
+    except NotTheDemosDatabase as exc:
+        where = f"--db {settings.store.path}" if args.db is not None else str(settings.store.path)
+        print(f"agentfunnel demo: not replacing {where}: {exc}", file=sys.stderr)
+        return 2
     print(f"starting agentfunnel on an embedded DuckDB ({settings.store.path}) and {args.sessions} demo sessions "
           "(plus two evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
     run = run_demo(settings, seed=args.seed, sessions=args.sessions)
@@ -220,6 +271,9 @@ def cmd_cases_add(args: argparse.Namespace) -> int:
     if running_server(settings.store.path):
         print("agentfunnel cases add: the database is owned by a running server; run it on a snapshot or "
               "after stopping the server", file=sys.stderr)
+        return 1
+    if not settings.store.path.exists():
+        print(f"agentfunnel cases add: database {settings.store.path} does not exist", file=sys.stderr)
         return 1
     found = _session_records(settings, args.from_session)
     if found is None:
@@ -347,37 +401,83 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentfunnel", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: an unknown option is reported by the command it was given to,
+    with that command's usage and the closest option it has (``did you mean --grpc-port?``)."""
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", type=Path, default=None, help=f"DuckDB file (default {DEFAULT_DB})")
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:  # a subcommand's parser: nothing after it could take them, so they are errors here
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message: str):  # type: ignore[override]
+        unknown = self._unknown_options()
+        if unknown:  # also when argparse saw a misspelt required option as missing: name the misspelling
+            message = f"unrecognized arguments: {' '.join(unknown)}"
+            hints = [(u, difflib.get_close_matches(u, self._long_options(), n=1, cutoff=0.6)) for u in unknown]
+            found = [(u, m[0]) for u, m in hints if m]
+            if len(found) == 1:
+                message += f"; did you mean {found[0][1]}?"
+            elif found:
+                message += "; did you mean " + ", ".join(f"{m} (for {u})" for u, m in found) + "?"
+        super().error(message)
+
+    def _long_options(self) -> list[str]:
+        return [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+
+    def _unknown_options(self) -> list[str]:
+        """The option-like arguments this parser was given that name none of its options, in order."""
+        known = {o for a in self._actions for o in a.option_strings}
+        commands = {c for a in self._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices}
+        unknown = []
+        for arg in getattr(self, "_given", ()):
+            if arg == "--" or arg in commands:  # the rest belongs to positionals, or to a subcommand
+                break
+            if not arg.startswith("-") or arg == "-" or self._negative_number_matcher.match(arg):
+                continue
+            name = arg.split("=", 1)[0]
+            if name in known or (name.startswith("--") and any(o.startswith(name) for o in known)):
+                continue  # an abbreviation argparse resolves (or reports as ambiguous itself)
+            if not name.startswith("--") and len(name) > 2 and name[:2] in known:
+                continue  # -vvalue: a short option with its value attached
+            unknown.append(name)
+        return unknown
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="agentfunnel", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)  # subparsers are _Parser too
+
+    def common(p: argparse.ArgumentParser, access: str, default: Path = DEFAULT_DB) -> None:
+        p.add_argument("--db", type=Path, default=None, help=f"DuckDB file (default {default})")
         p.add_argument("--config", type=Path, default=None, help="config file (TOML or YAML)")
+        p.set_defaults(db_access=access, db_default=default, prog=p.prog)
 
     p = sub.add_parser("serve", help="receive OTLP over gRPC and HTTP and store it")
-    common(p)
+    common(p, "create")
     p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, default=None, help="OTLP/gRPC port (default 4317; 0 = any free)")
     p.add_argument("--http-port", type=int, default=None, help="OTLP/HTTP port (default 4318; 0 = any free)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("ingest", help="store OTLP files (protobuf, OTLP/JSON, Collector JSON lines)")
-    common(p)
+    common(p, "create")
     p.add_argument("--signal", choices=["auto", "traces", "logs"], default="auto",
                    help="what protobuf files hold (default: logs if the name says so, else traces)")
     p.add_argument("files", nargs="+", help="files to ingest")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("sql", help="run read-only SQL (works while a server writes the file)")
-    common(p)
+    common(p, "read")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument("query", help="SQL to run")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("report", help="funnels, outcome mix and drop-offs (terminal, or one HTML file)")
-    common(p)
+    common(p, "read")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--lang", choices=["en", "ja"], default="en", help="language of labels and headings")
     p.add_argument("--variant", default=None, help="only sessions of this funnel variant")
@@ -385,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", default=None, metavar="NAME", help="only sessions of this agent (agent_name)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="run the processor with demo agents over real OTLP and print the report")
-    common(p)
+    common(p, "create", DEMO_DB)
     p.add_argument("--sessions", type=int, default=120, help="production sessions to simulate (default 120)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--lang", choices=["en", "ja"], default="en")
@@ -397,18 +497,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fallback", type=Path, default=None, help="local copy when the URL cannot be fetched")
     p.set_defaults(func=cmd_cases_check)
     p = cases.add_parser("add", help="draft a case from a production session")
-    common(p)
+    common(p, "read")
     p.add_argument("--from-session", required=True, metavar="ID", help="the session to turn into a case")
     p.add_argument("--id", default=None, help="the new case's id")
     p.add_argument("--out", type=Path, default=None, help="write the YAML here instead of printing it")
     p.set_defaults(func=cmd_cases_add)
     p = sub.add_parser("judge", help="judge evaluation runs now and re-score them")
-    common(p)
+    common(p, "update")
     p.add_argument("--session", default=None, help="one session")
     p.add_argument("--experiment", default=None, help="an experiment (or glob)")
     p.set_defaults(func=cmd_judge)
     p = sub.add_parser("compare", help="compare two experiments (or globs of them) case by case; gate CI")
-    common(p)
+    common(p, "read")
     p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")
     p.add_argument("b", help="candidate experiment (or glob)")
     p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when B's mean pass^k is below this")
@@ -419,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("rescore", help="re-derive sessions from stored spans after a config change")
-    common(p)
+    common(p, "update")
     p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")
     p.set_defaults(func=cmd_rescore)
     return parser
@@ -449,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except UntrustedSidecar as exc:
         print(f"agentfunnel: not following the server's sidecar: {exc}", file=sys.stderr)
+        return 2
+    except DbUnusable as exc:
+        print(f"{args.prog}: {exc}", file=sys.stderr)
         return 2
 
 

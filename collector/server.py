@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import gc
 import hmac
@@ -17,6 +18,7 @@ import json
 import logging
 import secrets
 import signal
+import socket
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,6 +87,7 @@ class Server:
 
     async def start(self) -> Endpoints:
         rs = self.settings.receivers
+        self._check_ports()  # before anything else: a refused start leaves no file, and says why in one line
         if rs.bearer_token is None and not _is_loopback(rs.host):
             log.warning("listening on %s beyond loopback without a bearer token: anyone who can reach this host can "
                         "write spans (set receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN)", rs.host)
@@ -98,7 +101,10 @@ class Server:
         grpc_addr = http_addr = None
         if rs.grpc_enabled:
             self.grpc = GrpcReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
-            port = self.grpc.bind(rs.host)
+            try:
+                port = self.grpc.bind(rs.host)
+            except OSError as exc:
+                raise ListenError.of("grpc", rs.host, rs.grpc_port, exc) from None
             await self.grpc.server.start()
             grpc_addr = f"{rs.host}:{port}"
         if rs.http_enabled:
@@ -128,9 +134,28 @@ class Server:
                                keepalive_timeout=rs.idle_timeout_seconds)
         await runner.setup()
         site = GuardedSite(runner, host, port, limits, ssl_context=ssl_ctx, reuse_address=True)
-        await site.start()
-        self._runners.append(runner)
+        self._runners.append(runner)  # cleaned up by stop() even when the bind fails
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ListenError.of(name, host, port, exc) from None
         return site.port
+
+    def _check_ports(self) -> None:
+        """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).
+
+        gRPC would not say why its bind failed, and a start that got as far as the store would
+        have created or migrated the file for nothing.
+        """
+        rs = self.settings.receivers
+        wanted = [("grpc", rs.host, rs.grpc_port, rs.grpc_enabled), ("http", rs.host, rs.http_port, rs.http_enabled),
+                  ("admin", "127.0.0.1", self.settings.store.admin_port, True)]
+        for name, host, port, enabled in wanted:
+            if enabled and port:
+                try:
+                    _probe_port(host, port)
+                except OSError as exc:
+                    raise ListenError.of(name, host, port, exc) from None
 
     def _admin_app(self) -> web.Application:
         app = web.Application()
@@ -268,6 +293,47 @@ class Server:
             await asyncio.get_running_loop().run_in_executor(None, self.forwarder.stop)
         self.evaluator.close()
         self.store.close()
+
+
+class ListenError(OSError):
+    """A listener could not be bound; ``str()`` is the one line to show, naming the port and what moves it."""
+
+    _LISTENERS = {"grpc": ("gRPC", "--grpc-port"), "http": ("HTTP", "--http-port"),
+                  "admin": ("SQL endpoint", "store.admin_port in the configuration")}
+
+    @classmethod
+    def of(cls, name: str, host: str, port: int, exc: OSError) -> "ListenError":
+        label, moved_by = cls._LISTENERS[name]
+        address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+        if isinstance(exc, socket.gaierror):
+            why = f"cannot listen on {label} port {address}: unknown host {host!r} ({exc.strerror})"
+        elif exc.errno == errno.EADDRINUSE:
+            why = (f"{label} port {address} is already in use (another agentfunnel serve?); "
+                   f"choose another with {moved_by}")
+        elif exc.errno == errno.EACCES:
+            why = (f"cannot listen on {label} port {address}: permission denied (ports below 1024 need "
+                   f"privileges); choose another with {moved_by}")
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = f"cannot listen on {label} port {address}: {host} is not an address of this machine"
+        elif exc.errno is None:  # gRPC's bind, which gives no reason
+            why = (f"cannot listen on {label} port {address} (taken, or an address gRPC cannot bind); "
+                   f"choose another with {moved_by}")
+        else:
+            why = f"cannot listen on {label} port {address}: {exc.strerror or exc}"
+        return cls(why)
+
+
+def _probe_port(host: str, port: int) -> None:
+    """Bind (never listen) every address ``host`` resolves to, as the listeners will; raise the bind's ``OSError``.
+
+    SO_REUSEADDR as the listeners set it, so connections of a stopped server in TIME_WAIT do not
+    count; no SO_REUSEPORT, so any live listener on the port does.
+    """
+    for family, kind, proto, _, address in socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
 
 
 def _is_loopback(host: str) -> bool:

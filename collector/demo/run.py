@@ -12,6 +12,67 @@ from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
 
 DEMO_SUITE = Path(__file__).with_name("cases.yaml")
+# The demo's mark in a database it wrote: one row, created before the server first opens the file
+# and completed with the span count once the demo has stopped. Only a file with the mark, and no
+# spans stored since, is replaced on the next run; the store's schema knows nothing of this table.
+DEMO_MARK = "_agentfunnel_demo"
+
+
+class NotTheDemosDatabase(Exception):
+    """The file holds data the demo did not write (or cannot be read to tell): the demo leaves it alone."""
+
+
+_HOW = "choose another --db, or delete the file yourself if you no longer need it"
+
+
+def check_replaceable(db: Path) -> None:
+    """Return when the demo may delete ``db``: it does not exist, is empty, or is a database the demo wrote
+    that nothing has written to since. Raise ``NotTheDemosDatabase`` (the reason and what to do) otherwise."""
+    import duckdb
+
+    from ..store.writer import connect
+
+    if not db.exists() or (db.is_file() and db.stat().st_size == 0):
+        return
+    try:
+        con = connect(db, read_only=True)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise NotTheDemosDatabase("another process has the file open (a running agentfunnel serve?); "
+                                      f"stop it, or {_HOW}") from None
+        raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
+    except duckdb.Error:
+        raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
+    try:
+        try:
+            marked = con.execute(f"SELECT spans FROM {DEMO_MARK}").fetchall()
+        except duckdb.CatalogException:
+            marked = []
+        if len(marked) != 1:
+            raise NotTheDemosDatabase(f"the file holds data the demo did not write; {_HOW}")
+        spans_then = marked[0][0]
+        if spans_then is not None:  # None: an interrupted demo run, replaced as it is
+            spans_now = con.execute("SELECT count(*) FROM spans").fetchone()[0]
+            if spans_now != spans_then:
+                raise NotTheDemosDatabase(f"the demo wrote it, but {spans_now - spans_then} spans have been stored in "
+                                          f"it since; {_HOW}")
+    finally:
+        con.close()
+
+
+def _mark(db: Path, finished: bool = False) -> None:
+    """Mark a new file as the demo's; once ``finished`` (the server has closed it), record its span count."""
+    from ..store.writer import connect
+
+    con = connect(db)
+    try:
+        if finished:
+            con.execute(f"UPDATE {DEMO_MARK} SET spans = (SELECT count(*) FROM spans)")
+        else:
+            con.execute(f"CREATE TABLE {DEMO_MARK} (written_at TIMESTAMP, spans BIGINT)")
+            con.execute(f"INSERT INTO {DEMO_MARK} VALUES (current_timestamp::TIMESTAMP, NULL)")
+    finally:
+        con.close()
 
 
 @dataclass(frozen=True)
@@ -41,10 +102,16 @@ class _BackgroundServer:
 
 
 def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
-    """Serve on free loopback ports, run the population, close every session, stop cleanly."""
+    """Serve on free loopback ports, run the population, close every session, stop cleanly.
+
+    ``settings.store.path`` is replaced only when ``check_replaceable`` allows it (else
+    ``NotTheDemosDatabase``): the same seed reuses conversation ids, so the demo starts from an empty file.
+    """
     db = settings.store.path
+    check_replaceable(db)
     for stale in (db, db.with_name(db.name + ".wal")):
-        stale.unlink(missing_ok=True)  # the same seed reuses conversation ids: start from an empty file
+        stale.unlink(missing_ok=True)
+    _mark(db)
     update: dict = {
         "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
     }
@@ -55,4 +122,5 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
     with background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)
         closed = len(background.server.sessions.flush())
+    _mark(db, finished=True)  # the server has closed the file
     return DemoRun(db, endpoints, summary, closed)

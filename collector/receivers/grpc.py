@@ -43,6 +43,9 @@ class GrpcReceiver:
             ("grpc.max_concurrent_streams", settings.max_concurrent_requests),
             ("grpc.server_handshake_timeout_ms", int(settings.header_timeout_seconds * 1000)),
             ("grpc.max_connection_idle_ms", int(settings.idle_timeout_seconds * 1000)),
+            # grpcio sets SO_REUSEPORT by default: a second server on the same port would start
+            # silently and the kernel would split the agents' connections between the two
+            ("grpc.so_reuseport", 0),
         ])
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler(
@@ -53,15 +56,24 @@ class GrpcReceiver:
         metrics.gauge("grpc_calls_in_progress", lambda: self._in_progress)
 
     def bind(self, host: str) -> int:
-        address = f"{host}:{self.settings.grpc_port}"
+        """Bind the port (exclusively: no SO_REUSEPORT) and return it; ``OSError`` (no errno) when it fails.
+
+        gRPC does not say why a bind failed (the caller checks the port itself first, so this is
+        the rare race or an address gRPC cannot use); older grpcio returns 0, newer raises.
+        """
+        bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 address
+        address = f"{bracketed}:{self.settings.grpc_port}"
         tls = self.settings.tls
-        if tls:
-            creds = grpc.ssl_server_credentials([(tls.key_file.read_bytes(), tls.cert_file.read_bytes())])
-            port = self.server.add_secure_port(address, creds)
-        else:
-            port = self.server.add_insecure_port(address)
+        try:
+            if tls:
+                creds = grpc.ssl_server_credentials([(tls.key_file.read_bytes(), tls.cert_file.read_bytes())])
+                port = self.server.add_secure_port(address, creds)
+            else:
+                port = self.server.add_insecure_port(address)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen for OTLP/gRPC on {address}")
+            raise OSError(f"gRPC could not bind {address}")
         return port
 
     async def _traces(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
