@@ -53,6 +53,11 @@ class ReceiverSettings(_Model):
         1 * MiB, gt=0, description="Longest string value kept in an attribute, event or log body; longer ones are "
         "cut, marked and counted (values_truncated), like the SDKs' own attribute length limit. It bounds what one "
         "span costs in session assembly, which holds a value several times over.")
+    max_value_depth: int = Field(
+        31, gt=0, le=200, description="How many levels of arrays and kvlists an attribute value or log body may nest "
+        "in OTLP/JSON; deeper is refused with 400 (counted in requests as <signal>:too_deep). 31 is the deepest kvlist "
+        "OTLP/protobuf can carry (its decoders stop at 100 nested messages), so what is accepted can be forwarded; "
+        "at most 200, within what JSON parsing allows.")
     max_bytes_in_flight: int = Field(
         256 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
     )

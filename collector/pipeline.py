@@ -92,16 +92,20 @@ class Pipeline:
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
                  on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
-                 max_value_bytes: int | None = None) -> None:
+                 max_value_bytes: int | None = None, max_value_depth: int | None = None) -> None:
         self.store = store
         self.max_value_bytes = max_value_bytes
+        self.max_value_depth = max_value_depth  # OTLP/JSON nesting (protobuf has its decoders' own bound)
         self.metrics = metrics
         self.admission = admission
         self.on_committed = on_committed
 
     def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
-        batch = DECODERS[(signal, encoding)](body)
+        if encoding == "json":
+            batch = DECODERS[(signal, encoding)](body, max_value_depth=self.max_value_depth)  # type: ignore[call-arg]
+        else:
+            batch = DECODERS[(signal, encoding)](body)
         if self.max_value_bytes is not None and (cut := bound_values(batch, self.max_value_bytes)):
             self.metrics.inc("values_truncated", cut)
         kind = "spans" if signal == "traces" else "logs"

@@ -46,7 +46,7 @@ DESCRIPTIONS = {
     "values_truncated": "String values (attributes, events, log bodies) cut to receivers.max_attribute_value_bytes.",
     "sql_queries": "Read-only SQL queries, by result (ok, refused, timeout, max_rows, max_result_bytes, busy, error).",
     "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",
-    "connections_closed": "HTTP connections closed by a limit, by port and reason (header_timeout).",
+    "connections_closed": "HTTP connections closed by a limit, by port and reason (header_timeout, malformed_request).",
     "admission_overreleased": "Releases of more in-flight bytes than were held (a bug if ever non-zero; the gauge stays >= 0).",
     "archive_errors": "Case-run archive files that could not be written (the case run itself is stored).",
     "sessions_failed": "Sessions whose scoring raised; the other sessions of the same job are stored.",

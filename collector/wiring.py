@@ -70,5 +70,5 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
 def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission, forward: bool = False) -> IngestPath:
     stage = build_session_stage(settings, metrics, forward=forward)
     pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
-                        settings.receivers.max_attribute_value_bytes)
+                        settings.receivers.max_attribute_value_bytes, settings.receivers.max_value_depth)
     return IngestPath(stage, pipeline)

@@ -7,16 +7,29 @@ crowd of idle sockets would otherwise hold the port's resources for as long as t
 every connection passes through a small protocol wrapper that counts it, refuses it beyond the
 cap, and closes it when its first request's headers have not arrived in time; the application's
 middleware tells the wrapper when they have.
+
+The wrapper also answers requests aiohttp's parser refuses (a Content-Length that is not a
+number, negative, duplicated or beside Transfer-Encoding; a bad request line, header or chunk):
+400 with a JSON message naming what was wrong, the connection closed (the stream cannot be
+trusted past that point), and counted in ``connections_closed`` as ``<port>:malformed_request``.
+aiohttp's own answer would be plain text, uncounted, with a traceback in the log per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+from google.rpc import code_pb2
 
 from ..telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
          b"Content-Length: 35\r\nConnection: close\r\n\r\ntoo many connections; retry shortly")
@@ -32,6 +45,7 @@ class ConnectionLimits:
         self.metrics = metrics
         self.open = 0
         self._waiting: dict[Any, asyncio.TimerHandle] = {}  # transport -> its header deadline
+        self.handler_class = _strict_handler(self)
         metrics.gauge(f"{name}_connections", lambda: self.open)
 
     def headers_arrived(self, transport: Any) -> None:
@@ -46,13 +60,46 @@ class ConnectionLimits:
         return await handler(request)
 
 
+def parse_error_text(exc: HttpProcessingError) -> str:
+    """aiohttp's description of a request it could not parse, on one line (without its caret drawing)."""
+    text = exc.message if isinstance(exc.message, str) and exc.message else str(exc)
+    lines = [line.strip() for line in text.splitlines()]
+    text = " ".join(line for line in lines if line and set(line) != {"^"})
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _strict_handler(limits: "ConnectionLimits") -> type[RequestHandler]:
+    """aiohttp's request handler, answering a request its parser refused as the receivers answer bad input."""
+
+    class StrictRequestHandler(RequestHandler):
+        __slots__ = ()  # the same layout as RequestHandler: a connection's handler is switched to it
+
+        def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
+                         message: str | None = None) -> web.StreamResponse:
+            # Parse errors are the HttpProcessingErrors that arrive here with 400; anything else
+            # (a handler that raised: 500, a timeout: 504) keeps aiohttp's handling.
+            if status != 400 or not isinstance(exc, HttpProcessingError):
+                return super().handle_error(request, status, exc, message)
+            text = parse_error_text(exc)
+            limits.metrics.inc("connections_closed", label=f"{limits.name}:malformed_request")
+            log.debug("refused a malformed HTTP request from %s: %s", request.remote, text)
+            body = json.dumps({"code": code_pb2.INVALID_ARGUMENT, "message": f"malformed HTTP request: {text}"})
+            response = web.Response(status=400, text=body, content_type="application/json")
+            response.force_close()
+            return response
+
+    return StrictRequestHandler
+
+
 class _Guard(asyncio.Protocol):
-    """Wraps aiohttp's protocol for one connection; everything but the three checks passes through."""
+    """Wraps aiohttp's protocol for one connection; everything but the checks passes through."""
 
     def __init__(self, inner: asyncio.Protocol, limits: ConnectionLimits) -> None:
         self.inner: asyncio.Protocol | None = inner
         self.limits = limits
         self.transport: asyncio.Transport | None = None
+        if type(inner) is RequestHandler:  # what the runner's server makes; made strict without re-creating it
+            inner.__class__ = limits.handler_class
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         limits = self.limits

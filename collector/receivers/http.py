@@ -3,7 +3,8 @@
 The body is bounded before anything is decoded: Content-Length above the limit is refused
 unread, admission control reserves the bytes first, and gzip is inflated with a cap so a small
 body that expands past the limit is a 413, not an out-of-memory. A request is acknowledged only
-after its spans are committed. Health and metrics live on the same port.
+after its spans are committed. Health and metrics live on the same port. Requests the HTTP
+parser refuses (a Content-Length that is not a number, say) are answered in ``connections.py``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,178 @@
+"""A flood the server cannot keep up with: does memory stay bounded, are clients pushed back, does it stop promptly?
+
+Starts a real ``agentfunnel serve`` with default settings, then several client processes, each
+with many threads, send 2,000-span GenAI requests over gRPC, HTTP/protobuf and HTTP/JSON as fast
+as they are answered, for a fixed time. A pushed-back request (503 / UNAVAILABLE) is counted and
+retried after a short sleep. Meanwhile the server's RSS is sampled. When the flood ends the
+server gets SIGTERM and the time until it exits is measured.
+
+This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
+
+    python bench/overload.py                       # 4 processes x 16 threads, 20 s
+    python bench/overload.py --processes 2 --threads 8 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import multiprocessing as mp
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from ingest import AF_READY, Child, agentfunnel_cmd, get_json, proc_status  # noqa: E402
+from payloads import genai_request  # noqa: E402
+
+SPANS = 2_000
+TRANSPORTS = ("grpc", "http-protobuf", "http-json")
+
+
+def _bodies(transport: str, n: int, seed: int) -> list[bytes]:
+    from google.protobuf.json_format import MessageToJson
+
+    out = []
+    for i in range(n):
+        req = genai_request(SPANS, seed=seed * 1000 + i)
+        out.append(MessageToJson(req).encode() if transport == "http-json" else req.SerializeToString())
+    return out
+
+
+def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, results: mp.Queue) -> None:
+    """One process: ``threads`` senders, each looping over its own bodies until the time is up."""
+    import grpc
+    import http.client
+
+    bodies = _bodies(transport, 4, seed)
+    stop_at = time.monotonic() + seconds
+    lock = threading.Lock()
+    tally = {"ok": 0, "pushed_back": 0, "errors": 0, "latencies": []}
+
+    def run(k: int) -> None:
+        if transport == "grpc":
+            channel = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20),
+                                                           ("grpc.use_local_subchannel_pool", 1)])
+            call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        else:
+            host, port = addr.rsplit(":", 1)
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            ctype = "application/json" if transport == "http-json" else "application/x-protobuf"
+        i = k
+        while time.monotonic() < stop_at:
+            body = bodies[i % len(bodies)]
+            i += 1
+            t0 = time.perf_counter()
+            outcome = "errors"
+            try:
+                if transport == "grpc":
+                    try:
+                        call(body, timeout=120)
+                        outcome = "ok"
+                    except grpc.RpcError as exc:
+                        outcome = "pushed_back" if exc.code() in (grpc.StatusCode.UNAVAILABLE,
+                                                                  grpc.StatusCode.RESOURCE_EXHAUSTED) else "errors"
+                else:
+                    conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": ctype})
+                    resp = conn.getresponse()
+                    resp.read()
+                    outcome = "ok" if resp.status == 200 else "pushed_back" if resp.status in (429, 503) else "errors"
+            except OSError:
+                outcome = "errors"
+                if transport != "grpc":
+                    conn.close()
+                    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            latency = time.perf_counter() - t0
+            with lock:
+                tally[outcome] += 1
+                if outcome == "ok":
+                    tally["latencies"].append(latency)
+            if outcome == "pushed_back":
+                time.sleep(0.2)
+
+    workers = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(seconds + 180)
+    results.put((transport, tally))
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--processes", type=int, default=4)
+    p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--config", help="an agentfunnel config file (default: none, the defaults)")
+    args = p.parse_args(argv)
+    atexit.register(Child.cleanup)
+    workdir = Path(tempfile.mkdtemp(prefix="af-overload-"))
+    cmd = agentfunnel_cmd() + ["serve", "--db", str(workdir / "flood.duckdb"), "--grpc-port", "0", "--http-port", "0"]
+    if args.config:
+        cmd += ["--config", args.config]
+    child = Child("agentfunnel serve (flood)", cmd, AF_READY, workdir / "flood.log")
+    _, grpc_addr, http_addr, admin = child.start().groups()
+    assert child.proc is not None
+    pid = child.proc.pid
+    rss_idle = proc_status(pid).get("VmRSS", 0)
+    results: mp.Queue = mp.Queue()
+    procs = []
+    for i in range(args.processes):
+        transport = TRANSPORTS[i % len(TRANSPORTS)]
+        addr = grpc_addr if transport == "grpc" else http_addr
+        procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, results)))
+    print(f"flooding for {args.seconds:.0f} s: {args.processes} processes x {args.threads} threads, "
+          f"{SPANS:,}-span requests over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
+    for proc in procs:
+        proc.start()
+    rss_samples = []
+    gauges: dict[str, int] = {}
+    while any(proc.is_alive() for proc in procs):
+        rss_samples.append(proc_status(pid).get("VmRSS", 0))
+        try:
+            m = get_json(f"{admin}/metrics")
+            for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "jobs_waiting", "open_traces"):
+                gauges[name] = max(gauges.get(name, 0), int(m.get(name, 0) or 0))
+        except OSError:
+            pass
+        time.sleep(0.5)
+    tallies = [results.get(timeout=60) for _ in procs]
+    peak = proc_status(pid).get("VmHWM", 0)
+    metrics = get_json(f"{admin}/metrics")
+    t0 = time.perf_counter()
+    child.proc.send_signal(signal.SIGTERM)
+    try:
+        child.proc.wait(120)
+        stopped = f"{time.perf_counter() - t0:.1f} s (exit {child.proc.returncode})"
+    except Exception:  # noqa: BLE001 - still running: that is the finding
+        stopped = "did not exit within 120 s"
+        child.proc.kill()
+    print(f"server RSS: idle {rss_idle / 2**20:,.0f} MiB, peak {peak / 2**20:,.0f} MiB "
+          f"(max sampled {max(rss_samples, default=0) / 2**20:,.0f} MiB)")
+    for transport in sorted({t for t, _ in tallies}):
+        ok = sum(t["ok"] for tr, t in tallies if tr == transport)
+        back = sum(t["pushed_back"] for tr, t in tallies if tr == transport)
+        err = sum(t["errors"] for tr, t in tallies if tr == transport)
+        lat = [x for tr, t in tallies if tr == transport for x in t["latencies"]]
+        print(f"  {transport:<14} accepted {ok:>6,}  pushed back {back:>6,}  errors {err:>4,}  ack latency "
+              f"p50 {_pct(lat, 0.5):6.2f} s  p95 {_pct(lat, 0.95):6.2f} s  p99 {_pct(lat, 0.99):6.2f} s")
+    print(f"gauges (max sampled): {json.dumps(gauges)}")
+    print(f"pushed_back: {json.dumps(metrics.get('pushed_back', {}))}; spans_committed {metrics.get('spans_committed', 0):,}")
+    print(f"SIGTERM to exit: {stopped}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
