@@ -36,13 +36,27 @@ SPANS = 2_000
 TRANSPORTS = ("grpc", "http-protobuf", "http-json")
 
 
-def _bodies(transport: str, n: int, seed: int) -> list[bytes]:
-    from google.protobuf.json_format import MessageToJson
+def _otlp_json(req: object) -> bytes:
+    """OTLP/JSON: protobuf's JSON mapping, with trace and span ids in hex as OTLP wants (not base64)."""
+    import base64
 
+    from google.protobuf.json_format import MessageToDict
+
+    doc = MessageToDict(req, use_integers_for_enums=True)  # type: ignore[arg-type]
+    for rs in doc.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(doc).encode()
+
+
+def _bodies(transport: str, n: int, seed: int) -> list[bytes]:
     out = []
     for i in range(n):
         req = genai_request(SPANS, seed=seed * 1000 + i)
-        out.append(MessageToJson(req).encode() if transport == "http-json" else req.SerializeToString())
+        out.append(_otlp_json(req) if transport == "http-json" else req.SerializeToString())
     return out
 
 

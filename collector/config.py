@@ -53,6 +53,14 @@ class ReceiverSettings(_Model):
         1 * MiB, gt=0, description="Longest string value kept in an attribute, event or log body; longer ones are "
         "cut, marked and counted (values_truncated), like the SDKs' own attribute length limit. It bounds what one "
         "span costs in session assembly, which holds a value several times over.")
+    stop_timeout_seconds: float = Field(
+        15.0, gt=0, description="On SIGTERM or SIGINT, the most time stopping may take: new requests are refused at "
+        "once, queued ones committed or cut off (their clients retry), and traces not yet assembled are finished on "
+        "the next start. Past it the process exits anyway; nothing acknowledged is lost.")
+    max_commit_wait_seconds: float = Field(
+        5.0, ge=0, description="A request whose batch would wait longer than this for its commit (predicted from "
+        "what is queued and the recent commit rate) is answered 503 with Retry-After / UNAVAILABLE, so clients back "
+        "off instead of timing out; 0 turns it off.")
     max_value_depth: int = Field(
         31, gt=0, le=200, description="How many levels of arrays and kvlists an attribute value or log body may nest "
         "in OTLP/JSON; deeper is refused with 400 (counted in requests as <signal>:too_deep). 31 is the deepest kvlist "

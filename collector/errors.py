@@ -69,3 +69,11 @@ class Saturated(RetryableError):
     """Bytes in flight or the store queue are at their limit: push back instead of growing."""
 
     reason = "saturated"
+    limit = "store_queue"  # which limit, for the ``pushed_back`` counter
+
+
+class CommitsBehind(Saturated):
+    """A batch queued now would wait past ``receivers.max_commit_wait_seconds`` for its commit: better a
+    prompt 503 the client backs off from than an acknowledgement it times out waiting for."""
+
+    limit = "commit_wait"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Literal
 
 from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
-from .errors import IngestError, Saturated
+from .errors import CommitsBehind, IngestError, Saturated
 from .store.writer import CommitResult, Store
 from .telemetry import Metrics
 
@@ -43,16 +44,32 @@ class ExportResult:
     duplicates: int = 0
 
 
-class Admission:
-    """Bytes in flight, bounded: the memory guard that runs before a body is read or decoded."""
+RATE_WINDOW_SECONDS = 0.5  # how often the rate requests are answered at is measured
 
-    def __init__(self, limit: int, retry_after_s: float, metrics: Metrics) -> None:
+
+class Admission:
+    """Bytes in flight, bounded: the memory guard that runs before a body is read or decoded.
+
+    And time: with ``max_wait_s``, a request is pushed back when the bytes already in flight would
+    take longer than that to be answered at the rate requests have been answered lately (decoding
+    and committing alike), so a client under overload gets a prompt 503 it backs off from instead
+    of an acknowledgement it times out waiting for.
+    """
+
+    def __init__(self, limit: int, retry_after_s: float, metrics: Metrics, max_wait_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.metrics = metrics
+        self.max_wait_s = max_wait_s  # 0: no bound
+        self.clock = clock
         self._in_flight = 0
         self._lock = threading.Lock()
+        self._rate = 0.0  # bytes answered per second, moving average over busy windows
+        self._window_start = clock()
+        self._window_bytes = 0
         metrics.gauge("bytes_in_flight", lambda: self._in_flight)
+        metrics.gauge("predicted_wait_ms", lambda: int(self.predicted_wait() * 1000))
 
     @property
     def in_flight(self) -> int:
@@ -71,6 +88,14 @@ class Admission:
                     f"{self._in_flight} bytes in flight, limit {self.limit}; retry after {self.retry_after_s:g}s",
                     self.retry_after_s,
                 )
+            wait = self._predicted_wait()
+            if self._in_flight > held and self.max_wait_s and wait > self.max_wait_s:
+                self.metrics.inc("pushed_back", label=f"{receiver}:commit_wait")
+                raise CommitsBehind(
+                    f"requests are answered about {wait:.1f}s after they arrive (receivers.max_commit_wait_seconds "
+                    f"{self.max_wait_s:g}); retry after {self.retry_after_s:g}s", self.retry_after_s)
+            if not self._in_flight:
+                self._wake()
             self._in_flight += nbytes
 
     def saturated(self) -> bool:
@@ -85,6 +110,32 @@ class Admission:
                 log.error("admission released %d bytes with only %d in flight", nbytes, self._in_flight)
                 nbytes = self._in_flight
             self._in_flight -= nbytes
+            self._measure(nbytes)
+
+    def predicted_wait(self) -> float:
+        with self._lock:
+            return self._predicted_wait()
+
+    def _predicted_wait(self) -> float:
+        """Seconds until what is in flight now is answered, at the recent rate (0 until one is known)."""
+        return self._in_flight / self._rate if self._rate > 0 and self._in_flight else 0.0
+
+    def _measure(self, nbytes: int) -> None:
+        """The answer rate, over windows in which requests were waiting (an idle server has no rate to lose)."""
+        now = self.clock()
+        self._window_bytes += nbytes
+        elapsed = now - self._window_start
+        if elapsed < RATE_WINDOW_SECONDS:
+            return
+        rate = self._window_bytes / elapsed
+        self._rate = rate if not self._rate else 0.7 * self._rate + 0.3 * rate
+        self._window_start, self._window_bytes = now, 0
+        if not self._in_flight:  # idle from here: the next window starts with the next request
+            self._window_start = float("inf")
+
+    def _wake(self) -> None:
+        if self._window_start == float("inf"):
+            self._window_start, self._window_bytes = self.clock(), 0
 
 
 class Pipeline:
@@ -118,8 +169,8 @@ class Pipeline:
         """Hand a batch to the store; the future resolves to an ExportResult after COMMIT."""
         try:
             commit = self.store.submit(batch)
-        except Saturated:
-            self.metrics.inc("pushed_back", label=f"{receiver}:store_queue")
+        except Saturated as exc:
+            self.metrics.inc("pushed_back", label=f"{receiver}:{exc.limit}")
             raise
         out: Future = Future()
 

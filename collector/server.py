@@ -16,10 +16,13 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import secrets
 import signal
 import socket
 import ssl
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,7 +59,8 @@ class Server:
         self.settings = settings
         self.metrics = Metrics()
         self.admission = Admission(settings.receivers.max_bytes_in_flight,
-                                   settings.receivers.retry_after_seconds, self.metrics)
+                                   settings.receivers.retry_after_seconds, self.metrics,
+                                   max_wait_s=settings.receivers.max_commit_wait_seconds)
         path = build_ingest_path(settings, self.metrics, self.admission, forward=True)
         stage = path.stage
         self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
@@ -271,7 +275,8 @@ class Server:
             return web.json_response({"error": "the Host header does not name this loopback endpoint"}, status=403)
         return web.json_response(self.metrics.snapshot())
 
-    async def stop(self, grace: float = 5.0) -> None:
+    async def stop(self, grace: float = 5.0, deadline: float | None = None) -> None:
+        """Stop serving; with ``deadline`` (a ``time.monotonic()`` value), session work left after it waits for the next start."""
         if self.http:
             self.http.ready = False
         remove_sidecar(self.settings.store.path)
@@ -284,8 +289,11 @@ class Server:
         self._decode_pool.shutdown(wait=True)
         self._query_pool.shutdown(wait=True)
         if self.store.con is not None:
+            within = self.settings.sessions.shutdown_assembly_seconds
+            if deadline is not None:  # keep a little for the forwarder and closing the store
+                within = max(0.0, min(within, deadline - time.monotonic() - 2.0))
             try:
-                self.sessions.flush(within_seconds=self.settings.sessions.shutdown_assembly_seconds)
+                self.sessions.flush(within_seconds=within)
             except Exception:  # noqa: BLE001 - the traces stay unassembled and are reopened on start
                 log.exception("could not assemble open traces at shutdown")
         self.sessions.preparer.stop(0)  # whatever is left is read back on the next start
@@ -358,4 +366,24 @@ async def serve_forever(settings: Settings, announce: Callable[[Endpoints], None
         announce(endpoints)
         await stop.wait()
     finally:
-        await server.stop()
+        bound = settings.receivers.stop_timeout_seconds
+        _exit_after(bound)
+        await server.stop(grace=min(5.0, bound / 4), deadline=time.monotonic() + bound)
+
+
+def _exit_after(seconds: float) -> None:
+    """A stop that overruns its bound (a commit or job that will not end) exits the process anyway.
+
+    Safe for the data: what was acknowledged is committed, DuckDB replays its log on the next
+    open, and traces not yet assembled are reopened then; a request cut off was never
+    acknowledged, so its client retries.
+    """
+    def overrun() -> None:
+        log.warning("stopping took longer than %gs (receivers.stop_timeout_seconds); exiting now: nothing "
+                    "acknowledged is lost, and unfinished sessions are finished on the next start", seconds)
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, overrun)
+    timer.daemon = True
+    timer.start()

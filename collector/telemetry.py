@@ -67,6 +67,8 @@ GAUGES = {
     "held_bytes": "Estimated bytes of open traces' spans held in memory (bounded by sessions.max_held_bytes).",
     "held_traces": "Open traces whose spans are held in memory.",
     "bytes_in_flight": "Admission control: request bytes read or being read and not yet committed.",
+    "predicted_wait_ms": "Admission control: how long the bytes in flight would take to be answered at the recent rate; "
+                         "past receivers.max_commit_wait_seconds new requests are pushed back (commit_wait).",
     "sql_queries_running": "Read-only SQL queries running now.",
     "http_connections": "Open connections on the OTLP/HTTP port.",
     "admin_connections": "Open connections on the loopback SQL/admin port.",
