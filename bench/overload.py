@@ -4,7 +4,9 @@ Starts a real ``agentfunnel serve`` with default settings, then several client p
 with many threads, send 2,000-span GenAI requests over gRPC, HTTP/protobuf and HTTP/JSON as fast
 as they are answered, for a fixed time. A pushed-back request (503 / UNAVAILABLE) is counted and
 retried after a short sleep. Meanwhile the server's RSS is sampled. When the flood ends the
-server gets SIGTERM and the time until it exits is measured.
+server gets SIGTERM and the time until it exits is measured. Each thread cycles over a few
+bodies, so most spans are retries the store recognises (stored once): the flood loads receiving,
+decoding and admission; ``bench/ingest.py`` measures committing new spans.
 
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 

@@ -45,6 +45,17 @@ class ExportResult:
 
 
 RATE_WINDOW_SECONDS = 0.5  # how often the rate requests are answered at is measured
+DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
+
+
+def decoded_cost(batch: SpanBatch | LogBatch) -> int:
+    """What a decoded batch holds in memory until its commit: its payload text and each row's other columns.
+
+    A request is admitted again at this size once decoded: a small protobuf body of many spans
+    costs several times its bytes as Python objects, and admission by body bytes alone let a
+    flood of such bodies grow the process without ever pushing back.
+    """
+    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch)
 
 
 class Admission:

@@ -106,3 +106,24 @@ def test_a_stop_with_a_backlog_ends_within_its_bound(server_factory, tmp_path):
     srv.stop(timeout=30)
     took = time.monotonic() - t0
     assert took < 3 + 2.5, f"stopping took {took:.1f}s"  # the bound, and the interpreter's own exit
+
+
+def test_a_request_is_admitted_at_what_it_costs_once_decoded():
+    """A small protobuf body of many spans holds far more than its bytes until its commit."""
+    from agentfunnel.collector.decode import decode_traces_protobuf
+    from agentfunnel.collector.errors import Saturated
+    from agentfunnel.collector.pipeline import decoded_cost
+
+    body = trace_request([{"trace_id": b"\x01" * 16, "span_id": i.to_bytes(8, "big"), "name": "s"}
+                          for i in range(1, 2001)]).SerializeToString()
+    cost = decoded_cost(decode_traces_protobuf(body))
+    assert cost > 10 * len(body)
+    metrics = Metrics()
+    admission = Admission(4 * len(body), 1.0, metrics)
+    admission.acquire(len(body), "grpc")  # read: its bytes
+    admission.acquire(cost - len(body), "grpc", held=len(body))  # decoded: alone, it may exceed the budget
+    with pytest.raises(Saturated):
+        admission.acquire(len(body), "grpc")  # by bytes alone the next would fit four times over
+    assert metrics.get("pushed_back", "grpc:bytes_in_flight") == 1
+    admission.release(cost)
+    assert admission.in_flight == 0

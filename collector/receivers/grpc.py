@@ -19,7 +19,7 @@ import grpc
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PermanentError, Saturated
-from ..pipeline import ExportResult, Pipeline, Signal
+from ..pipeline import ExportResult, Pipeline, Signal, decoded_cost
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, grpc_code, rpc_status
 
@@ -119,6 +119,10 @@ class GrpcReceiver:
             reserved = len(body)
             batch = await self.run_blocking(self.pipeline.decode, signal, "protobuf", body)
             del body
+            cost = decoded_cost(batch)
+            if cost > reserved:  # decoded, it may cost more than its bytes
+                self.pipeline.admission.acquire(cost - reserved, "grpc", held=reserved)
+                reserved = cost
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "grpc"))
         except IngestError as exc:
             self.pipeline.count_refusal(signal, exc)

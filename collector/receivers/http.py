@@ -18,7 +18,7 @@ from aiohttp import web
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, Saturated, UnsupportedMedia
-from ..pipeline import Encoding, ExportResult, Pipeline, Signal
+from ..pipeline import Encoding, ExportResult, Pipeline, Signal, decoded_cost
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
 
@@ -125,6 +125,7 @@ class HttpReceiver:
             self._reserve(reserved, len(body))  # inflated, it costs more
             batch = await self.run_blocking(self.pipeline.decode, signal, encoding, body)
             del body
+            self._reserve(reserved, decoded_cost(batch))  # decoded, it may cost more than its bytes
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "http"))
         except IngestError as exc:
             self.pipeline.count_refusal(signal, exc)
