@@ -128,11 +128,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
-    """Cells are data: shown as typed, never as markup, with control characters (line breaks too) escaped."""
-    from rich.console import Console
+    """Cells are data: shown as typed, never as markup, with control characters (line breaks too) escaped.
+    The table fits the terminal (a pipe: 120 columns): cells wrap at their words, a token longer than 12 cells
+    may be folded; a table whose columns cannot fit side by side is printed record by record."""
     from rich.table import Table
 
-    from .terminal import data_text
+    from .terminal import as_records, data_text, fit_table, output_console
 
     table = Table(show_lines=False)
     for c in columns:
@@ -140,7 +141,8 @@ def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
     for r in rows:
         table.add_row(*[data_text("" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else v))
                         for v in r])
-    Console(width=max(120, Console().width), markup=False, emoji=False, highlight=False).print(table)
+    console = output_console(markup=False, emoji=False, highlight=False)
+    console.print(table if fit_table(table, console.width, console, fold_over=12) else as_records(table, console.width))
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -158,7 +160,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         print(json_for_terminal([dict(zip(result.columns, r)) for r in result.rows]))
     elif args.format == "csv":
         buf = io.StringIO()
-        w = csv.writer(buf)
+        w = csv.writer(buf, lineterminator="\n")
         w.writerow(result.columns)
         for r in result.rows:
             w.writerow(["" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r])

@@ -1,25 +1,52 @@
-"""The report as rich tables with bars; pure functions of :class:`report.ReportData`."""
+"""The report as rich tables with bars; pure functions of :class:`report.ReportData` and the width.
+
+Layout by width (every line fits it; no word or header is cut, see :func:`terminal.fit_table`):
+
+- a table that fits as it is keeps its layout (120 columns and wider, usually);
+- otherwise every column gets at least its longest word and the narrow columns (numbers, short headers)
+  their whole width first, so a long text wraps at its words; bars grow last, shrink from their width down
+  to 8 cells, and are dropped (the numbers beside them stay) when even 8 do not fit; a table whose longest
+  words cannot stand side by side prints a line per row (each value after its header);
+- the drop-offs stay a table only while the suggested fix gets at least ``FIX_MIN`` cells (so at 120 columns
+  and wider, usually); below that each drop-off is a block: reason and sessions, then the step, the fix on
+  its own wrapped lines, and the example session. The criteria missed most do the same below
+  ``CRITERION_MIN`` cells for the criterion (after dropping their bar);
+- a section title too long for its rule goes on its own lines above it, and the summary line under the
+  title becomes one fact a line.
+
+Free text (a fix, a criterion) wraps at spaces, and only a token longer than the whole line is folded, so
+nothing is lost; an example session id is one line, cut with "…" where it does not fit.
+"""
 
 from __future__ import annotations
 
 import io
+from typing import Callable
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
 from ..scoring import labels
-from .report import ExperimentRuns, FunnelStep, OutcomeCount, ReportData
+from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
-from .terminal import data_text, visible_controls
+from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
 
 BAR_WIDTH = 28
+MIN_BAR = 8  # narrower than this a bar says nothing the share beside it does not
+FIX_MIN = 30  # cells the suggested fix needs for the drop-offs to stay a table
+CRITERION_MIN = 24  # likewise the criterion, for the criteria missed most
+INDENT = 2  # the details of a block under its first line
 READS_AS_STYLE = {"pass": "green", "partial": "yellow", "info": "cyan", "fail": "red", "unknown": "bright_black",
                   "neutral": "white"}
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+# The report writes no markup of its own: plain strings that reach a table stay literal too.
+_AS_TYPED = {"markup": False, "emoji": False, "highlight": False}
 
 
 def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
@@ -29,20 +56,94 @@ def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (_EIGHTHS[rest] if rest else "")).ljust(width)
 
 
+class Bar:
+    """A bar cell drawn at the width its column gets: ``width`` cells when there is room, down to ``MIN_BAR``."""
+
+    def __init__(self, draw: Callable[[int], Text], width: int = BAR_WIDTH) -> None:
+        self.draw, self.width = draw, width
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        most = min(self.width, options.max_width)
+        return Measurement(min(MIN_BAR, most), most)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.draw(min(self.width, options.max_width))
+
+
+def share_bar(fraction: float | None, style: str, width: int = BAR_WIDTH) -> Bar:
+    return Bar(lambda w: Text(bar(fraction, w), style=style), width)
+
+
 def clipped(value: str | None, units: int) -> Text:
     """A stored value in a narrow cell: escaped first, so the clipped width is the width shown."""
     return data_text(clip_width(visible_controls(value), units))
 
 
-def header(data: ReportData, lang: str) -> RenderableType:
+def _measurer(width: int) -> Console:
+    return Console(file=io.StringIO(), width=width, **_AS_TYPED)
+
+
+def _room(t: Table, width: int, index: int) -> int:
+    """Cells left for column ``index`` when every other column gets its widest line, header included."""
+    needs = column_needs(t, _measurer(width), width)
+    return width - table_chrome(t) - sum(n.full for i, n in enumerate(needs) if i != index)
+
+
+def _cell_text(cell: RenderableType) -> Text | None:
+    if isinstance(cell, str):
+        return Text(cell)
+    return Text(" ").join(cell.split("\n")) if isinstance(cell, Text) else None
+
+
+def as_lines(t: Table) -> RenderableType:
+    """A table that does not fit even with every cell wrapped at its words: a line per row, its first cell, then
+    each other value after its header; the lines wrap at words."""
+    out: list[RenderableType] = [Text(str(t.title), style="bold")] if t.title else []
+    heads = [_cell_text(c.header) or Text() for c in t.columns]
+    for row in zip(*(c.cells for c in t.columns)):
+        cells = [_cell_text(c) for c in row]
+        line = (cells[0] or Text()).copy()
+        facts = [Text.assemble(head, " ", cell) for head, cell in zip(heads[1:], cells[1:]) if head and cell]
+        if facts:
+            line.append(": ")
+            line.append_text(Text(" · ").join(facts))
+        out.append(line)
+    if t.caption:
+        out.append(Text(str(t.caption), style="dim"))
+    return Group(*out)
+
+
+def _fitted(build: Callable[[bool], Table], width: int, bar_column: int | None = None) -> RenderableType:
+    """The table with its bar if the bar gets ``MIN_BAR`` cells beside full-width columns, else without it;
+    then sized to the width, the bar growing last; as lines if even that does not fit."""
+    t = build(True)
+    if bar_column is not None and _room(t, width, bar_column) < MIN_BAR:
+        t, bar_column = build(False), None
+    if fit_table(t, width, _measurer(width), () if bar_column is None else (bar_column,)):
+        return t
+    return as_lines(build(False) if bar_column is not None else t)
+
+
+def _rule(title: Text, style: str, width: int) -> RenderableType:
+    """A section rule with its title, or the title on its own lines above the rule when it is too long for one."""
+    if title.cell_len + 6 <= width:
+        return Rule(title, align="left", style=style)
+    return Group(title, Rule(style=style))
+
+
+def header(data: ReportData, lang: str, width: int = WIDE) -> RenderableType:
     s = data.summary
-    line = Text()
-    line.append(text("n_sessions", lang, n=s.sessions), style="bold")
-    line.append(f" ({s.open} {text('open', lang)}, {s.closed} {text('closed', lang)})")
+    first = Text()
+    first.append(text("n_sessions", lang, n=s.sessions), style="bold")
+    first.append(f" ({s.open} {text('open', lang)}, {s.closed} {text('closed', lang)})")
+    facts = [first]
     if s.first_seen:
-        line.append(f"  ·  {short_time(s.first_seen)} → {short_time(s.last_seen)} UTC")
+        facts.append(Text(f"{short_time(s.first_seen)} → {short_time(s.last_seen)} UTC"))
     if s.avg_completion is not None:
-        line.append(f"  ·  {text('avg_completion', lang)} {pct(s.avg_completion)}")
+        facts.append(Text(f"{text('avg_completion', lang)} {pct(s.avg_completion)}"))
+    line = Text("  ·  ").join(facts)
+    if line.cell_len > width:  # one fact a line rather than a line broken anywhere
+        line = Text("\n").join(facts)
     parts: list[RenderableType] = [Text(text("title", lang), style="bold underline"), line]
     if data.filters.describe():
         parts.append(data_text(f"{text('filters', lang)}: " + ", ".join(f"{k}={v}" for k, v in data.filters.describe()),
@@ -50,51 +151,103 @@ def header(data: ReportData, lang: str) -> RenderableType:
     return Group(*parts)
 
 
-def funnel_table(steps: list[FunnelStep], lang: str) -> Table:
-    t = Table(title=text("funnel", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False)
-    t.add_column(text("step", lang))
-    t.add_column(text("reached", lang), justify="right")
-    t.add_column(text("share", lang), justify="right")
-    t.add_column(text("conversion", lang), justify="right")
-    t.add_column("", no_wrap=True)
-    for s in steps:
-        t.add_row(data_text(s.name(lang)), str(s.sessions), pct(s.share), "—" if s.first else pct(s.conversion),
-                  Text(bar(s.share), style="blue"))
-    return t
+def _titled(title: str, **kw) -> Table:
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                 pad_edge=False, **kw)
 
 
-def outcome_table(rows: list[OutcomeCount], lang: str) -> Table:
-    t = Table(title=text("outcome_mix", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False)
-    t.add_column(text("outcome", lang))
-    t.add_column(text("reads_as", lang))
-    t.add_column(text("count", lang), justify="right")
-    t.add_column(text("share", lang), justify="right")
-    t.add_column("", no_wrap=True)
-    for o in rows:
-        style = READS_AS_STYLE.get(o.reads_as, "white")
-        t.add_row(data_text(o.label(lang), style=style),
-                  data_text(labels.READS_AS_LABELS[lang_of(lang)].get(o.reads_as, o.reads_as)),
-                  str(o.sessions), pct(o.share), Text(bar(o.share), style=style))
-    return t
+def funnel_table(steps: list[FunnelStep], lang: str, width: int = WIDE) -> RenderableType:
+    def build(with_bar: bool) -> Table:
+        t = _titled(text("funnel", lang))
+        t.add_column(text("step", lang))
+        t.add_column(text("reached", lang), justify="right")
+        t.add_column(text("share", lang), justify="right")
+        t.add_column(text("conversion", lang), justify="right")
+        if with_bar:
+            t.add_column("")
+        for s in steps:
+            t.add_row(data_text(s.name(lang)), str(s.sessions), pct(s.share), "—" if s.first else pct(s.conversion),
+                      *([share_bar(s.share, "blue")] if with_bar else []))
+        return t
+
+    return _fitted(build, width, 4)
 
 
-def drops_table(data: ReportData, lang: str) -> RenderableType:
+def outcome_table(rows: list[OutcomeCount], lang: str, width: int = WIDE) -> RenderableType:
+    def build(with_bar: bool) -> Table:
+        t = _titled(text("outcome_mix", lang))
+        t.add_column(text("outcome", lang))
+        t.add_column(text("reads_as", lang))
+        t.add_column(text("count", lang), justify="right")
+        t.add_column(text("share", lang), justify="right")
+        if with_bar:
+            t.add_column("")
+        for o in rows:
+            style = READS_AS_STYLE.get(o.reads_as, "white")
+            t.add_row(data_text(o.label(lang), style=style),
+                      data_text(labels.READS_AS_LABELS[lang_of(lang)].get(o.reads_as, o.reads_as)),
+                      str(o.sessions), pct(o.share), *([share_bar(o.share, style)] if with_bar else []))
+        return t
+
+    return _fitted(build, width, 4)
+
+
+def _fix(d: DropReason) -> Text | str:
+    fix = clipped(d.fix, 200)
+    fix.overflow = "fold"  # wraps at its words; only a token longer than the column is folded
+    return fix or "—"
+
+
+def _drop_step(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
+    step = data_text(data.step_name(d.variant, d.step, lang))
+    step.append(sep + visible_controls(variant_name(d.variant, lang)), style="dim")
+    return step
+
+
+def _details(rows: list[tuple[str, RenderableType]], width: int) -> RenderableType:
+    """Label and value pairs under a block's first line: values wrap beside their labels."""
+    grid = Table.grid(padding=(0, 1, 0, 1), collapse_padding=False)
+    grid.add_column(no_wrap=True, style="dim", width=max(Text(label).cell_len for label, _ in rows))
+    grid.add_column(width=_value_width([label for label, _ in rows], width))
+    for label, value in rows:
+        grid.add_row(Text(label), value)
+    return Padding(grid, (0, 0, 0, INDENT))
+
+
+def _value_width(labels_: list[str], width: int) -> int:
+    """Cells for the values of a block's details, beside the widest label."""
+    return max(1, width - INDENT - max(Text(label).cell_len for label in labels_) - 2)
+
+
+def drop_blocks(data: ReportData, lang: str, width: int) -> RenderableType:
+    """The drop-offs on a narrow terminal: one block each, the fix on its own wrapped lines."""
+    out: list[RenderableType] = [Text(text("drop_offs", lang), style="bold")]
+    keys = [text(k, lang) for k in ("dropped_at", "fix", "example")]
+    value_width = _value_width(keys, width)
+    for d in data.drops:
+        first = data_text(d.reason, style="bold")
+        first.append(" · " + text("n_sessions", lang, n=d.sessions))
+        example = clipped(d.example, value_width)
+        example.no_wrap = True
+        out += [Text(), first, _details(list(zip(keys, [_drop_step(data, d, lang, " · "), _fix(d), example])), width)]
+    return Group(*out)
+
+
+def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableType:
+    """The drop-offs as a table while the fix gets ``FIX_MIN`` cells, else as blocks."""
     if not data.drops:
         return Text(text("no_drops", lang), style="dim")
-    t = Table(title=text("drop_offs", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False, leading=1)
+    t = _titled(text("drop_offs", lang), leading=1)
     t.add_column(text("reason", lang), no_wrap=True)
     t.add_column(text("dropped_at", lang))
     t.add_column(text("count", lang), justify="right")
     t.add_column(text("fix", lang), overflow="fold", ratio=1)
     t.add_column(text("example", lang), no_wrap=True)
     for d in data.drops:
-        step = data_text(data.step_name(d.variant, d.step, lang))
-        step.append("\n" + visible_controls(variant_name(d.variant, lang)), style="dim")
-        t.add_row(data_text(d.reason), step, str(d.sessions), clipped(d.fix, 200) or "—",
+        t.add_row(data_text(d.reason), _drop_step(data, d, lang, "\n"), str(d.sessions), _fix(d),
                   clipped(d.example, 30))
+    if _room(t, width, 3) < FIX_MIN or not fit_table(t, width, _measurer(width)):
+        return drop_blocks(data, lang, width)
     return t
 
 
@@ -110,22 +263,27 @@ def stacked_bar(parts: list[tuple[int, str, str]], total: int, width: int) -> Te
     return out
 
 
-def stages_table(e: ExperimentRuns, lang: str) -> Table:
-    legend = "  ".join(f"{glyph} {text(key, lang)}" for glyph, key in
-                       (("█", "passed_runs"), ("▓", "failed_first"), ("░", "missing_runs")))
-    t = Table(title=text("fail_first", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False, caption=legend, caption_justify="right", caption_style="dim")
-    t.add_column(text("stage", lang), no_wrap=True)
-    for key in ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"):
-        t.add_column(text(key, lang), justify="right")
-    t.add_column("", no_wrap=True)
-    worst = e.worst_stage()
-    for s in e.stages:
-        failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
-        t.add_row(data_text(s.name(lang)), str(s.reached), str(s.passed), failed, str(s.missing), pct(s.cumulative),
-                  "—" if s.conditional is None else pct(s.conditional),
-                  stacked_bar([(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")], s.runs, 16))
-    return t
+def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableType:
+    def build(with_bar: bool) -> Table:
+        legend = "  ".join(f"{glyph} {text(key, lang)}" for glyph, key in
+                           (("█", "passed_runs"), ("▓", "failed_first"), ("░", "missing_runs")))
+        caption = {"caption": legend, "caption_justify": "right", "caption_style": "dim"} if with_bar else {}
+        t = _titled(text("fail_first", lang), **caption)
+        t.add_column(text("stage", lang), no_wrap=True)
+        for key in ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"):
+            t.add_column(text(key, lang), justify="right")
+        if with_bar:
+            t.add_column("")
+        worst = e.worst_stage()
+        for s in e.stages:
+            failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
+            parts = [(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")]
+            cells = [Bar(lambda w, parts=parts, runs=s.runs: stacked_bar(parts, runs, w), 16)] if with_bar else []
+            t.add_row(data_text(s.name(lang)), str(s.reached), str(s.passed), failed, str(s.missing),
+                      pct(s.cumulative), "—" if s.conditional is None else pct(s.conditional), *cells)
+        return t
+
+    return _fitted(build, width, 7)
 
 
 def look_at(e: ExperimentRuns, lang: str) -> list[RenderableType]:
@@ -135,26 +293,56 @@ def look_at(e: ExperimentRuns, lang: str) -> list[RenderableType]:
             for s in failing]
 
 
-def misses_table(e: ExperimentRuns, lang: str) -> Table:
-    t = Table(title=text("missed_most", lang), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False)
-    t.add_column(text("criterion", lang), overflow="fold", ratio=1)
-    t.add_column(text("missed", lang), justify="right")
-    t.add_column(text("of_runs", lang), justify="right")
-    t.add_column(text("share", lang), justify="right")
-    t.add_column("", no_wrap=True)
-    t.add_column(text("why", lang))
-    t.add_column(text("example", lang), no_wrap=True)
+def _criterion(m: CriterionMiss, lang: str, sep: str) -> Text:
+    name = data_text(m.name)
+    name.overflow = "fold"
+    name.append(f"{sep}{text('kind_' + m.kind, lang)}", style="dim")
+    return name
+
+
+def miss_blocks(e: ExperimentRuns, lang: str, width: int) -> RenderableType:
+    """The criteria missed most on a narrow terminal: one block each."""
+    out: list[RenderableType] = [Text(text("missed_most", lang), style="bold")]
+    keys = [f"{text('missed', lang)} / {text('of_runs', lang)}", text("why", lang), text("example", lang)]
+    value_width = _value_width(keys, width)
     for m in e.misses:
-        name = data_text(m.name)
-        name.append(f"\n{text('kind_' + m.kind, lang)}", style="dim")
-        t.add_row(name, str(m.missed), str(m.runs), pct(m.share), Text(bar(m.share, 12), style="red"),
-                  "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)),
-                  clipped(m.example, 30))
-    return t
+        first = _criterion(m, lang, " · ")
+        first.stylize("bold", 0, len(visible_controls(m.name)))
+        example = clipped(m.example, value_width)
+        example.no_wrap = True
+        why = "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)) or "—"
+        out += [Text(), first, _details(list(zip(keys, [Text(f"{m.missed} / {m.runs} ({pct(m.share)})"), Text(why),
+                                                        example])), width)]
+    return Group(*out)
 
 
-def evaluation_renderables(data: ReportData, lang: str) -> list[RenderableType]:
+def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableType:
+    def build(with_bar: bool) -> Table:
+        t = _titled(text("missed_most", lang))
+        t.add_column(text("criterion", lang), overflow="fold", ratio=1)
+        t.add_column(text("missed", lang), justify="right")
+        t.add_column(text("of_runs", lang), justify="right")
+        t.add_column(text("share", lang), justify="right")
+        if with_bar:
+            t.add_column("")
+        t.add_column(text("why", lang))
+        t.add_column(text("example", lang), no_wrap=True)
+        for m in e.misses:
+            t.add_row(_criterion(m, lang, "\n"), str(m.missed), str(m.runs), pct(m.share),
+                      *([share_bar(m.share, "red", 12)] if with_bar else []),
+                      "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)),
+                      clipped(m.example, 30))
+        return t
+
+    t, last = build(True), (4,)
+    if _room(t, width, 0) < CRITERION_MIN:
+        t, last = build(False), ()
+        if _room(t, width, 0) < CRITERION_MIN:
+            return miss_blocks(e, lang, width)
+    return t if fit_table(t, width, _measurer(width), last) else miss_blocks(e, lang, width)
+
+
+def evaluation_renderables(data: ReportData, lang: str, width: int = WIDE) -> list[RenderableType]:
     """Per experiment: where runs fail first, and the criteria missed most; nothing without case runs."""
     if data.needs_upgrade:
         return [Text(text("needs_upgrade", lang), style="yellow")]
@@ -163,56 +351,50 @@ def evaluation_renderables(data: ReportData, lang: str) -> list[RenderableType]:
         title = f"{text('experiment', lang)} {experiment_name(e.experiment, lang)}"
         if e.runs:
             title += " · " + text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs))
-        out.append(Rule(data_text(title), align="left", style="magenta"))
+        out.append(_rule(data_text(title), "magenta", width))
         if e.controls:
             out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
         if e.stages:
-            out += [stages_table(e, lang), *look_at(e, lang), Text()]
+            out += [stages_table(e, lang, width), *look_at(e, lang), Text()]
         if e.misses:
-            out += [misses_table(e, lang), Text()]
+            out += [misses_table(e, lang, width), Text()]
     if data.more_experiments:
         out.append(Text(text("more_experiments", lang, n=data.more_experiments), style="dim"))
     return out
 
 
-def terminal_renderables(data: ReportData, lang: str) -> list[RenderableType]:
-    """The whole report, top to bottom."""
+def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list[RenderableType]:
+    """The whole report, top to bottom, laid out for ``width`` cells."""
     lang = lang_of(lang)
-    out: list[RenderableType] = [header(data, lang), Text()]
+    out: list[RenderableType] = [header(data, lang, width), Text()]
     if not data.summary.sessions:
         out.append(Text(text("empty_filtered" if data.filters.describe() else "empty", lang), style="yellow"))
         return out
     for v in data.variants():
-        out.append(Rule(data_text(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}"),
-                        align="left", style="blue"))
+        title = data_text(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}")
+        out.append(_rule(title, "blue", width))
         steps = data.funnels.get(v or "")
-        out += [funnel_table(steps, lang) if steps else Text(text("no_funnel", lang), style="dim"), Text()]
+        out += [funnel_table(steps, lang, width) if steps else Text(text("no_funnel", lang), style="dim"), Text()]
         if data.outcomes.get(v):
-            out += [outcome_table(data.outcomes[v], lang), Text()]
-    out += [Rule(style="blue"), drops_table(data, lang)]
-    evaluation = evaluation_renderables(data, lang)
+            out += [outcome_table(data.outcomes[v], lang, width), Text()]
+    out += [Rule(style="blue"), drops_table(data, lang, width)]
+    evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
     return out
 
 
-# The report writes no markup of its own: plain strings that reach a table stay literal too.
-_AS_TYPED = {"markup": False, "emoji": False, "highlight": False}
-
-
-def render_terminal(data: ReportData, lang: str = "en", width: int = 120, color: bool = False) -> str:
+def render_terminal(data: ReportData, lang: str = "en", width: int = WIDE, color: bool = False) -> str:
     """The report as text, for tests and pipes."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
                       **_AS_TYPED)
-    for r in terminal_renderables(data, lang):
+    for r in terminal_renderables(data, lang, width):
         console.print(r)
     return buf.getvalue()
 
 
 def print_terminal(data: ReportData, lang: str = "en") -> None:
-    console = Console(**_AS_TYPED)
-    if not console.is_terminal:
-        console = Console(width=max(120, console.width), **_AS_TYPED)
-    for r in terminal_renderables(data, lang):
+    console = output_console(**_AS_TYPED)
+    for r in terminal_renderables(data, lang, console.width):
         console.print(r)
