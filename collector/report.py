@@ -27,6 +27,36 @@ TOP_DROP_REASONS = 12
 TOP_EXPERIMENTS = 8  # the most recent ones; the views hold the rest
 TOP_MISSED_CRITERIA = 10  # per experiment
 
+# The words of the funnel's counting rule and of where sessions stopped, until they join report_text.TEXT.
+FUNNEL_WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "skipped": "{n} skipped",
+        "stopped_at": "Stopped at",
+        "drop_step": "Drop-off step",
+        "not_reached": "{outcome} not reached",
+        "counting_note": "A session counts at every step up to the furthest one it reached, so a funnel never rises; "
+                         "skipped: passed without a call to that step. Stopped at: the last step a session reached; "
+                         "drop-off step: the step it failed at or the next one it did not reach.",
+    },
+    "ja": {
+        "skipped": "スキップ {n}",
+        "stopped_at": "停止したステップ",
+        "drop_step": "離脱したステップ",
+        "not_reached": "{outcome}に未到達",
+        "counting_note": "セッションは到達した最も先のステップまでの各ステップに数えるため、ファネルが増えることはありません。"
+                         "スキップ: そのステップを呼び出さずに通過。停止したステップ: 最後に到達したステップ。"
+                         "離脱したステップ: 失敗したステップ、または到達しなかった次のステップ。",
+    },
+}
+# The rung a variant's funnel ends in: a session at its last step without it dropped at that step.
+TERMINAL_OUTCOME = {"shopping": "purchase_completed", "lodging": "purchase_completed", "procurement": "po_submitted"}
+
+
+def funnel_word(key: str, lang: str, **kw: Any) -> str:
+    s = FUNNEL_WORDS[lang_of(lang)][key]
+    return s.format(**kw) if kw else s
+
+
 # Display order of outcomes within a variant: the ladder from the best rung down.
 OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
                  "rfq_submitted", "action_taken", "read_only", "search_only", "info_provided", "no_activity",
@@ -89,15 +119,24 @@ class FunnelStep:
     index: int
     display_en: str | None
     display_ja: str | None
-    sessions: int
+    sessions: int  # reached this step or a later one of the variant ("reached or passed")
     share: float | None
-    conversion: float | None  # None for the first step and after a step nobody reached
+    conversion: float | None  # sessions / the previous step's; None for the first step and after a step nobody reached
     first: bool = False
+    skipped: int = 0  # of ``sessions``, passed this step without a successful call to it
 
     def name(self, lang: str) -> str:
         if lang_of(lang) == "ja" and self.display_ja:
             return self.display_ja
         return self.display_en or self.step
+
+    def skipped_label(self, lang: str) -> str:
+        """``31 skipped``, or "" when no session skipped the step."""
+        return funnel_word("skipped", lang, n=self.skipped) if self.skipped else ""
+
+    def count_label(self, lang: str) -> str:
+        """The count with the skipped ones apart: ``40 (31 skipped)``, or ``40``."""
+        return f"{self.sessions} ({self.skipped_label(lang)})" if self.skipped else str(self.sessions)
 
 
 @dataclass(frozen=True)
@@ -118,10 +157,11 @@ class OutcomeCount:
 class DropReason:
     variant: str | None
     reason: str
-    step: str | None
+    step: str | None  # the drop-off step: where it failed, or the next step it did not reach
     fix: str | None
     sessions: int
     example: str | None
+    stopped_at: str | None = None  # the last step these sessions reached (None: none)
 
 
 @dataclass(frozen=True)
@@ -226,6 +266,14 @@ class ReportData:
                 return s.name(lang)
         return step
 
+    def drop_note(self, d: DropReason, lang: str) -> str:
+        """What the drop-off step means when it is the variant's last step: its terminal rung was not reached."""
+        steps = self.funnels.get(d.variant or "", [])
+        outcome = TERMINAL_OUTCOME.get(d.variant or "")
+        if outcome and steps and d.step == steps[-1].step and d.stopped_at == d.step:
+            return funnel_word("not_reached", lang, outcome=labels.outcome_label(outcome, d.variant, lang_of(lang)))
+        return ""
+
 
 # ---------------------------------------------------------------------------- SQL
 
@@ -271,31 +319,37 @@ class ReportSQL:
         return self._with() + "SELECT variant, count(*) AS n FROM s GROUP BY variant"
 
     def funnel(self) -> str:
-        """The ``funnel_conversion`` view's arithmetic, over the filtered sessions (the view sees all)."""
+        """The ``funnel_conversion`` view's arithmetic, over the filtered sessions (the view sees all).
+
+        A session counts at a step when it reached that step or a later one of its variant; of those,
+        the ones without a successful call to it skipped it. Conversion is the ratio of a step's count
+        to the previous step's: the two numbers shown.
+        """
         steps_where = f"WHERE variant = {sql_string(self.variant)}" if self.variant else ""
         return self._with() + f""",
-        ordered AS (
-            SELECT variant, step, step_index, display_en, display_ja,
-                   lag(step) OVER (PARTITION BY variant ORDER BY step_index) AS prev_step
-            FROM (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps {steps_where})
+        steps AS (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps {steps_where}),
+        positions AS (
+            SELECT s.variant, s.session_id, any_value(s.steps) AS steps,
+                   coalesce(max(st.step_index) FILTER (WHERE list_contains(s.steps, st.step)), 0) AS furthest
+            FROM s JOIN steps st ON st.variant = s.variant
+            GROUP BY s.variant, s.session_id
         ),
         totals AS (SELECT variant, count(*) AS n FROM s GROUP BY variant),
-        reached AS (
-            SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja, st.prev_step,
-                   count(*) FILTER (WHERE list_contains(s.steps, st.step)) AS sessions,
-                   count(*) FILTER (WHERE list_contains(s.steps, st.step)
-                                    AND list_contains(s.steps, st.prev_step)) AS with_previous,
-                   count(*) FILTER (WHERE list_contains(s.steps, st.prev_step)) AS previous
-            FROM ordered st JOIN s ON s.variant = st.variant
-            GROUP BY ALL
+        counted AS (
+            SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja,
+                   count(*) FILTER (WHERE p.furthest >= st.step_index) AS sessions,
+                   count(*) FILTER (WHERE list_contains(p.steps, st.step)) AS reached_directly
+            FROM steps st JOIN positions p ON p.variant = st.variant
+            GROUP BY st.variant, st.step, st.step_index, st.display_en, st.display_ja
         )
-        SELECT r.variant, r.step, r.step_index, r.display_en, r.display_ja, r.sessions,
-               r.sessions / t.n AS share_of_sessions,
-               CASE WHEN r.prev_step IS NULL THEN NULL
-                    WHEN r.previous = 0 THEN NULL ELSE r.with_previous / r.previous END AS conversion_from_previous,
-               r.prev_step IS NULL AS first_step
-        FROM reached r JOIN totals t USING (variant)
-        ORDER BY r.variant, r.step_index"""
+        SELECT c.variant, c.step, c.step_index, c.display_en, c.display_ja, c.sessions,
+               c.sessions / t.n AS share_of_sessions,
+               c.sessions / nullif(lag(c.sessions) OVER w, 0) AS conversion_from_previous,
+               lag(c.sessions) OVER w IS NULL AS first_step,
+               c.sessions - c.reached_directly AS skipped
+        FROM counted c JOIN totals t USING (variant)
+        WINDOW w AS (PARTITION BY c.variant ORDER BY c.step_index)
+        ORDER BY c.variant, c.step_index"""
 
     def outcomes(self) -> str:
         return self._with() + (
@@ -304,12 +358,15 @@ class ReportSQL:
             " FROM s GROUP BY variant, outcome ORDER BY variant, sessions DESC")
 
     def drops(self) -> str:
+        """Drop-off reasons by where the sessions stopped (their last step: ``steps`` is in funnel order)
+        and the drop-off step (where they failed, or the next step they did not reach)."""
         return self._with() + (
-            "SELECT variant, drop_reason, drop_step, drop_fix, count(*) AS sessions,"
-            " arg_max(session_id, last_seen) AS example"
+            "SELECT variant, drop_reason, drop_step, list_extract(steps, -1) AS stopped_at, drop_fix,"
+            " count(*) AS sessions, arg_max(session_id, last_seen) AS example"
             " FROM s WHERE drop_reason IS NOT NULL"
-            " GROUP BY variant, drop_reason, drop_step, drop_fix"
-            f" ORDER BY sessions DESC, drop_reason, variant, drop_step LIMIT {TOP_DROP_REASONS}")
+            " GROUP BY variant, drop_reason, drop_step, list_extract(steps, -1), drop_fix"
+            " ORDER BY sessions DESC, drop_reason, variant, drop_step, stopped_at NULLS FIRST, drop_fix"
+            f" LIMIT {TOP_DROP_REASONS}")
 
     def experiments(self) -> str:
         """Experiments with case runs among the filtered sessions, the most recent first."""
@@ -378,7 +435,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
         for r in _rows(db, sql.funnel()):
             data.funnels.setdefault(r["variant"], []).append(FunnelStep(
                 r["variant"], r["step"], int(r["step_index"]), r["display_en"], r["display_ja"], int(r["sessions"]),
-                r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"])))
+                r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"]), int(r["skipped"])))
     rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
     for r in _rows(db, sql.outcomes()):
         reads_as = r["reads_as"] or labels.OUTCOME_READS_AS.get(r["outcome"] or "", "unknown")
@@ -387,7 +444,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
     for rows in data.outcomes.values():
         rows.sort(key=lambda o: (rank.get(o.outcome or "", len(rank)), -o.sessions, o.outcome or ""))
     data.drops = [DropReason(r["variant"], r["drop_reason"], r["drop_step"], r["drop_fix"], int(r["sessions"]),
-                             r["example"]) for r in _rows(db, sql.drops())]
+                             r["example"], r["stopped_at"]) for r in _rows(db, sql.drops())]
     data.latest = [SessionRow(r["session_id"], r["variant"], r["outcome"], r["outcome_reads_as"], r["completion_rate"],
                               list(r["steps"] or []), r["agent_name"], r["model"], r["status"], r["last_seen"])
                    for r in _rows(db, sql.latest())]

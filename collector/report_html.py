@@ -11,11 +11,13 @@ import math
 import re
 
 from ..scoring import labels
-from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
+from .report import (CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow,
+                     funnel_word)
 from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                           stage_fix, text, variant_name)
 
 FUNNEL_FILL = "#4338CA"  # only the funnel bars use this colour (the screenshot test looks for it)
+SKIPPED_FILL = "#C7D2FE"  # the strip of a bar that passed the step without a call to it
 CONNECTOR_FILL = "#E0E7FF"
 READS_AS_COLORS = {
     "pass": ("#15803D", "#22C55E", "#86EFAC"),
@@ -38,7 +40,11 @@ def esc(value: object) -> str:
 
 
 def funnel_svg(steps: list[FunnelStep], lang: str) -> str:
-    """Bars centred on one axis, narrowing with the share of sessions; conversion in the necks."""
+    """Bars centred on one axis, narrowing with the share of sessions; conversion in the necks.
+
+    A bar is every session that reached the step or a later one; the share of it that skipped the
+    step is a light strip along its foot. The percentage in a neck is the ratio of the two counts it joins.
+    """
     w, label_w, bar_h, gap, top = 640, 170, 40, 30, 8
     area_x, area_w = label_w + 10, 640 - label_w - 20
     cx = area_x + area_w / 2
@@ -53,21 +59,32 @@ def funnel_svg(steps: list[FunnelStep], lang: str) -> str:
             pw, py = widths[i - 1], y - gap
             out.append(f'<polygon points="{cx - pw / 2:.1f},{py} {cx + pw / 2:.1f},{py} {cx + bw / 2:.1f},{y} '
                        f'{cx - bw / 2:.1f},{y}" fill="{CONNECTOR_FILL}"/>')
-            conv = "—" if s.conversion is None else pct(s.conversion)
+            prev = steps[i - 1].sessions
+            conv = pct(s.sessions / prev) if prev else "—"  # the ratio of the two counts shown
             out.append(f'<text x="{cx}" y="{py + gap / 2 + 4}" class="conv" text-anchor="middle">↓ {esc(conv)}</text>')
         out.append(f'<text x="{label_w}" y="{y + bar_h / 2 - 2}" class="step" text-anchor="end">'
                    f'<title>{esc(s.name(lang))}</title>{esc(clip_width(s.name(lang), 22))}</text>')
         out.append(f'<text x="{label_w}" y="{y + bar_h / 2 + 13}" class="stepkey" text-anchor="end">'
                    f'{i + 1} · {esc(clip_width(s.step, 26))}</text>')
         value = f"{s.sessions} · {pct(s.share)}"
+        if s.skipped:
+            value += f" ({s.skipped_label(lang)})"
         if bw:
             out.append(f'<rect x="{cx - bw / 2:.1f}" y="{y}" width="{bw:.1f}" height="{bar_h}" rx="4" '
                        f'fill="{FUNNEL_FILL}"><title>{esc(s.name(lang))}: {esc(value)}</title></rect>')
-        if bw >= 96:
-            out.append(f'<text x="{cx}" y="{y + bar_h / 2 + 5}" class="val in" text-anchor="middle">'
+            if s.skipped:  # a light strip along the bar's foot, as wide as the share that skipped the step
+                sw = bw * s.skipped / s.sessions
+                out.append(f'<rect class="skipped" x="{cx - sw / 2:.1f}" y="{y + bar_h - 6}" width="{sw:.1f}" '
+                           f'height="6" fill="{SKIPPED_FILL}"><title>{esc(s.name(lang))}: '
+                           f'{esc(s.skipped_label(lang))}</title></rect>')
+        if bw >= max(96.0, 16 + 7.5 * len(value)):
+            out.append(f'<text x="{cx}" y="{y + bar_h / 2 + (3 if s.skipped else 5)}" class="val in" text-anchor="middle">'
                        f'{esc(value)}</text>')
-        else:
+        elif cx + bw / 2 + 8 + 7.5 * len(value) <= w:
             out.append(f'<text x="{cx + bw / 2 + 8:.1f}" y="{y + bar_h / 2 + 5}" class="val out">'
+                       f'{esc(value)}</text>')
+        else:  # no room beside the bar: under the step's name
+            out.append(f'<text x="{label_w}" y="{y + bar_h + 11}" class="val out small" text-anchor="end">'
                        f'{esc(value)}</text>')
     out.append("</svg>")
     return "".join(out)
@@ -153,7 +170,8 @@ def variant_section(data: ReportData, variant: str | None, lang: str, note: bool
     steps = data.funnels.get(variant or "")
     funnel = funnel_svg(steps, lang) if steps else f'<p class="muted">{esc(text("no_funnel", lang))}</p>'
     rows = data.outcomes.get(variant, [])
-    note_html = f'<p class="note">{esc(text("funnel_note", lang))}</p>' if note and steps else ""
+    note_html = (f'<p class="note">{esc(text("funnel_note", lang))} {esc(funnel_word("counting_note", lang))}</p>'
+                 if note and steps else "")
     return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang))}'
             f'<span class="badge">{esc(text("n_sessions", lang, n=n))}</span></h2>'
             f'<div class="grid"><div><h3>{esc(text("funnel", lang))}</h3>{funnel}{note_html}</div>'
@@ -165,18 +183,24 @@ def drops_section(data: ReportData, lang: str) -> str:
         body = f'<p class="muted">{esc(text("no_drops", lang))}</p>'
     else:
         top = max(d.sessions for d in data.drops)
-        body = ('<table class="data"><thead><tr>'
-                + "".join(f"<th{' class=num' if k == 'count' else ''}>{esc(text(k, lang))}</th>"
-                          for k in ("reason", "dropped_at", "count", "fix", "example"))
+        heads = [("reason", text("reason", lang)), ("stopped_at", funnel_word("stopped_at", lang)),
+                 ("drop_step", funnel_word("drop_step", lang)), ("count", text("count", lang)),
+                 ("fix", text("fix", lang)), ("example", text("example", lang))]
+        body = ('<table class="data drops"><thead><tr>'
+                + "".join(f"<th{' class=num' if k == 'count' else ''}>{esc(label)}</th>" for k, label in heads)
                 + "</tr></thead><tbody>" + "".join(_drop_row(data, d, top, lang) for d in data.drops)
                 + "</tbody></table>")
     return f'<section class="card"><h2>{esc(text("drop_offs", lang))}</h2>{body}</section>'
 
 
 def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
+    """Where the sessions stopped (their last step), then the step they dropped at."""
+    note = data.drop_note(d, lang)
     return (f'<tr><td><div>{esc(drop_reason_name(d.reason, lang))}</div><code>{esc(d.reason)}</code></td>'
-            f'<td><div>{esc(data.step_name(d.variant, d.step, lang))}</div>'
+            f'<td class="stopped"><div>{esc(data.step_name(d.variant, d.stopped_at, lang))}</div>'
             f'<div class="muted small">{esc(variant_name(d.variant, lang))}</div></td>'
+            f'<td class="dropped"><div>{esc(data.step_name(d.variant, d.step, lang))}</div>'
+            + (f'<div class="muted small">{esc(note)}</div>' if note else "") + '</td>'
             f'<td class="num"><div>{d.sessions}</div>'
             f'<div class="mini"><span style="width:{100 * d.sessions / top:.0f}%"></span></div></td>'
             f'<td class="fix">{esc(clip_width(d.fix, 300)) or "—"}</td>'
@@ -298,6 +322,7 @@ svg text{{font-family:inherit}}
 .funnel .val{{font-size:13px;font-weight:650}}
 .funnel .val.in{{fill:#fff}}
 .funnel .val.out{{fill:#312E81}}
+.funnel .val.small{{font-size:11px;font-weight:600}}
 .funnel .conv{{font-size:12px;font-weight:600;fill:#3730A3}}
 .note{{color:#6B7280;font-size:12px;margin:8px 0 0}}
 .donut{{display:block;margin:0 auto 10px}}

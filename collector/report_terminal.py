@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..scoring import labels
-from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
+from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, funnel_word
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
@@ -166,7 +166,7 @@ def funnel_table(steps: list[FunnelStep], lang: str, width: int = WIDE) -> Rende
         if with_bar:
             t.add_column("")
         for s in steps:
-            t.add_row(data_text(s.name(lang)), str(s.sessions), pct(s.share), "—" if s.first else pct(s.conversion),
+            t.add_row(data_text(s.name(lang)), s.count_label(lang), pct(s.share), "—" if s.first else pct(s.conversion),
                       *([share_bar(s.share, "blue")] if with_bar else []))
         return t
 
@@ -198,9 +198,19 @@ def _fix(d: DropReason) -> Text | str:
     return fix or "—"
 
 
-def _drop_step(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
-    step = data_text(data.step_name(d.variant, d.step, lang))
+def _stopped_at(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
+    """The last step the sessions reached, and their variant."""
+    step = data_text(data.step_name(d.variant, d.stopped_at, lang) if d.stopped_at else "—")
     step.append(sep + visible_controls(variant_name(d.variant, lang)), style="dim")
+    return step
+
+
+def _drop_step(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
+    """The step they failed at or did not reach; at the variant's last step, the outcome they missed."""
+    step = data_text(data.step_name(d.variant, d.step, lang) if d.step else "—")
+    note = data.drop_note(d, lang)
+    if note:
+        step.append(sep + visible_controls(note), style="dim")
     return step
 
 
@@ -222,14 +232,15 @@ def _value_width(labels_: list[str], width: int) -> int:
 def drop_blocks(data: ReportData, lang: str, width: int) -> RenderableType:
     """The drop-offs on a narrow terminal: one block each, the fix on its own wrapped lines."""
     out: list[RenderableType] = [Text(text("drop_offs", lang), style="bold")]
-    keys = [text(k, lang) for k in ("dropped_at", "fix", "example")]
+    keys = [text("dropped_at", lang), funnel_word("drop_step", lang), text("fix", lang), text("example", lang)]
     value_width = _value_width(keys, width)
     for d in data.drops:
         first = data_text(d.reason, style="bold")
         first.append(" · " + text("n_sessions", lang, n=d.sessions))
         example = clipped(d.example, value_width)
         example.no_wrap = True
-        out += [Text(), first, _details(list(zip(keys, [_drop_step(data, d, lang, " · "), _fix(d), example])), width)]
+        values = [_stopped_at(data, d, lang, " · "), _drop_step(data, d, lang, " · "), _fix(d), example]
+        out += [Text(), first, _details(list(zip(keys, values)), width)]
     return Group(*out)
 
 
@@ -240,13 +251,14 @@ def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableTyp
     t = _titled(text("drop_offs", lang), leading=1)
     t.add_column(text("reason", lang), no_wrap=True)
     t.add_column(text("dropped_at", lang))
+    t.add_column(funnel_word("drop_step", lang))
     t.add_column(text("count", lang), justify="right")
     t.add_column(text("fix", lang), overflow="fold", ratio=1)
     t.add_column(text("example", lang), no_wrap=True)
     for d in data.drops:
-        t.add_row(data_text(d.reason), _drop_step(data, d, lang, "\n"), str(d.sessions), _fix(d),
-                  clipped(d.example, 30))
-    if _room(t, width, 3) < FIX_MIN or not fit_table(t, width, _measurer(width)):
+        t.add_row(data_text(d.reason), _stopped_at(data, d, lang, "\n"), _drop_step(data, d, lang, "\n"),
+                  str(d.sessions), _fix(d), clipped(d.example, 30))
+    if _room(t, width, 4) < FIX_MIN or not fit_table(t, width, _measurer(width)):
         return drop_blocks(data, lang, width)
     return t
 

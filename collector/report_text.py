@@ -110,7 +110,7 @@ TEXT: dict[str, dict[str, str]] = {
         "count": "セッション数",
         "drop_offs": "主な離脱理由",
         "reason": "理由",
-        "dropped_at": "離脱ステップ",
+        "dropped_at": "停止したステップ",
         "fix": "改善案",
         "example": "例",
         "variant": "種別",

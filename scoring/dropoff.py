@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from operator import attrgetter, is_not, methodcaller
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, Protocol
 
 from . import evidence as ev
@@ -109,26 +109,42 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     """The drop-off of a commerce session that stopped before its terminal rung, else None.
 
     ``facts`` are those of consecutive runs of the session's calls, in session order.
+
+    The session stopped at the last step of the variant it reached. The drop-off step is the step
+    it tried and failed at beyond that one (a tool error there is the reason, even when it skipped
+    an optional step on the way: search → failed add_to_cart is a cart error, not a details
+    drop-off), else the next step of the variant it did not reach. A session that reached the
+    variant's last step without its terminal rung (shopping: checkout without a confirmed order)
+    dropped at that last step: the drop-off step is always one of the variant's steps.
     """
-    if terminal_pass or not reached:
+    if terminal_pass:
         return None
     order = list(variant_steps)
-    last = max((s for s in reached if s in order), key=order.index, default=None)
+    at = [order.index(s) for s in reached if s in order]
+    last = order[max(at)] if at else None
+    beyond = order[max(at) + 1:] if at else order
+    final = last is not None and not beyond  # at the variant's last step, without the terminal rung
+    tried = [last] if final else beyond
+
+    # 1. a step it tried beyond where it stopped failed (at the last step: after its latest success)
+    failures = []
+    for rank, step in enumerate(tried):
+        call = _first(map(methodcaller("get", step), filter(None, _each(reversed(facts), "failed"))))
+        if call is not None and max(map(methodcaller("get", step, -math.inf), _each(facts, "succeeded_end"))) < call.end_ns:
+            failures.append((call.end_ns, rank, step, call))
+    if failures:
+        _, _, step, call = max(failures, key=itemgetter(0, 1))  # the latest; on a tie the furthest step
+        if call.mentions_payment and step in ("checkout", "purchase"):
+            return DropOff("checkout_payment_required", step, {"tool": call.tool_name, "error": call.error},
+                           FIXES["checkout_payment_required"])
+        return DropOff("tool_error", step, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
+                       f"{call.tool_name}: {call.error}")
     if last is None:
         return None
-    nxt = order[order.index(last) + 1] if order.index(last) + 1 < len(order) else "purchase"
-
-    # 1. the next step was tried and failed, with no later success
-    call = _first(map(methodcaller("get", nxt), filter(None, _each(reversed(facts), "failed"))))
-    if call is not None and max(map(methodcaller("get", nxt, -math.inf), _each(facts, "succeeded_end"))) < call.end_ns:
-        if call.mentions_payment and nxt in ("checkout", "purchase"):
-            return DropOff("checkout_payment_required", nxt, {"tool": call.tool_name, "error": call.error},
-                           FIXES["checkout_payment_required"])
-        return DropOff("tool_error", nxt, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
-                       f"{call.tool_name}: {call.error}")
+    nxt = last if final else beyond[0]
 
     # 2. checkout reached but it needs payment data the agent cannot give
-    if nxt == "purchase" or last == "checkout":
+    if last == "checkout":
         tool = _first(_each(facts, "payment_pending"))
         if tool is not None:
             return DropOff("checkout_payment_required", nxt, {"tool": tool}, FIXES["checkout_payment_required"])

@@ -121,11 +121,7 @@ class SessionScorer:
         if final_answer is None:
             answered = _latest_ending(col.llm_answer)
             final_answer = answered[2] if answered else None
-        hit_cap = any(col.step_limits)
-        if not hit_cap and any(col.roots) and final_answer is None and n_llms:
-            # a framework that stops quietly at its step limit (e.g. the AI SDK's stepCountIs): the last
-            # model call still asked for tools, the run ended without error and without an answer
-            hit_cap = _latest_ending(col.latest_llm)[2] and not first(reversed(col.last_root_failed))
+        hit_cap = self._hit_cap(col, final_answer, n_llms)
         errored_root = any(col.failed_roots)
         last_call_failed = bool(first(reversed(col.last_call_failed)))
         stopped_by_error = errored_root or last_call_failed or hit_cap
@@ -177,6 +173,30 @@ class SessionScorer:
             trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
             call_steps=call_steps, config_hash=self.config_hash,
         )
+
+    @staticmethod
+    def _hit_cap(col: Row, final_answer: str | None, n_llms: int) -> bool:
+        """The run hit its step cap: only with a signal that says so.
+
+        A dialect's step-limit signal (an exception or attribute: MaxTurnsExceeded, UsageLimitExceeded,
+        Strands' limit_turns, a "max steps" error) always counts. A run that stopped quietly (no error,
+        no answer) counts only when its loop was cut while the model still wanted tools: the run span
+        itself reports its finish reason as a tool call (the AI SDK's generateText/streamText when
+        ``stopWhen: stepCountIs(n)`` ends the loop), or the last model call asked for tools that never
+        ran (no tool call ended after it). A run that merely ends on a tool call that ran, with no
+        answer, is no cap: a framework that stops on a tool result, a client that went away and a trace
+        cut short look the same, and the session reads as abandoned (or the rung its steps prove).
+        """
+        if any(col.step_limits):
+            return True
+        if not any(col.roots) or final_answer is not None or first(reversed(col.last_root_failed)):
+            return False
+        if first(reversed(col.last_root_asked_tools)):
+            return True
+        if not n_llms:
+            return False
+        end, _, asked_tools = _latest_ending(col.latest_llm)
+        return bool(asked_tools) and max(filter(present, col.last_call_end), default=-1) <= end
 
     @staticmethod
     def _cycles(parts: Sequence[TraceSummary], col: Row) -> int | None:

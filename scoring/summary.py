@@ -114,6 +114,7 @@ class RootFacts:
     model: str | None
     exit: str  # the parent id the walk up found no span for ("" for no parent): another trace may have it
     depth: int  # hops walked up to there
+    asked_tools: bool = False  # the run span's own finish reason is a tool call (the AI SDK's loop cut by stopWhen)
 
 
 class Row(NamedTuple):
@@ -151,6 +152,8 @@ class Row(NamedTuple):
     root_answer: str | None  # of the last root with one
     last_root_failed: bool | None
     last_call_failed: bool | None
+    last_root_asked_tools: bool | None  # of the last root
+    last_call_end: int | None  # the latest end of a tool call
     priced_root: RootFacts | None  # the last root reporting usage
     first_llm_model: str | None
     latest_llm: tuple[int, Key, bool] | None
@@ -340,6 +343,8 @@ class TraceSummary:
             root_answer=next((r.final_answer for r in reversed(roots) if r.final_answer), None),
             last_root_failed=roots[-1].failed if roots else None,
             last_call_failed=bool(calls[-1].error) if calls else None,
+            last_root_asked_tools=roots[-1].asked_tools if roots else None,
+            last_call_end=max(c.end_ns for c in calls) if calls else None,
             priced_root=next((r for r in reversed(roots) if r.input_tokens is not None or r.output_tokens is not None),
                              None),
             first_llm_model=_value(self.first_llm_model), latest_llm=self.latest_llm, llm_answer=self.llm_answer,
@@ -436,7 +441,8 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
             top = climb(r.parent_span_id or "", 0, links)
             if top is not None:
                 roots.append(RootFacts(key, r.agent_name, bool(r.agent_name) and r.agent_name in agents,
-                                       r.final_answer, bool(r.error), r.input_tokens, r.output_tokens, r.model, *top))
+                                       r.final_answer, bool(r.error), r.input_tokens, r.output_tokens, r.model, *top,
+                                       asked_tools=r.finish_reason == "tool_call"))
         if r.model:
             models.append((key, r.model))
         if r.service_name:

@@ -408,3 +408,37 @@ MIGRATIONS.append((
     SELECT *, result IN ('satisfied', 'passed') AS met FROM assertions;
     """,
 ))
+
+# The funnel counts a session at a step when it reached that step or a later one of its variant
+# ("reached or passed"), so a funnel never rises; a step it passed without a successful call to it
+# is counted apart as skipped. Conversion from the previous step is then the ratio of the two
+# counts (the first step's is its share of the variant's sessions, as before).
+MIGRATIONS.append((
+    "0006_funnel_reached_or_passed",
+    """
+    CREATE OR REPLACE VIEW funnel_conversion AS
+    WITH steps AS (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps),
+    positions AS (
+        SELECT s.variant, s.session_id, any_value(s.steps) AS steps,
+               coalesce(max(st.step_index) FILTER (WHERE list_contains(s.steps, st.step)), 0) AS furthest
+        FROM sessions s JOIN steps st ON st.variant = s.variant
+        GROUP BY s.variant, s.session_id
+    ),
+    totals AS (SELECT variant, count(*) AS n FROM sessions GROUP BY variant),
+    counted AS (
+        SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja,
+               count(*) FILTER (WHERE p.furthest >= st.step_index) AS sessions,
+               count(*) FILTER (WHERE list_contains(p.steps, st.step)) AS reached_directly
+        FROM steps st JOIN positions p ON p.variant = st.variant
+        GROUP BY st.variant, st.step, st.step_index, st.display_en, st.display_ja
+    )
+    SELECT c.variant, c.step, c.step_index, c.display_en, c.display_ja, c.sessions,
+           c.sessions / t.n AS share_of_sessions,
+           CASE WHEN lag(c.sessions) OVER w IS NULL THEN c.sessions / t.n
+                ELSE c.sessions / nullif(lag(c.sessions) OVER w, 0) END AS conversion_from_previous,
+           c.sessions - c.reached_directly AS skipped,
+           c.reached_directly
+    FROM counted c JOIN totals t USING (variant)
+    WINDOW w AS (PARTITION BY c.variant ORDER BY c.step_index);
+    """,
+))
