@@ -61,10 +61,11 @@ def _body(n: int, seed: int) -> bytes:
 
 def test_a_flood_is_pushed_back_with_retry_after_and_nothing_acknowledged_is_lost(server_factory, tmp_path):
     srv = server_factory(_config(tmp_path, "receivers:\n  max_commit_wait_seconds: 0.05\n"
-                                           "  retry_after_seconds: 0.2\n"))
+                                           "  retry_after_seconds: 0.2\n"
+                                           "sessions:\n  shutdown_assembly_seconds: 0\n"))  # a prompt teardown
     accepted, refused, retry_after = [], [], set()
     lock = threading.Lock()
-    stop_at = time.monotonic() + 4.0
+    stop_at = time.monotonic() + 2.5
 
     def client(k: int) -> None:
         i = 0
