@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -29,10 +28,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from .batches import MAX_REJECT_MESSAGES, SPAN_COLUMNS, SPAN_KINDS, STATUS_CODES, LogBatch, ResourceContext, SpanBatch
+from .batches import MAX_REJECT_MESSAGES, SPAN_KINDS, STATUS_CODES, LogBatch, ResourceContext, SpanBatch
 from .errors import PermanentError
-
-from .wire import USE_WIRE, WIRE, _wire  # noqa: F401 - decode._wire: which build decodes
+from .wire import USE_WIRE, _wire
 
 
 class NestingTooDeep(PermanentError):

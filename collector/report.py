@@ -27,34 +27,8 @@ TOP_DROP_REASONS = 12
 TOP_EXPERIMENTS = 8  # the most recent ones; the views hold the rest
 TOP_MISSED_CRITERIA = 10  # per experiment
 
-# The words of the funnel's counting rule and of where sessions stopped, until they join report_text.TEXT.
-FUNNEL_WORDS: dict[str, dict[str, str]] = {
-    "en": {
-        "skipped": "{n} skipped",
-        "stopped_at": "Stopped at",
-        "drop_step": "Drop-off step",
-        "not_reached": "{outcome} not reached",
-        "counting_note": "A session counts at every step up to the furthest one it reached, so a funnel never rises; "
-                         "skipped: passed without a call to that step. Stopped at: the last step a session reached; "
-                         "drop-off step: the step it failed at or the next one it did not reach.",
-    },
-    "ja": {
-        "skipped": "スキップ {n}",
-        "stopped_at": "停止したステップ",
-        "drop_step": "離脱したステップ",
-        "not_reached": "{outcome}に未到達",
-        "counting_note": "セッションは到達した最も先のステップまでの各ステップに数えるため、ファネルが増えることはありません。"
-                         "スキップ: そのステップを呼び出さずに通過。停止したステップ: 最後に到達したステップ。"
-                         "離脱したステップ: 失敗したステップ、または到達しなかった次のステップ。",
-    },
-}
 # The rung a variant's funnel ends in: a session at its last step without it dropped at that step.
 TERMINAL_OUTCOME = {"shopping": "purchase_completed", "lodging": "purchase_completed", "procurement": "po_submitted"}
-
-
-def funnel_word(key: str, lang: str, **kw: Any) -> str:
-    s = FUNNEL_WORDS[lang_of(lang)][key]
-    return s.format(**kw) if kw else s
 
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
@@ -132,7 +106,7 @@ class FunnelStep:
 
     def skipped_label(self, lang: str) -> str:
         """``31 skipped``, or "" when no session skipped the step."""
-        return funnel_word("skipped", lang, n=self.skipped) if self.skipped else ""
+        return text("skipped", lang, n=self.skipped) if self.skipped else ""
 
     def count_label(self, lang: str) -> str:
         """The count with the skipped ones apart: ``40 (31 skipped)``, or ``40``."""
@@ -271,7 +245,7 @@ class ReportData:
         steps = self.funnels.get(d.variant or "", [])
         outcome = TERMINAL_OUTCOME.get(d.variant or "")
         if outcome and steps and d.step == steps[-1].step and d.stopped_at == d.step:
-            return funnel_word("not_reached", lang, outcome=labels.outcome_label(outcome, d.variant, lang_of(lang)))
+            return text("not_reached", lang, outcome=labels.outcome_label(outcome, d.variant, lang_of(lang)))
         return ""
 
 

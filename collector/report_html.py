@@ -11,8 +11,7 @@ import math
 import re
 
 from ..scoring import labels
-from .report import (CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow,
-                     funnel_word)
+from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                           stage_fix, text, variant_name)
 
@@ -170,7 +169,7 @@ def variant_section(data: ReportData, variant: str | None, lang: str, note: bool
     steps = data.funnels.get(variant or "")
     funnel = funnel_svg(steps, lang) if steps else f'<p class="muted">{esc(text("no_funnel", lang))}</p>'
     rows = data.outcomes.get(variant, [])
-    note_html = (f'<p class="note">{esc(text("funnel_note", lang))} {esc(funnel_word("counting_note", lang))}</p>'
+    note_html = (f'<p class="note">{esc(text("funnel_note", lang))} {esc(text("counting_note", lang))}</p>'
                  if note and steps else "")
     return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang))}'
             f'<span class="badge">{esc(text("n_sessions", lang, n=n))}</span></h2>'
@@ -183,8 +182,8 @@ def drops_section(data: ReportData, lang: str) -> str:
         body = f'<p class="muted">{esc(text("no_drops", lang))}</p>'
     else:
         top = max(d.sessions for d in data.drops)
-        heads = [("reason", text("reason", lang)), ("stopped_at", funnel_word("stopped_at", lang)),
-                 ("drop_step", funnel_word("drop_step", lang)), ("count", text("count", lang)),
+        heads = [("reason", text("reason", lang)), ("stopped_at", text("dropped_at", lang)),
+                 ("drop_step", text("drop_step", lang)), ("count", text("count", lang)),
                  ("fix", text("fix", lang)), ("example", text("example", lang))]
         body = ('<table class="data drops"><thead><tr>'
                 + "".join(f"<th{' class=num' if k == 'count' else ''}>{esc(label)}</th>" for k, label in heads)

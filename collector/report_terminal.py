@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..scoring import labels
-from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, funnel_word
+from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
@@ -232,7 +232,7 @@ def _value_width(labels_: list[str], width: int) -> int:
 def drop_blocks(data: ReportData, lang: str, width: int) -> RenderableType:
     """The drop-offs on a narrow terminal: one block each, the fix on its own wrapped lines."""
     out: list[RenderableType] = [Text(text("drop_offs", lang), style="bold")]
-    keys = [text("dropped_at", lang), funnel_word("drop_step", lang), text("fix", lang), text("example", lang)]
+    keys = [text("dropped_at", lang), text("drop_step", lang), text("fix", lang), text("example", lang)]
     value_width = _value_width(keys, width)
     for d in data.drops:
         first = data_text(d.reason, style="bold")
@@ -251,7 +251,7 @@ def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableTyp
     t = _titled(text("drop_offs", lang), leading=1)
     t.add_column(text("reason", lang), no_wrap=True)
     t.add_column(text("dropped_at", lang))
-    t.add_column(funnel_word("drop_step", lang))
+    t.add_column(text("drop_step", lang))
     t.add_column(text("count", lang), justify="right")
     t.add_column(text("fix", lang), overflow="fold", ratio=1)
     t.add_column(text("example", lang), no_wrap=True)

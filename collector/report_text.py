@@ -87,6 +87,12 @@ TEXT: dict[str, dict[str, str]] = {
         "more_experiments": "{n} older experiments not shown: agentfunnel sql \"select * from stage_funnel\"",
         "needs_upgrade": "Case runs are stored, but this database predates the evaluation report: open it once with "
                          "`agentfunnel serve` or `agentfunnel rescore` to upgrade it.",
+        "skipped": "{n} skipped",
+        "drop_step": "Drop-off step",
+        "not_reached": "{outcome} not reached",
+        "counting_note": "A session counts at every step up to the furthest one it reached, so a funnel never rises; "
+                         "skipped: passed without a call to that step. Stopped at: the last step a session reached; "
+                         "drop-off step: the step it failed at or the next one it did not reach.",
     },
     "ja": {
         "title": "エージェント ファネル レポート",
@@ -162,6 +168,12 @@ TEXT: dict[str, dict[str, str]] = {
         "more_experiments": "表示していない古い実験が {n} 件あります: agentfunnel sql \"select * from stage_funnel\"",
         "needs_upgrade": "ケースランは保存されていますが、このデータベースは評価レポートより古い形式です。"
                          "`agentfunnel serve` か `agentfunnel rescore` で一度開くと更新されます。",
+        "skipped": "スキップ {n}",
+        "drop_step": "離脱したステップ",
+        "not_reached": "{outcome}に未到達",
+        "counting_note": "セッションは到達した最も先のステップまでの各ステップに数えるため、ファネルが増えることはありません。"
+                         "スキップ: そのステップを呼び出さずに通過。停止したステップ: 最後に到達したステップ。"
+                         "離脱したステップ: 失敗したステップ、または到達しなかった次のステップ。",
     },
 }
 

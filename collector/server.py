@@ -38,7 +38,6 @@ from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
-from .forward import Forwarder
 from .telemetry import Metrics
 from .wiring import build_ingest_path
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from agentfunnel.collector.report import Filters, funnel_word, load_report
+from agentfunnel.collector.report import Filters, load_report
 from agentfunnel.collector.report_text import TEXT, clip_width
 from agentfunnel.collector.terminal import visible_controls
 from conftest import FIXTURES, agentfunnel_cmd, read_db, run_cli
@@ -115,7 +115,7 @@ def test_wide_terminal_keeps_the_table_layout(db, monkeypatch):
     out = at_width(monkeypatch, 160, "report", "--db", str(db))
     assert_fits(out, 160)
     en = TEXT["en"]
-    heads = [en["reason"], en["dropped_at"], funnel_word("drop_step", "en"), en["count"], en["fix"], en["example"]]
+    heads = [en["reason"], en["dropped_at"], en["drop_step"], en["count"], en["fix"], en["example"]]
     assert re.search(r"\s{2,}".join(map(re.escape, heads)), out), "the drop-offs are no longer a table"
     assert not re.search(r"^\S+ · \d+ sessions$", out, re.M)  # no stacked blocks
     if load_report(db, Filters.parse(None, None, None)).experiments:
