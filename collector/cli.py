@@ -117,7 +117,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     lake = settings.store.lake
     where = ("the running server" if report.via == "server"
              else f"the lake (replica {lake.replica} of {lake.replicas})" if lake else str(settings.store.path))
-    print(f"ingested {report.files} file(s) into {where}: {report.spans} spans, {report.logs} log records"
+    points = f", {report.metric_points} metric data points" if report.metric_points else ""
+    print(f"ingested {report.files} file(s) into {where}: {report.spans} spans, {report.logs} log records{points}"
           f" ({report.duplicates} already stored, {report.rejected} refused)")
     for err in report.errors:
         print(f"error: {visible_controls(err, keep_line_breaks=True)}", file=sys.stderr)
@@ -467,8 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="store OTLP files (protobuf, OTLP/JSON, Collector JSON lines)")
     common(p, "create")
-    p.add_argument("--signal", choices=["auto", "traces", "logs"], default="auto",
-                   help="what protobuf files hold (default: logs if the name says so, else traces)")
+    p.add_argument("--signal", choices=["auto", "traces", "logs", "metrics"], default="auto",
+                   help="what protobuf files hold (default: logs or metrics if the name says so, else traces)")
     p.add_argument("files", nargs="+", help="files to ingest")
     p.set_defaults(func=cmd_ingest)
 

@@ -18,7 +18,7 @@ from typing import Literal
 from .errors import PermanentError
 from .pipeline import Encoding, Signal
 
-SignalHint = Literal["auto", "traces", "logs"]
+SignalHint = Literal["auto", "traces", "logs", "metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,22 +31,24 @@ class Body:
     where: str
 
 
-def _signal_of_doc(doc: object, where: str) -> Signal | None:
+def _signal_of_doc(doc: object, where: str) -> Signal:
     if not isinstance(doc, dict):
-        raise PermanentError(f"{where}: expected a JSON object with resourceSpans or resourceLogs")
+        raise PermanentError(f"{where}: expected a JSON object with resourceSpans, resourceLogs or resourceMetrics")
     if "resourceSpans" in doc or "resource_spans" in doc:
         return "traces"
     if "resourceLogs" in doc or "resource_logs" in doc:
         return "logs"
     if "resourceMetrics" in doc or "resource_metrics" in doc:
-        return None  # metrics are not ours to store
-    raise PermanentError(f"{where}: JSON object has neither resourceSpans nor resourceLogs")
+        return "metrics"
+    raise PermanentError(f"{where}: JSON object has none of resourceSpans, resourceLogs and resourceMetrics")
 
 
 def _protobuf_signal(path: Path, hint: SignalHint) -> Signal:
+    """Protobuf does not say what it holds: the hint, else the file's name (``logs``, ``metrics``), else traces."""
     if hint != "auto":
         return hint
-    return "logs" if "logs" in path.name.lower() else "traces"
+    name = path.name.lower()
+    return "logs" if "logs" in name else "metrics" if "metrics" in name else "traces"
 
 
 def read_bodies(path: Path, hint: SignalHint = "auto") -> Iterator[Body]:
@@ -82,9 +84,7 @@ def _json_bodies(path: Path, raw: bytes) -> Iterator[Body]:
         docs = doc if isinstance(doc, list) else [doc]
         for i, d in enumerate(docs):
             where = f"{path}" + (f"[{i}]" if isinstance(doc, list) else "")
-            signal = _signal_of_doc(d, where)
-            if signal:
-                yield Body(signal, "json", json.dumps(d).encode() if isinstance(doc, list) else raw, where)
+            yield Body(_signal_of_doc(d, where), "json", json.dumps(d).encode() if isinstance(doc, list) else raw, where)
         return
     for lineno, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
@@ -94,9 +94,7 @@ def _json_bodies(path: Path, raw: bytes) -> Iterator[Body]:
             d = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PermanentError(f"{where}: not valid JSON: {exc.msg} at column {exc.colno}") from None
-        signal = _signal_of_doc(d, where)
-        if signal:
-            yield Body(signal, "json", line, where)
+        yield Body(_signal_of_doc(d, where), "json", line, where)
 
 
 def _length_prefixed(path: Path, raw: bytes, hint: SignalHint) -> Iterator[Body]:

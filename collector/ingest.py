@@ -26,6 +26,7 @@ class IngestReport:
     bodies: int = 0
     spans: int = 0
     logs: int = 0
+    metric_points: int = 0
     duplicates: int = 0
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
@@ -33,14 +34,20 @@ class IngestReport:
     traces_assembled: int = 0
 
     def add(self, body: Body, result: ExportResult) -> None:
-        if body.signal == "traces":
-            self.spans += result.accepted - result.duplicates
-        else:
-            self.logs += result.accepted - result.duplicates
+        self.count(body, result.accepted - result.duplicates)
         self.duplicates += result.duplicates
         self.rejected += result.rejected
         if result.rejected:
             self.errors.append(f"{body.where}: {result.rejected} refused: {result.message}")
+
+    def count(self, body: Body, stored: int) -> None:
+        """Add ``stored`` items of the body's signal."""
+        if body.signal == "traces":
+            self.spans += stored
+        elif body.signal == "metrics":
+            self.metric_points += stored
+        else:
+            self.logs += stored
 
 
 class _DirectSink:
@@ -107,10 +114,7 @@ class _ServerSink:
         rejected, message = _partial_success(body, payload)
         report.add(body, ExportResult(accepted=0, rejected=rejected, message=message))
         # The server does not say how many it stored; count what we sent as accepted.
-        if body.signal == "traces":
-            report.spans += _count_items(body)
-        else:
-            report.logs += _count_items(body)
+        report.count(body, _count_items(body))
 
     def close(self, report: IngestReport) -> None:
         """The end of the input closes its sessions on the server too."""
@@ -120,12 +124,17 @@ class _ServerSink:
 def _partial_success(body: Body, payload: bytes) -> tuple[int, str]:
     if body.encoding == "json":
         doc = json.loads(payload or b"{}").get("partialSuccess") or {}
-        return int(doc.get("rejectedSpans") or doc.get("rejectedLogRecords") or 0), doc.get("errorMessage", "")
+        rejected = doc.get("rejectedSpans") or doc.get("rejectedLogRecords") or doc.get("rejectedDataPoints")
+        return int(rejected or 0), doc.get("errorMessage", "")
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
     if body.signal == "traces":
         r = ExportTraceServiceResponse.FromString(payload)
         return r.partial_success.rejected_spans, r.partial_success.error_message
+    if body.signal == "metrics":
+        r3 = ExportMetricsServiceResponse.FromString(payload)
+        return r3.partial_success.rejected_data_points, r3.partial_success.error_message
     r2 = ExportLogsServiceResponse.FromString(payload)
     return r2.partial_success.rejected_log_records, r2.partial_success.error_message
 

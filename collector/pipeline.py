@@ -17,21 +17,28 @@ from typing import Literal
 
 from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
+from .decode_metrics import decode_metrics_json, decode_metrics_protobuf
 from .errors import CommitsBehind, IngestError, Saturated
+from .metric_batches import MetricBatch, bound_metric_values
 from .store.writer import CommitResult, Store
 from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-Signal = Literal["traces", "logs"]
+Signal = Literal["traces", "logs", "metrics"]
 Encoding = Literal["protobuf", "json"]
+Batch = SpanBatch | LogBatch | MetricBatch
 
-DECODERS: dict[tuple[Signal, Encoding], Callable[[bytes], SpanBatch | LogBatch]] = {
+DECODERS: dict[tuple[Signal, Encoding], Callable[[bytes], Batch]] = {
     ("traces", "protobuf"): decode_traces_protobuf,
     ("traces", "json"): decode_traces_json,
     ("logs", "protobuf"): decode_logs_protobuf,
     ("logs", "json"): decode_logs_json,
+    ("metrics", "protobuf"): decode_metrics_protobuf,
+    ("metrics", "json"): decode_metrics_json,
 }
+# what the received/rejected counters call one item of each signal
+ITEM_KINDS: dict[Signal, str] = {"traces": "spans", "logs": "logs", "metrics": "metric_points"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +55,7 @@ RATE_WINDOW_SECONDS = 0.5  # how often the rate requests are answered at is meas
 DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
 
 
-def decoded_cost(batch: SpanBatch | LogBatch) -> int:
+def decoded_cost(batch: Batch) -> int:
     """What a decoded batch holds in memory until its commit: its payload text and each row's other columns.
 
     A request is admitted again at this size once decoded: a small protobuf body of many spans
@@ -162,21 +169,23 @@ class Pipeline:
         self.admission = admission
         self.on_committed = on_committed
 
-    def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> SpanBatch | LogBatch:
+    def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> Batch:
         """Decode a body; raises PermanentError for one that is not OTLP."""
         if encoding == "json":
             batch = DECODERS[(signal, encoding)](body, max_value_depth=self.max_value_depth)  # type: ignore[call-arg]
         else:
             batch = DECODERS[(signal, encoding)](body)
-        if self.max_value_bytes is not None and (cut := bound_values(batch, self.max_value_bytes)):
-            self.metrics.inc("values_truncated", cut)
-        kind = "spans" if signal == "traces" else "logs"
+        if self.max_value_bytes is not None:
+            bound = bound_metric_values if isinstance(batch, MetricBatch) else bound_values
+            if cut := bound(batch, self.max_value_bytes):  # type: ignore[arg-type]
+                self.metrics.inc("values_truncated", cut)
+        kind = ITEM_KINDS[signal]
         self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
         if batch.rejected.count:
             self.metrics.inc(f"{kind}_rejected", batch.rejected.count, label="invalid")
         return batch
 
-    def submit(self, batch: SpanBatch | LogBatch, receiver: str) -> Future:
+    def submit(self, batch: Batch, receiver: str) -> Future:
         """Hand a batch to the store; the future resolves to an ExportResult after COMMIT."""
         try:
             commit = self.store.submit(batch)
@@ -191,7 +200,8 @@ class Pipeline:
                 out.set_exception(exc)
                 return
             result: CommitResult = f.result()
-            if self.on_committed is not None and len(batch):
+            # metric points are stored for SQL only: no session is built from them
+            if self.on_committed is not None and len(batch) and not isinstance(batch, MetricBatch):
                 try:  # the session stage (and through it the forwarder): after COMMIT, never before
                     self.on_committed(batch)
                 except Exception:  # noqa: BLE001 - it must never fail an acknowledged request

@@ -1,4 +1,4 @@
-"""OTLP/gRPC: TraceService/Export and LogsService/Export.
+"""OTLP/gRPC: TraceService/Export, LogsService/Export and MetricsService/Export.
 
 Requests arrive as raw bytes (no deserializer registered), so a malformed payload is decoded by
 us and answered INVALID_ARGUMENT with a message, never INTERNAL. Saturation is UNAVAILABLE with
@@ -25,6 +25,7 @@ from .status import check_bearer, export_response, grpc_code, rpc_status
 
 TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
 class GrpcReceiver:
@@ -52,6 +53,8 @@ class GrpcReceiver:
                 TRACE_SERVICE, {"Export": grpc.stream_unary_rpc_method_handler(self._traces)}),
             grpc.method_handlers_generic_handler(
                 LOGS_SERVICE, {"Export": grpc.stream_unary_rpc_method_handler(self._logs)}),
+            grpc.method_handlers_generic_handler(
+                METRICS_SERVICE, {"Export": grpc.stream_unary_rpc_method_handler(self._metrics)}),
         ))
         metrics.gauge("grpc_calls_in_progress", lambda: self._in_progress)
 
@@ -81,6 +84,9 @@ class GrpcReceiver:
 
     async def _logs(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
         return await self._export(requests, context, "logs")
+
+    async def _metrics(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+        return await self._export(requests, context, "metrics")
 
     def _admit_call(self) -> None:
         """Before the message is read: the caller's token, the calls in progress, the bytes in flight."""

@@ -1,10 +1,11 @@
-"""OTLP/HTTP: ``POST /v1/traces`` and ``/v1/logs``, protobuf or JSON, optionally gzip.
+"""OTLP/HTTP: ``POST /v1/traces``, ``/v1/logs`` and ``/v1/metrics``, protobuf or JSON, optionally gzip.
 
 The body is bounded before anything is decoded: Content-Length above the limit is refused
 unread, admission control reserves the bytes first, and gzip is inflated with a cap so a small
 body that expands past the limit is a 413, not an out-of-memory. A request is acknowledged only
-after its spans are committed. Health and metrics live on the same port. Requests the HTTP
-parser refuses (a Content-Length that is not a number, say) are answered in ``connections.py``.
+after its spans (log records, data points) are committed. Health and metrics live on the same
+port. Requests the HTTP parser refuses (a Content-Length that is not a number, say) are answered
+in ``connections.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
 
 CONTENT_TYPES: dict[str, Encoding] = {"application/x-protobuf": "protobuf", "application/json": "json"}
+# partialSuccess's count field in each signal's OTLP/JSON response
+REJECTED_KEYS: dict[Signal, str] = {"traces": "rejectedSpans", "logs": "rejectedLogRecords",
+                                    "metrics": "rejectedDataPoints"}
 READ_CHUNK = 256 * 1024
 
 
@@ -44,8 +48,7 @@ def success_body(signal: Signal, encoding: Encoding, result: ExportResult) -> by
     if encoding == "json":
         doc: dict[str, object] = {}
         if result.rejected or result.message:
-            key = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
-            doc["partialSuccess"] = {key: str(result.rejected), "errorMessage": result.message}
+            doc["partialSuccess"] = {REJECTED_KEYS[signal]: str(result.rejected), "errorMessage": result.message}
         return json.dumps(doc).encode()
     return export_response(signal, result.rejected, result.message)
 
@@ -77,6 +80,7 @@ class HttpReceiver:
         self.app = web.Application(client_max_size=settings.max_request_bytes)
         self.app.router.add_post("/v1/traces", self._traces)
         self.app.router.add_post("/v1/logs", self._logs)
+        self.app.router.add_post("/v1/metrics", self._metrics_export)
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
@@ -86,6 +90,9 @@ class HttpReceiver:
 
     async def _logs(self, request: web.Request) -> web.Response:
         return await self._export(request, "logs")
+
+    async def _metrics_export(self, request: web.Request) -> web.Response:
+        return await self._export(request, "metrics")
 
     async def _export(self, request: web.Request, signal: Signal) -> web.StreamResponse:
         limit = self.settings.max_request_bytes

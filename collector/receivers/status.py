@@ -16,6 +16,8 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (ExportLogsPartialSuccess,
                                                                     ExportLogsServiceResponse)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (ExportMetricsPartialSuccess,
+                                                                          ExportMetricsServiceResponse)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTracePartialSuccess,
                                                                       ExportTraceServiceResponse)
 
@@ -41,6 +43,11 @@ def export_response(signal: str, rejected: int, message: str) -> bytes:
         resp = ExportTraceServiceResponse()
         if rejected:
             resp.partial_success.CopyFrom(ExportTracePartialSuccess(rejected_spans=rejected, error_message=message))
+    elif signal == "metrics":
+        resp = ExportMetricsServiceResponse()
+        if rejected:
+            resp.partial_success.CopyFrom(ExportMetricsPartialSuccess(rejected_data_points=rejected,
+                                                                      error_message=message))
     else:
         resp = ExportLogsServiceResponse()
         if rejected:

@@ -173,6 +173,7 @@ _LATEST = "ORDER BY updated_at DESC NULLS LAST, replica"
 _DEDUPE: dict[str, str] = {
     "spans": "PARTITION BY trace_id, span_id ORDER BY received_at, replica",
     "logs": "PARTITION BY record_id ORDER BY received_at, replica",
+    "metrics": "PARTITION BY point_id ORDER BY received_at, replica",
     "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
     "sessions": f"PARTITION BY session_id {_LATEST}",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .metrics_table import create_metrics_table_sql
+
 Migration = tuple[str, str]
 
 MIGRATIONS: list[Migration] = [
@@ -442,3 +444,8 @@ MIGRATIONS.append((
     WINDOW w AS (PARTITION BY c.variant ORDER BY c.step_index);
     """,
 ))
+
+# OTLP metric data points, one row per point of every type (gauge, sum, histogram, exponential
+# histogram, summary), with their exemplars' trace and span ids so metrics join spans and sessions.
+# The columns are listed once, in ``metric_batches.METRIC_COLUMNS``; this is the table as 0007 made it.
+MIGRATIONS.append(("0007_metrics", create_metrics_table_sql("0007_metrics")))

@@ -1,4 +1,4 @@
-"""The single writer: group commits of span and log batches into DuckDB.
+"""The single writer: group commits of span, log and metric batches into DuckDB.
 
 Receivers hand decoded batches to ``Store.submit`` and wait on the returned future; the writer
 thread takes everything queued, appends it as Arrow tables in one transaction, commits, and only
@@ -26,10 +26,12 @@ import pyarrow as pa
 
 from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
+from ..metric_batches import MetricBatch
 from ..wire import WIRE
 from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
+from .metrics_table import metrics_arrow_table
 from .schema import migrate
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class CommitResult:
 
 @dataclass(slots=True)
 class _Item:
-    batch: SpanBatch | LogBatch | None
+    batch: SpanBatch | LogBatch | MetricBatch | None
     future: Future
     nbytes: int
     job: Callable[[duckdb.DuckDBPyConnection], Any] | None = None
@@ -185,9 +187,10 @@ class Store:
         limit = self.settings.dedupe_max_keys
         rows = self.con.execute(
             "SELECT k FROM (SELECT trace_id || span_id AS k, received_at FROM spans WHERE received_at >= ? "
-            " UNION ALL SELECT record_id, received_at FROM logs WHERE received_at >= ?) "
+            " UNION ALL SELECT record_id, received_at FROM logs WHERE received_at >= ? "
+            " UNION ALL SELECT point_id, received_at FROM metrics WHERE received_at >= ?) "
             "ORDER BY received_at LIMIT ?",
-            [since, since, limit],
+            [since, since, since, limit],
         ).fetchall()
         self.dedupe.add(r[0] for r in rows)
 
@@ -228,7 +231,7 @@ class Store:
         """Jobs submitted and not finished: session work that is behind when it stays above zero."""
         return self._jobs_waiting
 
-    def submit(self, batch: SpanBatch | LogBatch) -> Future:
+    def submit(self, batch: SpanBatch | LogBatch | MetricBatch) -> Future:
         """Queue a batch for the next group commit; the future resolves after COMMIT."""
         fut: Future = Future()
         nbytes = max(batch.payload_bytes, 1)
@@ -384,12 +387,14 @@ class Store:
         received_at = _utcnow()
         span_parts: list[tuple[SpanBatch, list[bool] | None]] = []
         log_parts: list[tuple[LogBatch, list[bool] | None]] = []
+        metric_parts: list[tuple[MetricBatch, list[bool] | None]] = []
         results: list[CommitResult] = []
         new_keys: list[str] = []
         pending: set[str] = set()
         for item in items:
             b = item.batch
-            keys = list(map(operator.add, b.trace_id, b.span_id)) if isinstance(b, SpanBatch) else b.record_id
+            keys = (list(map(operator.add, b.trace_id, b.span_id)) if isinstance(b, SpanBatch)
+                    else b.point_id if isinstance(b, MetricBatch) else b.record_id)
             mask = self.dedupe.fresh_mask(keys)
             if mask is None and pending.isdisjoint(keys):  # the usual case: nothing seen before
                 fresh = keys
@@ -404,6 +409,8 @@ class Store:
             part_mask = None if dup == 0 else mask
             if isinstance(b, SpanBatch):
                 span_parts.append((b, part_mask))
+            elif isinstance(b, MetricBatch):
+                metric_parts.append((b, part_mask))
             else:
                 log_parts.append((b, part_mask))
 
@@ -417,6 +424,10 @@ class Store:
             logs_tbl = self._log_table(log_parts, received_at)
             if logs_tbl.num_rows:
                 tables["logs"] = logs_tbl
+        if metric_parts:
+            metrics_tbl = metrics_arrow_table(metric_parts, received_at)
+            if metrics_tbl.num_rows:
+                tables["metrics"] = metrics_tbl
         for table, rows in tables.items():
             con.register(f"_new_{table}", rows)
         try:
@@ -445,7 +456,8 @@ class Store:
             self.metrics.inc("dedupe_evictions", evicted)
             self.dedupe.evicted_by_size = 0
         for item, result in zip(items, results):
-            kind = "spans" if isinstance(item.batch, SpanBatch) else "logs"
+            kind = ("spans" if isinstance(item.batch, SpanBatch)
+                    else "metric_points" if isinstance(item.batch, MetricBatch) else "logs")
             self.metrics.inc(f"{kind}_committed", result.written)
             if result.duplicates:
                 self.metrics.inc(f"{kind}_duplicate", result.duplicates)
