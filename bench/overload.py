@@ -4,9 +4,10 @@ Starts a real ``agentfunnel serve`` with default settings, then several client p
 with many threads, send 2,000-span GenAI requests over gRPC, HTTP/protobuf and HTTP/JSON as fast
 as they are answered, for a fixed time. A pushed-back request (503 / UNAVAILABLE) is counted and
 retried after a short sleep. Meanwhile the server's RSS is sampled. When the flood ends the
-server gets SIGTERM and the time until it exits is measured. Each thread cycles over a few
-bodies, so most spans are retries the store recognises (stored once): the flood loads receiving,
-decoding and admission; ``bench/ingest.py`` measures committing new spans.
+server gets SIGTERM and the time until it exits is measured. Every request carries new trace ids
+and conversation ids (a marker in each is overwritten per send), so every span is new and every
+trace opens a session: the flood loads receiving, decoding, admission, commits and the session stage.
+``--repeat`` cycles over a few bodies unchanged instead (retries the store recognises).
 
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 
@@ -35,6 +36,8 @@ from ingest import AF_READY, Child, agentfunnel_cmd, get_json, proc_status  # no
 from payloads import genai_request  # noqa: E402
 
 SPANS = 2_000
+# The first half of every trace id in a body; each send overwrites it with a fresh counter.
+MARKER = bytes.fromhex("fa11ab1edeadc0de")
 TRANSPORTS = ("grpc", "http-protobuf", "http-json")
 
 
@@ -58,11 +61,26 @@ def _bodies(transport: str, n: int, seed: int) -> list[bytes]:
     out = []
     for i in range(n):
         req = genai_request(SPANS, seed=seed * 1000 + i)
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    span.trace_id = MARKER + span.trace_id[8:]
+                    for kv in span.attributes:
+                        if kv.key == "gen_ai.conversation.id":  # a new conversation per send too
+                            kv.value.string_value = f"conv-{MARKER.hex()}-{kv.value.string_value}"
         out.append(_otlp_json(req) if transport == "http-json" else req.SerializeToString())
     return out
 
 
-def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, results: mp.Queue) -> None:
+def _fresh(body: bytes, transport: str, stamp: int) -> bytes:
+    """The body with new trace ids: the marker replaced by a stamp no other send uses."""
+    new = stamp.to_bytes(8, "big")
+    body = body.replace(MARKER.hex().encode(), new.hex().encode())  # JSON ids, conversation ids
+    return body if transport == "http-json" else body.replace(MARKER, new)
+
+
+def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, repeat: bool,
+            results: mp.Queue) -> None:
     """One process: ``threads`` senders, each looping over its own bodies until the time is up."""
     import grpc
     import http.client
@@ -84,6 +102,8 @@ def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, 
         i = k
         while time.monotonic() < stop_at:
             body = bodies[i % len(bodies)]
+            if not repeat:
+                body = _fresh(body, transport, (seed + 1) << 48 | k << 32 | i)
             i += 1
             t0 = time.perf_counter()
             outcome = "errors"
@@ -132,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--config", help="an agentfunnel config file (default: none, the defaults)")
+    p.add_argument("--repeat", action="store_true",
+                   help="cycle over a few bodies unchanged (retries, stored once) instead of new spans per send")
     args = p.parse_args(argv)
     atexit.register(Child.cleanup)
     workdir = Path(tempfile.mkdtemp(prefix="af-overload-"))
@@ -148,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.processes):
         transport = TRANSPORTS[i % len(TRANSPORTS)]
         addr = grpc_addr if transport == "grpc" else http_addr
-        procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, results)))
+        procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, args.repeat, results)))
     print(f"flooding for {args.seconds:.0f} s: {args.processes} processes x {args.threads} threads, "
-          f"{SPANS:,}-span requests over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
+          f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
     for proc in procs:
         proc.start()
     rss_samples = []

@@ -91,7 +91,7 @@ def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> Ass
 def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> AssembledTrace:
     """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
     ruled = apply_trace_rules(records, views)
-    return AssembledTrace(views[0].trace_id, ruled, resolve_sessions(ruled))
+    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled))
 
 
 def sessions_of(traces: Iterable[AssembledTrace], wanted: Collection[str], open_traces: Container[str]) -> dict[str, Session]:

@@ -67,7 +67,7 @@ class ReceiverSettings(_Model):
         "OTLP/protobuf can carry (its decoders stop at 100 nested messages), so what is accepted can be forwarded; "
         "at most 200, within what JSON parsing allows.")
     max_bytes_in_flight: int = Field(
-        256 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
+        96 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
     )
     retry_after_seconds: float = Field(1.0, ge=0, description="Delay suggested to clients when pushing back.")
     header_timeout_seconds: float = Field(
@@ -132,7 +132,9 @@ class StoreSettings(_Model):
     dedupe_window_seconds: float = Field(
         3600.0, gt=0, description="Retries arriving within this window of the original are recognised."
     )
-    dedupe_max_keys: int = Field(2_000_000, gt=0, description="Bound on keys held for duplicate detection.")
+    dedupe_max_keys: int = Field(1_000_000, gt=0, description="Bound on keys held for duplicate detection (about "
+                                 "100 bytes each; at 40k spans/s a million keys still span 25 s, longer than "
+                                 "exporters wait before retrying).")
     max_job_delay_seconds: float = Field(
         1.0, ge=0, description="Longest session work waits behind newer ingest before it runs anyway."
     )
@@ -146,7 +148,7 @@ class StoreSettings(_Model):
     )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
     memory_limit_mb: int = Field(
-        1024, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
+        512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
         "DuckDB spills to temporary files next to the database.")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
     lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
@@ -163,14 +165,14 @@ class SessionSettings(_Model):
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
     max_held_bytes: int = Field(
-        256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
+        64 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
     max_prepare_queue_bytes: int = Field(
-        64 * MiB, gt=0, description="Committed request bytes waiting to be normalized and held; a batch beyond it is "
+        32 * MiB, gt=0, description="Committed request bytes waiting to be normalized and held; a batch beyond it is "
         "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits.")
     max_assembled_cache_bytes: int = Field(
-        128 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
+        64 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back; beyond it the least recently used go (assembled_cache_evicted).")
     shutdown_assembly_seconds: float = Field(
         10.0, ge=0, description="At shutdown, open traces are assembled for at most this long; the rest on the next start."

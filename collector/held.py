@@ -7,6 +7,10 @@ it is assembled; the forwarder labels the same batch from those records. A log r
 a held span joins it as an event (shaped as ``assembly`` shapes the ones it reads back), and the
 span is normalized again at assembly with it.
 
+A held span keeps its record and its columns as stored, attributes and events as JSON text: the
+parsed dicts cost three times the text, and after normalizing only the trace rules (for a few
+spans) and a joined log record need them, so ``take`` gives views that parse on first use.
+
 A trace is held *whole* or not at all: one seen for the first time by this process and never
 evicted. Anything else (reopened after a restart, evicted to keep within ``max_bytes``, a batch
 the worker could not take because its queue was full, a trace whose assembly came before the
@@ -16,12 +20,14 @@ the store, as before. The bounds are in estimated bytes; hitting one is counted.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
 from .assembly import AssembledTrace
@@ -32,8 +38,47 @@ log = logging.getLogger(__name__)
 
 GIVE_WAY_SECONDS = 0.005  # how long the prepare worker stands aside while requests wait for a commit
 PARTIAL_REMEMBERED = 1_000_000  # traces known not to be held whole; older marks are of traces long assembled
-SPAN_OVERHEAD_BYTES = 1200  # the view, the record and their dicts, beyond the JSON text they hold
-PARSED_FACTOR = 3  # parsed values cost about three times their JSON text
+SPAN_OVERHEAD_BYTES = 1400  # a held span's record, row and ids, beyond its JSON text (tests/test_held.py measures it)
+PARSED_FACTOR = 2  # the text, and what the record parsed of it (arguments, result) at about its size again
+
+# A held span's columns as stored: trace_id, span_id, parent, name, attributes (JSON text),
+# resource attributes (the batch's shared dict), events (JSON text or None), kind, status, message,
+# scope, start, end; ``view_of`` makes its view.
+HeldRow = tuple[Any, ...]
+
+
+def view_of(row: HeldRow) -> SpanView:
+    from ..semconv.records import new_view
+
+    tid, sid, parent, name, attributes, resource, events, kind, status, message, scope, start, end = row
+    return new_view(tid, sid, parent, name, json.loads(attributes), resource, json.loads(events) if events else [],
+                    kind, status, message, scope, start, end)
+
+
+class LazyViews(Sequence[SpanView]):
+    """A held trace's views, each parsed from its row the first time it is read."""
+
+    def __init__(self, rows: list[HeldRow], made: dict[int, SpanView]) -> None:
+        self._rows = rows
+        self._made = made
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> SpanView: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[SpanView]: ...
+
+    def __getitem__(self, i: int | slice) -> SpanView | list[SpanView]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._rows)))]
+        if i < 0:
+            i += len(self._rows)
+        view = self._made.get(i)
+        if view is None:
+            view = self._made[i] = view_of(self._rows[i])
+        return view
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +88,7 @@ class Prepared:
     views: list[SpanView]
     records: list[SpanRecord]
     costs: list[int]
+    rows: list[HeldRow] = field(default_factory=list)  # what is held of each span beside its record
 
 
 def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
@@ -59,7 +105,10 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
     records = [normalize(v, session_keys=session_keys) for v in views]
     costs = [SPAN_OVERHEAD_BYTES + PARSED_FACTOR * (len(a) + len(e or ""))
              for a, e in zip(batch.attributes, batch.events)]
-    return Prepared(views, records, costs)
+    rows = [(v.trace_id, v.span_id, v.parent_span_id, v.name, a, v.resource_attributes, e, v.span_kind,
+             v.status_code, v.status_message, v.scope_name, v.start_ns, v.end_ns)
+            for v, a, e in zip(views, batch.attributes, batch.events)]
+    return Prepared(views, records, costs, rows)
 
 
 def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]:
@@ -83,7 +132,7 @@ def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]
 
 @dataclass
 class _Trace:
-    spans: dict[str, tuple[SpanView, SpanRecord]] = field(default_factory=dict)
+    spans: dict[str, tuple[HeldRow, SpanRecord]] = field(default_factory=dict)
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
 
@@ -134,8 +183,8 @@ class HeldTraces:
         """Hold the committed spans of a batch that ``expect`` announced for ``trace_ids``."""
         with self._lock:
             self._arrived(trace_ids)
-            for i, (view, record) in enumerate(zip(prepared.views, prepared.records)):
-                tid = view.trace_id
+            for i, (row, record) in enumerate(zip(prepared.rows, prepared.records)):
+                tid, sid = row[0], row[1]
                 if tid in self._partial:
                     continue
                 trace = self._traces.get(tid)
@@ -143,9 +192,9 @@ class HeldTraces:
                     trace = self._traces[tid] = _Trace()
                 else:
                     self._traces.move_to_end(tid)
-                if view.span_id in trace.spans:
+                if sid in trace.spans:
                     continue  # a retry of a span held already (one stored before is read back with its trace)
-                trace.spans[view.span_id] = (view, record)
+                trace.spans[sid] = (row, record)
                 trace.cost += prepared.costs[i]
                 self._bytes += prepared.costs[i]
             self._evict()
@@ -177,8 +226,9 @@ class HeldTraces:
         if evicted:
             self.metrics.inc("held_traces_evicted", evicted)
 
-    def take(self, trace_id: str) -> tuple[list[SpanView], list[SpanRecord]] | None:
-        """The held trace's views and records, in the store's order, released; None when it is not held whole."""
+    def take(self, trace_id: str) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
+        """The held trace's views (parsed when read) and records, in the store's order, released; None when it is
+        not held whole."""
         with self._lock:
             if self._pending.get(trace_id):  # the worker is behind: what is held is not all of it
                 self._drop(trace_id)
@@ -192,16 +242,18 @@ class HeldTraces:
             if trace is None:
                 return None
             self._bytes -= trace.cost
-        pairs = sorted(trace.spans.values(), key=lambda p: (p[0].start_ns, p[0].span_id))
-        views, records = [], []
-        for view, record in pairs:
-            extra = trace.logs.get(view.span_id)
+        pairs = sorted(trace.spans.values(), key=lambda p: (p[0][11], p[0][1]))  # start, span id
+        rows, records, made = [], [], {}
+        for row, record in pairs:
+            extra = trace.logs.get(row[1])
             if extra:  # a log record arrived for this span: read it again with the record as an event
+                view = view_of(row)
                 view = replace(view, events=list(view.events) + sorted(extra, key=lambda e: e["time_unix_nano"]))
                 record = normalize(view, session_keys=self.session_keys)
-            views.append(view)
+                made[len(rows)] = view
+            rows.append(row)
             records.append(record)
-        return views, records
+        return LazyViews(rows, made), records
 
     def count_read_back(self, traces: int) -> None:
         if traces:

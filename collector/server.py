@@ -383,6 +383,6 @@ def _exit_after(seconds: float) -> None:
         logging.shutdown()
         os._exit(0)
 
-    timer = threading.Timer(seconds, overrun)
+    timer = threading.Timer(max(0.0, seconds - 0.5), overrun)  # the half second: exiting itself, within the bound
     timer.daemon = True
     timer.start()

@@ -46,6 +46,38 @@ def test_held_records_assemble_like_the_views_they_came_from():
         assert held.take(next(iter(by_trace))) is None  # taken once
 
 
+def test_the_held_bytes_estimate_is_close_to_what_holding_costs():
+    """``sessions.max_held_bytes`` bounds real memory only if the estimate tracks it: measured with tracemalloc,
+    for agent traffic (bench/payloads.py) and for every recorded framework together."""
+    import gc
+    import sys
+    import tracemalloc
+
+    sys.path.insert(0, str(FIXTURES.parents[1] / "bench"))
+    from payloads import genai_request
+
+    bodies = {"agent traffic": [genai_request(2000, seed=7).SerializeToString()],
+              "recorded frameworks": [p.read_bytes() for p in sorted(OTLP.glob("*/*.traces.binpb"))]}
+    for label, payloads in bodies.items():
+        gc.collect()
+        tracemalloc.start()
+        try:
+            metrics = Metrics()
+            held = HeldTraces(1 << 40, metrics)
+            for body in payloads:
+                batch = decode_traces_protobuf(body)
+                held.add(prepare(batch), trace_ids=())
+                del batch
+            gc.collect()
+            real = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        estimated = metrics.snapshot()["held_bytes"]
+        assert 0.8 * real <= estimated <= 1.4 * real, f"{label}: estimated {estimated:,} for {real:,} bytes held"
+        taken = held.take(decode_traces_protobuf(payloads[0]).trace_id[0])
+        assert taken is not None and taken[0][0].attributes  # a view parses its attributes when read
+
+
 def test_a_log_record_for_a_held_span_is_read_with_it():
     logs_path = next(OTLP.glob("google-adk/*.logs.binpb"))
     spans = decode_traces_protobuf(logs_path.with_name(logs_path.name.replace(".logs.", ".traces.")).read_bytes())
