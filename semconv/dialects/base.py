@@ -102,13 +102,15 @@ def parse_json(value: Any) -> Any:
 
     ``s`` is stripped, so the text is one JSON value exactly when the scanned value ends where the
     text does (what ``json.loads(s)`` checks, at a fraction of the cost for short attributes).
+    Telemetry is untrusted: text nested past what the parser allows (the interpreter's recursion
+    limit) stays text rather than raising out of the dialect reading it.
     """
     if isinstance(value, str):
         s = value.strip()
         if s[:1] in ("{", "[", '"') or s in ("true", "false", "null"):
             try:
                 parsed, end = _scan_json(s, 0)
-            except (StopIteration, ValueError):
+            except (StopIteration, ValueError, RecursionError):
                 return value
             return parsed if end == len(s) else value
     return value
