@@ -1,12 +1,14 @@
-"""Tool calls onto funnel steps, and which funnel variant a session is read against."""
+"""Tool calls onto funnel steps, which funnel variant a session is read against, and its outcome ladder."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMENT_STEPS, FunnelSettings, matches)
+from . import evidence as ev
+from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMENT_STEPS, FunnelSettings, UserVariant,
+                     matches)
 
 GLOBAL_ORDER = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
 
@@ -105,3 +107,61 @@ class StepMatcher:
         if steps & set(COMMERCE_STEPS):
             return VariantChoice("shopping", "inferred")
         return VariantChoice("generic", "inferred" if tools else "default")
+
+
+# What a tool result shows of a checkout; on a store page (WebMCP), its checkout page and even a
+# confirmed order only show that the checkout was reached: such runs never pay.
+CHECKOUT_EVIDENCE = frozenset({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING})
+STORE_PAGE_CHECKOUT_EVIDENCE = CHECKOUT_EVIDENCE | {ev.CHECKOUT_PAGE, ev.ORDER_CONFIRMED}
+
+
+def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *, store_page: bool = False,
+                   answer: str | None = None, stopped_by_error: bool = False,
+                   user_variant: UserVariant | None = None) -> str:
+    """The highest rung of ``variant``'s ladder that the session's steps and result evidence prove.
+
+    ``steps`` are the steps reached (by calls that did not error), in the variant's order; ``flags``
+    the evidence found in tool results (``scoring.evidence``). Steps are evidence too: where
+    telemetry carries no results (content capture off, MCP server spans with only the method and
+    tool name) they are the only evidence, so a successful checkout-step call is
+    ``checkout_reached``, a cart-step call ``cart_created``, a search or details call
+    ``search_only``, and a session never reads lower than its steps prove. A purchase (and
+    lodging's ``purchase`` step) always needs a confirmation in a result. Below every rung:
+    ``failed`` when an error stopped the session, else ``info_provided`` with an answer, else
+    ``abandoned``.
+    """
+    if user_variant is not None:
+        if steps:
+            return user_variant.outcomes.get(steps[-1], f"{steps[-1]}_reached")
+    elif variant == "generic":
+        if "action" in steps:
+            return "action_taken"
+        if steps:
+            return "read_only"
+        return "failed" if stopped_by_error else "no_activity"
+    elif variant == "procurement":
+        if "po" in steps or ev.PO in flags:
+            return "po_submitted"
+        if "quote" in steps or ev.QUOTE in flags:
+            return "quote_received"
+        if "rfq" in steps or ev.RFQ in flags:
+            return "rfq_submitted"
+        if "search" in steps:
+            return "search_only"
+    else:  # shopping and lodging
+        if ev.ORDER_CONFIRMED in flags and not store_page:
+            return "purchase_completed"
+        if not (STORE_PAGE_CHECKOUT_EVIDENCE if store_page else CHECKOUT_EVIDENCE).isdisjoint(flags):
+            return "checkout_reached"
+        if "checkout" in steps:  # a successful checkout-step call, whatever its result did not show
+            return "checkout_reached"
+        if "cart" in steps or ev.CART in flags:
+            return "cart_created"
+        if "search" in steps or "details" in steps:
+            return "search_only"
+    # an error that stopped the session outranks an apology: "answered" needs no failed attempt
+    if stopped_by_error:
+        return "failed"
+    if answer:
+        return "info_provided"
+    return "abandoned"

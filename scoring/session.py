@@ -22,7 +22,7 @@ from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
 from .dropoff import diagnose
-from .funnel import StepMatcher
+from .funnel import StepMatcher, ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
@@ -240,40 +240,5 @@ class SessionScorer:
 
     def _outcome(self, variant: str, steps: tuple[str, ...], flags: set[str] | frozenset[str], store_page: bool,
                  answer: str | None, stopped_by_error: bool, any_calls: bool) -> str:
-        user = self.config.funnel.variants.get(variant)
-        if user is not None:
-            if steps:
-                last = steps[-1]
-                return user.outcomes.get(last, f"{last}_reached")
-        elif variant == "generic":
-            if "action" in steps:
-                return "action_taken"
-            if steps:
-                return "read_only"
-            return "failed" if stopped_by_error else "no_activity"
-        elif variant == "procurement":
-            if "po" in steps or ev.PO in flags:
-                return "po_submitted"
-            if "quote" in steps or ev.QUOTE in flags:
-                return "quote_received"
-            if "rfq" in steps or ev.RFQ in flags:
-                return "rfq_submitted"
-            if "search" in steps:
-                return "search_only"
-        else:  # shopping and lodging
-            if ev.ORDER_CONFIRMED in flags and not store_page:
-                return "purchase_completed"
-            checkout = {ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING} | ({ev.CHECKOUT_PAGE, ev.ORDER_CONFIRMED}
-                                                                                   if store_page else set())
-            if flags & checkout:
-                return "checkout_reached"
-            if "cart" in steps or ev.CART in flags:
-                return "cart_created"
-            if "search" in steps or "details" in steps:
-                return "search_only"
-        # an error that stopped the session outranks an apology: "answered" needs no failed attempt
-        if stopped_by_error:
-            return "failed"
-        if answer:
-            return "info_provided"
-        return "abandoned"
+        return ladder_outcome(variant, steps, flags, store_page=store_page, answer=answer,
+                              stopped_by_error=stopped_by_error, user_variant=self.config.funnel.variants.get(variant))

@@ -6,6 +6,9 @@
 - OpenInference's LangChain tool spans lose the argument names of one-argument tools; the parent
   ``tools`` span holds the full call list (``[{"name", "args", "id"}]``), so the arguments and
   call id are recovered from there.
+- Defining an agent is set-up, not a run: in a trace whose only agent spans are ``create_agent``
+  (no model call, no tool call; OpenLLMetry records LangChain's ``create_agent`` as a trace of its
+  own), those spans are ignored as ``agent_setup``, so the trace forms no session.
 
 A trace can hold tens of thousands of sibling calls, so the work stays linear in its spans: each
 call's place among its same-name siblings is counted in one pass, and each parent's call list is
@@ -20,7 +23,7 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from .attributes import OI_INPUT_VALUE
+from .attributes import GEN_AI_OPERATION_NAME, OI_INPUT_VALUE
 from .dialects.base import parse_json
 from .records import SpanRecord, SpanView
 
@@ -29,10 +32,15 @@ CallList = dict[Hashable, list[tuple[dict, Any]]]  # tool name -> (args, call id
 
 def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> list[SpanRecord]:
     """Records of one trace (same order as ``views``) with the cross-span rules applied."""
+    out = list(records)
+    setup = _setup_only(records, views)
+    if setup:  # nothing else in the trace is agent activity: no call to pair or recover
+        for i in setup:
+            out[i] = dataclasses.replace(out[i], ignored=AGENT_SETUP)
+        return out
     by_id = {r.span_id: i for i, r in enumerate(records)}
     positions = _sibling_positions(records)
     call_lists: dict[int, CallList] = {}
-    out = list(records)
     for i, rec in enumerate(out):
         if not rec.is_tool_call or rec.parent_span_id not in by_id:
             continue
@@ -56,6 +64,29 @@ def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) 
                 args, call_id = matching[positions[i]]
                 out[i] = dataclasses.replace(rec, arguments=args, call_id=rec.call_id or call_id)
     return out
+
+
+AGENT_SETUP = "agent_setup"
+SETUP_OPERATIONS = ("create_agent",)
+
+
+def _setup_only(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> list[int]:
+    """The positions of the ``create_agent`` spans of a trace whose agent activity is only those; else none."""
+    setup = []
+    for i, r in enumerate(records):
+        if not r.is_agent_activity:
+            continue
+        if r.kind != "agent" or not _is_setup(views[i]):
+            return []
+        setup.append(i)
+    return setup
+
+
+def _is_setup(view: SpanView) -> bool:
+    op = view.attributes.get(GEN_AI_OPERATION_NAME)
+    if op is not None:
+        return op in SETUP_OPERATIONS
+    return any(view.name == o or view.name.startswith(o + " ") for o in SETUP_OPERATIONS)
 
 
 def _name_key(name: Any) -> Hashable:

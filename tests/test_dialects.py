@@ -169,11 +169,19 @@ SESSION_EXPECTATIONS = {
     "lodging_step_limit": ("lodging", ["search"], 0.25, "search_only", True),
     "info_answer": ("generic", [], 0.0, "no_activity", False),
     "generic_invalid_args": ("generic", ["discover", "read", "action"], 1.0, "action_taken", False),
+    # mcp-sdk: one tools/call per session, no results: the steps reached are the only evidence
+    "checkout_only": ("shopping", ["checkout"], 0.25, "checkout_reached", False),
+    "cart_stop": ("shopping", ["cart"], 0.25, "cart_created", False),
+    "search_only": ("shopping", ["search"], 0.25, "search_only", False),
+    "tool_error": ("shopping", [], 0.0, "failed", False),
+    # langgraph-openllmetry, the shop's tools served by an MCP server
+    "mcp_shop_tool_error": ("shopping", ["search", "cart"], 0.5, "checkout_reached", False),
 }
 # Where a framework's telemetry legitimately says less: MCP spans carry no tool results (so no
-# order or checkout evidence), and an MCP session lists its tools (discovery) even when it answers.
+# order confirmation: the checkout step reached is the evidence), and an MCP session lists its
+# tools (discovery) even when it answers.
 FRAMEWORK_EXCEPTIONS = {
-    ("mcp", "shop_purchase"): {"outcome": "cart_created"},
+    ("mcp", "shop_purchase"): {"outcome": "checkout_reached"},
     ("mcp", "shop_tool_error"): {"outcome": "cart_created"},
     ("mcp", "info_answer"): {"steps": ["discover"], "completion_rate": 1 / 3, "outcome": "read_only"},
 }
@@ -204,8 +212,13 @@ TRAJECTORY = {  # scenario: (cycles, tool calls, invalid calls, hit cap, tool er
     "lodging_step_limit": (3, 3, 0, True, 0),
     "info_answer": (0, 0, 0, False, 0),
     "generic_invalid_args": (3, 3, 1, False, 1),
+    "checkout_only": (0, 1, 0, False, 0),
+    "cart_stop": (0, 1, 0, False, 0),
+    "search_only": (0, 1, 0, False, 0),
+    "tool_error": (0, 1, 0, False, 1),
+    "mcp_shop_tool_error": (3, 3, 0, False, 1),
 }
-NO_MODEL_SPANS = {"mcp", "openai-agents-otel"}  # cycles cannot be counted: NULL, not 0
+NO_MODEL_SPANS = {"mcp", "mcp-sdk", "openai-agents-otel"}  # cycles cannot be counted: NULL, not 0
 TRAJECTORY_EXCEPTIONS = {
     # the SDK rejects the invalid arguments before running the tool: no tool span, no error to count
     ("vercel-ai", "generic_invalid_args"): (3, 2, 0, False, 0),
