@@ -28,6 +28,9 @@ from ..scoring.assembled import Session, TraceShare
 from ..semconv import SpanRecord, SpanView, normalize
 from ..semconv.trace_rules import apply_trace_rules
 
+GEN_AI_AGENT_VERSION = "gen_ai.agent.version"  # not among semconv.attributes yet
+SERVICE_VERSION = "service.version"  # the OTel resource convention
+
 
 def resolve_sessions(records: Sequence[SpanRecord]) -> dict[str, str | None]:
     """span_id → session id for the spans of one trace (None: no session)."""
@@ -68,6 +71,7 @@ class AssembledTrace:
     trace_id: str
     records: list[SpanRecord]
     sessions: dict[str, str | None]  # span_id -> session id
+    agent_version: str | None = None  # gen_ai.agent.version, else the resource's service.version (slicing)
 
     @property
     def session_ids(self) -> set[str]:
@@ -91,7 +95,19 @@ def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> Ass
 def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> AssembledTrace:
     """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
     ruled = apply_trace_rules(records, views)
-    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled))
+    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
+
+
+def _agent_version(views: Sequence[SpanView]) -> str | None:
+    for v in views:
+        found = v.attributes.get(GEN_AI_AGENT_VERSION)
+        if isinstance(found, str) and found:
+            return found
+    for v in views:
+        found = v.resource_attributes.get(SERVICE_VERSION)
+        if found is not None and found != "":
+            return str(found)
+    return None
 
 
 def sessions_of(traces: Iterable[AssembledTrace], wanted: Collection[str], open_traces: Container[str]) -> dict[str, Session]:
@@ -129,7 +145,10 @@ def span_stamps(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
 def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime) -> list[dict[str, Any]]:
     """A ``trace_index`` row per trace: what a later span, a re-score or a restart needs to find it again."""
     return [{"trace_id": t.trace_id, "first_received": first_received, "span_count": len(t.records),
-             "session_ids": sorted(t.session_ids), "assembled_at": now} for t in traces]
+             "session_ids": sorted(t.session_ids), "assembled_at": now, "agent_version": t.agent_version,
+             "providers": sorted({r.provider for r in t.records if r.provider}),
+             "servers": sorted({s for r in t.records if r.is_tool_call and (s := _server_of(r.tool_name or ""))})}
+            for t in traces]
 
 
 def _json(value: Any) -> str | None:

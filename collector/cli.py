@@ -7,6 +7,7 @@ import asyncio
 import csv
 import difflib
 import gc
+import html
 import io
 import json
 import logging
@@ -77,8 +78,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     })
 
     def announce(ep: Endpoints) -> None:
+        ui = f" ui={_ui_url(settings, ep.http)}" if ep.http else ""
         print(f"agentfunnel serving db={settings.store.path} grpc={ep.grpc or '-'} http={ep.http or '-'} "
-              f"sql={ep.admin}", flush=True)
+              f"sql={ep.admin}{ui}", flush=True)
 
     try:
         asyncio.run(serve_forever(settings, announce))
@@ -88,6 +90,68 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"agentfunnel serve: cannot start: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _ui_url(settings: Settings, http: str) -> str:
+    """The UI's address on the HTTP port (a wildcard bind is reached on loopback)."""
+    host, port = http.rsplit(":", 1)
+    if host in ("0.0.0.0", "::", "[::]", ""):
+        host = "127.0.0.1"
+    scheme = "https" if settings.receivers.tls is not None else "http"
+    return f"{scheme}://{host}:{port}/ui/"
+
+
+# ---------------------------------------------------------------------------- ui
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """The read-only UI over a database file, offline; a file a server owns is already served by it."""
+    import duckdb
+
+    from .query import running_server
+    from .store.writer import connect, lock_down
+    from .ui import Reader, serve_file
+
+    settings = _settings(args)
+    info = running_server(settings.store.path) if settings.store.lake is None else None
+    if info is not None:
+        where = f"{info['http_url']}/ui/" if info.get("http_url") else "its HTTP port, under /ui/"
+        print(f"agentfunnel ui: a running server owns {settings.store.path}; its UI is at {where}")
+        return 0
+    if settings.store.lake is not None:
+        from .store.lake import LakeUnavailable, open_reader
+
+        try:
+            con = open_reader(settings.store.lake)
+        except LakeUnavailable as exc:
+            print(f"agentfunnel ui: {exc}", file=sys.stderr)
+            return 1
+    else:
+        if not settings.store.path.exists():
+            print(f"agentfunnel ui: database {settings.store.path} does not exist", file=sys.stderr)
+            return 1
+        try:
+            con = connect(settings.store.path, read_only=True)
+            lock_down(con)  # the rules of `agentfunnel sql`: no files, no extensions, no SET
+        except duckdb.IOException as exc:
+            print(f"agentfunnel ui: cannot open {settings.store.path}: {exc}", file=sys.stderr)
+            return 1
+    token = settings.receivers.bearer_token
+    if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print("agentfunnel ui: without a bearer token (receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN) the UI "
+              "answers loopback clients only", file=sys.stderr)
+
+    def announce(url: str) -> None:
+        print(f"agentfunnel ui serving db={settings.store.path} at {url} (read-only; Ctrl-C stops)", flush=True)
+
+    try:
+        asyncio.run(serve_file(Reader(con.cursor, settings.sql), args.host, args.port, announce, token))
+    except OSError as exc:
+        print(f"agentfunnel ui: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    finally:
+        con.close()
     return 0
 
 
@@ -174,12 +238,34 @@ def cmd_sql(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- report
 
 
+def _wait_for_judgments(command: str, db: Any, patterns: list[str] | None, seconds: float) -> None:
+    """``--wait``: wait for pending judgments, saying on stderr what is waited for and what is left."""
+    from .compare import wait_for_judgments
+    from .query import QueryError
+
+    def waiting(n: int) -> None:
+        print(f"agentfunnel {command}: waiting up to {seconds:g} s for {n} pending judgment(s)", file=sys.stderr,
+              flush=True)
+
+    try:
+        left = wait_for_judgments(db, patterns, seconds, waiting)
+    except QueryError:
+        return  # the command itself says what is wrong with the database
+    if left:
+        print(f"agentfunnel {command}: {left} run(s) still wait for a judgment (pending)"
+              + (f" after {seconds:g} s" if seconds > 0 else "; --wait SECONDS waits for them"),
+              file=sys.stderr, flush=True)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import run_report
 
     settings = _settings(args)
-    return run_report(settings.store if settings.store.lake else settings.store.path, args.lang, args.html,
-                      args.variant, args.agent, args.since)
+    db = settings.store if settings.store.lake else settings.store.path
+    _wait_for_judgments("report", db, None, args.wait)
+    return run_report(db, args.lang, args.html, args.variant, args.agent, args.since, model=args.model,
+                      agent_version=args.agent_version, provider=args.provider, server=args.server,
+                      experiment=args.experiment, until=args.until, bucket=args.bucket)
 
 
 # ---------------------------------------------------------------------------- demo
@@ -221,6 +307,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\nThe DuckDB file is {db.resolve()}. Try:")
     for q in DEMO_QUERIES:
         print(f'  agentfunnel sql --db {db} "{q}"')
+    print(f"  agentfunnel ui --db {db}    # read the sessions in a browser")
     return status
 
 
@@ -343,19 +430,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .terminal import visible_controls
 
     settings = _settings(args)
+    db = settings.store if settings.store.lake else settings.store.path
     try:
-        result = compare(settings.store if settings.store.lake else settings.store.path, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
+        if args.wait > 0:
+            _wait_for_judgments("compare", db, [args.a, args.b], args.wait)
+        result = compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
                          max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
                          max_cost=args.max_cost)
     except (QueryError, ValueError) as exc:
         print(f"agentfunnel compare: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
         return 2
+    from .ui.links import compare_url, experiment_url, ui_base
+
+    base = ui_base(db)
+    urls = [compare_url(base, args.a, args.b), experiment_url(base, args.a), experiment_url(base, args.b)] if base else []
     if args.format == "json":
         print(to_json_text(result))
     else:
         print_terminal(result)
+        for label, url in zip(("UI:", "  A:", "  B:"), urls):  # the running server's pages for these experiments
+            print(f"{label} {url}")
     if args.html:
-        args.html.write_text(render_html(result), encoding="utf-8")
+        page = render_html(result)
+        if urls:
+            links = " · ".join(f'<a href="{html.escape(u)}">{html.escape(u)}</a>' for u in urls)
+            page = page.replace("</body>", f"<p>UI: {links}</p></body>", 1)
+        args.html.write_text(page, encoding="utf-8")
     return 1 if result.gates else 0
 
 
@@ -449,6 +549,16 @@ class _Parser(argparse.ArgumentParser):
         return unknown
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to 86400 seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agentfunnel", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
@@ -486,7 +596,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default=None, help="only sessions of this funnel variant")
     p.add_argument("--since", default=None, metavar="ISO", help="only sessions first seen at or after this time (UTC)")
     p.add_argument("--agent", default=None, metavar="NAME", help="only sessions of this agent (agent_name)")
+    p.add_argument("--until", default=None, metavar="ISO", help="only sessions first seen before this time (UTC)")
+    p.add_argument("--agent-version", default=None, metavar="V", help="only sessions of this agent version "
+                   "(service.version)")
+    p.add_argument("--model", default=None, help="only sessions of this model")
+    p.add_argument("--provider", default=None, help="only sessions of this model provider (gen_ai.provider.name)")
+    p.add_argument("--server", default=None, metavar="NAME", help="only sessions that called this MCP server")
+    p.add_argument("--experiment", default=None, metavar="NAME", help="only runs of this experiment (or glob)")
+    p.add_argument("--bucket", choices=["hour", "day"], default=None, help="also show the sessions by hour or day")
+    p.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="first wait up to this long for pending judgments (default 0: say how many are pending)")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("ui", help="serve the read-only web UI over a database file (serve has it under /ui/)")
+    common(p, "read")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=4320, help="port (default 4320; 0 = any free)")
+    p.set_defaults(func=cmd_ui)
     p = sub.add_parser("demo", help="run the processor with demo agents over real OTLP and print the report")
     common(p, "create", DEMO_DB)
     p.add_argument("--sessions", type=int, default=120, help="production sessions to simulate (default 120)")
@@ -520,11 +645,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
+    p.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="first wait up to this long for pending judgments; runs still pending fail the gate")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("rescore", help="re-derive sessions from stored spans after a config change")
     common(p, "update")
     p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")
     p.set_defaults(func=cmd_rescore)
+    from .data_commands import register as register_data_commands
+
+    register_data_commands(sub, common)  # prune, delete, export, snapshot
     return parser
 
 

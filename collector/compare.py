@@ -4,12 +4,19 @@ An experiment argument may be a glob (``fix-*``): reruns named fix-1 … fix-5 p
 measurement of k = 5 runs per case. pass^k (every run passed) is the headline; pass@k (some run
 passed) shows what is recoverable; n is always shown. A case regressed when its pass rate fell
 (10/10 → 7/10), improved when it rose.
+
+A run whose judgment has not returned yet (failure class ``judge_pending``) is never a pass, so a
+gate run right after a suite would fail runs that pass seconds later: ``wait_for_judgments``
+polls until none is pending or the wait is over, and a comparison that still has pending runs
+fails its gate, saying how many.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,11 +45,52 @@ WHERE s.experiment GLOB '{pattern}' AND s.case_id IS NOT NULL AND s.passed IS NO
 """
 
 
+_PENDING_SQL = """
+SELECT count(*) AS pending FROM sessions s LEFT JOIN case_runs r USING (session_id)
+WHERE {experiment} AND s.case_id IS NOT NULL AND s.failure_class = 'judge_pending' AND NOT coalesce(r.probe, false)
+"""
+POLL_SECONDS = 0.25
+
+
+def pending_judgments(db: Path | StoreSettings, patterns: str | Sequence[str] | None = None) -> int:
+    """Runs of the experiments matching any of ``patterns`` (None: every case run) whose verdict waits
+    on a judgment; a run two globs match counts once."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    where = "true" if patterns is None else \
+        "(" + " OR ".join(f"s.experiment GLOB '{_escape(p)}'" for p in patterns) + ")" if patterns else "false"
+    result = query(db, _PENDING_SQL.format(experiment=where))
+    return int(result.rows[0][0]) if result.rows else 0
+
+
+def wait_for_judgments(db: Path | StoreSettings, patterns: Sequence[str] | None, seconds: float,
+                       on_wait: Callable[[int], None] | None = None, *,
+                       sleep: Callable[[float], None] = time.sleep,
+                       clock: Callable[[], float] = time.monotonic) -> int:
+    """Wait up to ``seconds`` until no run of ``patterns`` (None: any case run) has a pending judgment;
+    returns how many remain. ``on_wait`` is told the count once, when there is something to wait for.
+    """
+    def count() -> int:
+        return pending_judgments(db, patterns)
+
+    left = count()
+    if left == 0 or seconds <= 0:
+        return left
+    if on_wait is not None:
+        on_wait(left)
+    deadline = clock() + seconds
+    while left and clock() < deadline:
+        sleep(min(POLL_SECONDS, max(deadline - clock(), 0.0)))
+        left = count()
+    return left
+
+
 @dataclass
 class Side:
     pattern: str
     cases: dict[str, dict] = field(default_factory=dict)
     totals: dict = field(default_factory=dict)
+    pending: int = 0  # runs whose judgment has not returned
 
     @property
     def reliable(self) -> float | None:
@@ -65,9 +113,9 @@ class Comparison:
 
     def to_json(self) -> dict:
         return {"a": {"pattern": self.a.pattern, "reliable": self.a.reliable, "recoverable": self.a.recoverable,
-                      **self.a.totals},
+                      "pending": self.a.pending, **self.a.totals},
                 "b": {"pattern": self.b.pattern, "reliable": self.b.reliable, "recoverable": self.b.recoverable,
-                      **self.b.totals},
+                      "pending": self.b.pending, **self.b.totals},
                 "cases": self.rows, "failed_gates": self.gates}
 
 
@@ -84,6 +132,7 @@ def load_side(db: Path | StoreSettings, pattern: str) -> Side:
     side.cases = {r[0]: dict(zip(cases.columns, r)) for r in cases.rows}
     totals = query(db, _TOTALS_SQL.format(pattern=p))
     side.totals = dict(zip(totals.columns, totals.rows[0])) if totals.rows else {}
+    side.pending = pending_judgments(db, pattern)
     return side
 
 
@@ -106,16 +155,34 @@ def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float |
     regressed = [r["case_id"] for r in rows if r["change"] == "regressed"]
     if len(regressed) > max_regressions:
         gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
-    if min_pass_hat_k is not None and (side_b.reliable or 0.0) < min_pass_hat_k:
-        gates.append(f"pass^k of {b} is {side_b.reliable or 0:.2f}, below {min_pass_hat_k:.2f}")
-    p95, top = side_b.totals.get("cost_p95"), side_b.totals.get("cost_max")
+    gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost)
+    if side_a.pending:
+        gates.append(pending_gate(side_a, "A"))
+    if side_b.pending:
+        gates.append(pending_gate(side_b, "B"))
+    return Comparison(side_a, side_b, rows, gates)
+
+
+def pending_gate(side: Side, label: str) -> str:
+    return (f"{side.pending} run(s) of {label} ({side.pattern}) still wait for a judgment (pending): "
+            "they count as not passed; wait for them with --wait SECONDS")
+
+
+def side_gates(side: Side, *, min_pass_hat_k: float | None = None, max_p95_cost: float | None = None,
+               max_cost: float | None = None) -> list[str]:
+    """The gates on one experiment's own numbers (``compare``'s B, ``eval run``'s experiment): failed ones."""
+    gates = []
+    b = side.pattern
+    if min_pass_hat_k is not None and (side.reliable or 0.0) < min_pass_hat_k:
+        gates.append(f"pass^k of {b} is {side.reliable or 0:.2f}, below {min_pass_hat_k:.2f}")
+    p95, top = side.totals.get("cost_p95"), side.totals.get("cost_max")
     if max_p95_cost is not None and p95 is not None and p95 > max_p95_cost:
         gates.append(f"p95 cost of {b} is ${p95:.4f}, above ${max_p95_cost:.4f}")
     if max_cost is not None and top is not None and top > max_cost:
         gates.append(f"max cost of {b} is ${top:.4f}, above ${max_cost:.4f}")
-    if not side_b.cases:
+    if not side.cases:
         gates.append(f"no evaluated runs match {b!r}")
-    return Comparison(side_a, side_b, rows, gates)
+    return gates
 
 
 def _fmt(v: float | None, money: bool = False) -> str:
@@ -190,4 +257,5 @@ def to_json_text(cmp: Comparison) -> str:
     return json.dumps(cmp.to_json(), default=str, indent=2)
 
 
-__all__ = ["compare", "print_terminal", "render_html", "to_json_text", "Comparison", "Side", "asdict"]
+__all__ = ["compare", "load_side", "pending_gate", "pending_judgments", "side_gates", "print_terminal", "render_html", "to_json_text", "wait_for_judgments",
+           "Comparison", "Side", "asdict"]

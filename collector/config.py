@@ -8,13 +8,14 @@ errors that name the key, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from ..scoring import ScoringConfig
 from ..scoring.judge import JudgeSettings
@@ -177,6 +178,9 @@ class SessionSettings(_Model):
     shutdown_assembly_seconds: float = Field(
         10.0, ge=0, description="At shutdown, open traces are assembled for at most this long; the rest on the next start."
     )
+    max_input_bytes: int = Field(
+        4 * 1024, gt=0, description="Longest `sessions.input` (the user's first message) kept, in UTF-8 bytes; a longer "
+        "one is cut with the usual mark and counted (session_inputs_truncated).")
     max_traces_per_job: int = Field(
         256, gt=0, description="Traces assembled in one store job; larger batches are split so ingest never waits long."
     )
@@ -263,6 +267,122 @@ class SqlSettings(_Model):
     max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
 
 
+# The built-in detectors, by the name that switches each on (``collector.privacy.DETECTORS`` holds their patterns).
+DetectorName = Literal["email", "phone", "payment_card", "iban", "bearer_token", "api_key", "ip_address"]
+_KEY_GLOB = re.compile(r"^[^\s\x00]+$")
+
+
+class PatternSettings(_Model):
+    """A redaction pattern of the user's: every match in a string value becomes ``replacement``."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$", max_length=40,
+                      description="Names the pattern in errors and in the redactions counter (pattern:<name>).")
+    regex: str = Field(description="A Python regular expression, matched against every string value.")
+    replacement: str | None = Field(None, description="What a match becomes (\\1 refers to a group); default "
+                                    "privacy.replacement with the pattern's name.")
+
+    @model_validator(mode="after")
+    def _compiles(self) -> "PatternSettings":
+        try:
+            compiled = re.compile(self.regex)
+        except re.error as exc:
+            raise ValueError(f"pattern {self.name!r}: {self.regex!r} is not a valid regular expression ({exc})") from None
+        if compiled.fullmatch(""):
+            raise ValueError(f"pattern {self.name!r}: {self.regex!r} matches the empty string, so it would match "
+                             "everywhere")
+        if self.replacement is not None:
+            try:
+                compiled.sub(self.replacement, "")
+            except (re.error, IndexError) as exc:
+                raise ValueError(f"pattern {self.name!r}: replacement {self.replacement!r} is not usable with its "
+                                 f"regex ({exc})") from None
+        return self
+
+
+class PrivacySettings(_Model):
+    """Redaction before anything is stored, judged or forwarded; all off by default (and then free)."""
+
+    detectors: list[DetectorName] = Field(
+        default_factory=list, description="Built-in detectors to switch on: email, phone, payment_card (Luhn-checked), "
+        "iban (mod-97-checked), bearer_token, api_key, ip_address.")
+    patterns: list[PatternSettings] = Field(default_factory=list, description="Patterns of your own, with replacements.")
+    drop_keys: list[str] = Field(default_factory=list, description="Attribute keys removed (`*` matches any run of "
+                                 "characters, e.g. `http.request.header.*`).")
+    hash_keys: list[str] = Field(default_factory=list, description="Attribute keys whose values are replaced by a keyed "
+                                 "hash (HMAC-SHA256, truncated hex), so ids such as `user.id` stay joinable.")
+    hash_key: SecretStr | None = Field(None, description="The hash key; set it from AGENTFUNNEL_HASH_KEY rather than a "
+                                       "file. Required with hash_keys; never logged.")
+    hash_length: int = Field(16, ge=8, le=64, description="Hex characters kept of each hash.")
+    capture_content: bool = Field(True, description="false: drop message content and tool payloads (arguments, "
+                                  "results, prompts, answers), keep the structure (spans, tool names, steps, status, "
+                                  "tokens).")
+    replacement: str = Field("[redacted:{name}]", description="What a detector's match becomes; {name} is the "
+                             "detector's name.")
+
+    @field_validator("drop_keys", "hash_keys")
+    @classmethod
+    def _keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not _KEY_GLOB.match(key) or key.strip("*") == "":
+                raise ValueError(f"{key!r} is not an attribute key (or a key with * wildcards)")
+        return value
+
+    @field_validator("replacement")
+    @classmethod
+    def _replacement(cls, value: str) -> str:
+        try:
+            value.format(name="x")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"{value!r}: only {{name}} may be filled in ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _hashing(self) -> "PrivacySettings":
+        if self.hash_keys and (self.hash_key is None or not self.hash_key.get_secret_value()):
+            raise ValueError("hash_keys needs hash_key (set AGENTFUNNEL_HASH_KEY)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.detectors or self.patterns or self.drop_keys or self.hash_keys or not self.capture_content)
+
+
+# Tables by what they hold: raw telemetry, and rows derived from it (re-derivable while the raw rows last).
+# The trace index goes with the spans of its traces.
+RAW_TABLES = ("spans", "logs", "metrics")
+DERIVED_TABLES = ("tool_calls", "sessions", "case_runs", "judgments")
+TableName = Literal["spans", "logs", "metrics", "tool_calls", "sessions", "case_runs", "judgments"]
+
+
+class RetentionSettings(_Model):
+    """How long rows are kept; pruned by bounded store jobs off the ingest path. Nothing is pruned by default."""
+
+    raw_days: float | None = Field(None, gt=0, description="Spans, log records and metric points older than this "
+                                   "(by their own time) are removed; a trace's index row goes with its last span.")
+    derived_days: float | None = Field(None, gt=0, description="Tool calls and sessions older than this are removed "
+                                       "(by their start and last span), case runs and judgments with their sessions.")
+    tables: dict[TableName, float] = Field(default_factory=dict, description="A time-to-live in days for one table, "
+                                           "overriding raw_days or derived_days.")
+    interval_seconds: float = Field(3600.0, gt=0, description="How often the server prunes.")
+    max_rows_per_job: int = Field(50_000, gt=0, description="Most rows one pruning job removes; more take more jobs, "
+                                  "so ingest waits at most one job (counted in prune_jobs).")
+
+    @field_validator("tables")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for table, days in value.items():
+            if not days > 0:
+                raise ValueError(f"{table}: {days} days is not a time-to-live (give a number above 0)")
+        return value
+
+    def ttl_days(self) -> dict[str, float]:
+        """Each table's time-to-live in days, for the tables that have one."""
+        out = {t: self.raw_days for t in RAW_TABLES if self.raw_days is not None}
+        out.update({t: self.derived_days for t in DERIVED_TABLES if self.derived_days is not None})
+        out.update(self.tables)
+        return out
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -274,6 +394,8 @@ class Settings(_Model):
     cases: CaseSettings = CaseSettings()
     judge: JudgeSettings = JudgeSettings()
     sql: SqlSettings = SqlSettings()
+    privacy: PrivacySettings = PrivacySettings()
+    retention: RetentionSettings = RetentionSettings()
 
 
 class ConfigError(Exception):
@@ -284,6 +406,7 @@ ENV_VARS = {
     "AGENTFUNNEL_DB": ("store", "path"),
     "AGENTFUNNEL_HOST": ("receivers", "host"),
     "AGENTFUNNEL_BEARER_TOKEN": ("receivers", "bearer_token"),
+    "AGENTFUNNEL_HASH_KEY": ("privacy", "hash_key"),
     "AGENTFUNNEL_LAKE_CATALOG": ("store", "lake", "catalog"),
     "AGENTFUNNEL_LAKE_DATA_PATH": ("store", "lake", "data_path"),
     "AGENTFUNNEL_LAKE_REPLICA": ("store", "lake", "replica"),

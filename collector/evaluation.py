@@ -3,12 +3,15 @@
 Scoring a session (on the writer thread) evaluates its case run with the latest stored judgment.
 A closed session whose case needs a judge and has none is queued for the judge on its own thread
 pool; when the verdict arrives it is stored in ``judgments`` with its provenance and the session is
-re-scored, so ``case_runs`` and ``sessions.passed`` follow. Without a configured judge, Completion
-is ``missing`` and the run counts as ``judge_unavailable``: never a pass.
+re-scored, so ``case_runs`` and ``sessions.passed`` follow. Until then the judgment is ``pending``
+(an open session's too: it is asked for when the session closes): never a pass, never missing,
+and ``compare``/``report --wait`` wait for it. Without a configured judge, Completion is
+``missing`` and the run counts as ``judge_unavailable``: never a pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -22,8 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..scoring import SessionScore
 from ..scoring.cases import CaseFileError, LoadedSuite, load_suite
-from ..scoring.judge import JudgeInput, JudgeSettings, Judgment
+from ..scoring.artifacts import extract_artifact
+from ..scoring.assertions import MISSING
+from ..scoring.case_models import Case, case_sha256
+from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
+from ..scoring.run_view import build_view
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
@@ -65,16 +72,56 @@ class _StoredJudgments:
         pass  # stored with its session by the evaluator, in the writer's transaction
 
 
+def harness_outcome(records: Sequence[SpanRecord]) -> tuple[Sequence[SpanRecord], tuple[str, str | None] | None]:
+    """The agent's own records, and how the evaluation harness says the run's process ended: (outcome, reason),
+    the latest harness span's, or None for a run no harness started (spans sent by the agent alone)."""
+    harness = [r for r in records if r.harness is not None]
+    if not harness:
+        return records, None
+    last = max(harness, key=lambda r: (r.end_ns, r.span_id))
+    return [r for r in records if r.harness is None], (last.harness or "crash", last.error)
+
+
+def harness_ok(harness: tuple[str, str | None] | None) -> bool:
+    return harness is None or harness[0] == "ok"
+
+
+def harness_error(records: Sequence[SpanRecord], harness: tuple[str, str | None] | None) -> str | None:
+    """Why the harness's run is a crash (or a timeout): its reason, or a clean exit with no agent activity."""
+    if harness is None:
+        return None
+    outcome, reason = harness
+    if outcome == "ok":
+        if any(r.is_agent_activity for r in records):
+            return None
+        return "the command exited 0 but exported no agent activity (does it export OTLP to the OTEL_* endpoint?)"
+    return reason or outcome
+
+
 def needs_judge(case: Any) -> bool:
     return bool(case.completion_criteria) or (case.artifact is not None and case.fit)
 
 
-def judge_input(case: Any, records: Sequence[SpanRecord], score: SessionScore) -> JudgeInput:
+def _artifact(case: Case, records: Sequence[SpanRecord], score: SessionScore) -> tuple[Any, str | None]:
+    """The deliverable the judge grades when the case declares one (the final answer as JSON, or a tool argument)."""
+    if case.artifact is None:
+        return None, None
+    value, _ = extract_artifact(case, build_view(records, score.final_answer))
+    if value is MISSING:
+        return None, None
+    source = case.artifact.source.tool_argument
+    return value, (f"{source.tool}({source.argument})" if source else "final_answer")
+
+
+def judge_input(case: Case, records: Sequence[SpanRecord], score: SessionScore) -> JudgeInput:
+    """What the judge reads: task, intent, the answer (and the artifact), the returned data and the criteria."""
     returned = [ReturnedData(tool=r.tool_name or "", result=r.result) for r in records
                 if r.is_tool_call and not r.error and r.result is not None]
+    artifact, artifact_source = _artifact(case, records, score)
     return JudgeInput(task=case.task, intent_summary=case.intent_summary, final_answer=score.final_answer or "",
+                      artifact=artifact, artifact_source=artifact_source,
                       returned_data=returned, criteria=list(case.completion_criteria), threshold=case.judge_threshold,
-                      case_id=case.id, case_sha256=None)
+                      case_id=case.id, case_sha256=case_sha256(case))
 
 
 class Evaluator:
@@ -142,13 +189,22 @@ class Evaluator:
         case = self.cases.get(score.case_id or "")
         if case is None:
             return None
-        result = evaluate_run(case, records, score, judgment)
-        if needs_judge(case) and judgment is None and status == "closed" and self.judge.configured:
+        records, harness = harness_outcome(records)
+        if harness is not None and harness[0] != "ok":  # a run that did not finish is not judged: no pass either way
+            judgment = None
+        waiting = needs_judge(case) and judgment is None and harness_ok(harness) and self.judge.configured
+        if waiting and status == "closed":
             self._request(score.session_id, judge_input(case, records, score))
+        result = evaluate_run(case, records, score, PENDING if waiting else judgment,
+                              harness_error=harness_error(records, harness),
+                              timed_out=harness is not None and harness[0] == "timeout")
+        if harness is not None and harness[0] == "interrupted":  # kept, but in no pass rate: like a probe
+            result = dataclasses.replace(result, probe=True)
         if self.settings.archive_dir:
             self._archive(score, result, judgment)
-        status_and_score = ((judgment.status if judgment else "missing"), (judgment.score if judgment else None)) \
-            if needs_judge(case) else (None, None)
+        status_and_score = ((judgment.status if judgment else "pending" if waiting else "missing"),
+                            (judgment.score if judgment else None)) if needs_judge(case) and harness_ok(harness) \
+            else (None, None)
         return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result))
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
@@ -248,7 +304,9 @@ def case_run_row(score: SessionScore, r: CaseRunResult) -> dict[str, Any]:
     row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
                failure_class=r.failure_class,
                layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
-               failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256)
+               failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256,
+               scored_stages=[k for k, v in r.stages.items() if v.scored]
+               if not all(v.scored for v in r.stages.values()) else None)
     return row
 
 

@@ -122,7 +122,7 @@ def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]
         if batch.body[i] is not None:
             attributes.setdefault("body", batch.body_value[i])
         events, cost = out.get((trace_id, span_id), ([], 0))
-        events.append({"name": batch.event_name[i] or "log",
+        events.append({"name": batch.event_name[i] or attributes.get("event.name") or "log",  # SDKs before 1.31: an attribute
                        "time_unix_nano": batch.time_ns[i] or batch.observed_ns[i] or 0,
                        "attributes": attributes, "from_log": True})
         cost += SPAN_OVERHEAD_BYTES // 2 + PARSED_FACTOR * (len(batch.attributes[i]) + len(batch.body[i] or ""))

@@ -20,6 +20,7 @@ from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, 
 from .decode_metrics import decode_metrics_json, decode_metrics_protobuf
 from .errors import CommitsBehind, IngestError, Saturated
 from .metric_batches import MetricBatch, bound_metric_values
+from .privacy import Redactor
 from .store.writer import CommitResult, Store
 from .telemetry import Metrics
 
@@ -161,8 +162,10 @@ class Pipeline:
 
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
                  on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
-                 max_value_bytes: int | None = None, max_value_depth: int | None = None) -> None:
+                 max_value_bytes: int | None = None, max_value_depth: int | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.store = store
+        self.redactor = redactor  # privacy: applied to every batch before it is stored (and so judged, forwarded)
         self.max_value_bytes = max_value_bytes
         self.max_value_depth = max_value_depth  # OTLP/JSON nesting (protobuf has its decoders' own bound)
         self.metrics = metrics
@@ -175,6 +178,8 @@ class Pipeline:
             batch = DECODERS[(signal, encoding)](body, max_value_depth=self.max_value_depth)  # type: ignore[call-arg]
         else:
             batch = DECODERS[(signal, encoding)](body)
+        if self.redactor is not None:
+            self.redactor.redact(batch)
         if self.max_value_bytes is not None:
             bound = bound_metric_values if isinstance(batch, MetricBatch) else bound_values
             if cut := bound(batch, self.max_value_bytes):  # type: ignore[arg-type]

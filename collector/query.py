@@ -110,13 +110,14 @@ def _row_bytes(row: list[Any]) -> int:
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: str, limits: SqlSettings | None = None,
-              max_rows: int | None = None) -> QueryResult:
+              max_rows: int | None = None, params: list[Any] | dict[str, Any] | None = None) -> QueryResult:
     """Run one or more read-only statements on ``con`` (a connection of the caller's, never the writer's).
 
     Everything runs in one read-only transaction that is rolled back afterwards, so nothing a
     statement tries to write can land. The last statement's rows are returned, within the row
     and byte bounds of ``limits`` and its time bound (the query is interrupted, not abandoned).
-    ``max_rows`` (the caller's own cap, e.g. ``sql --max-rows``) truncates quietly.
+    ``max_rows`` (the caller's own cap, e.g. ``sql --max-rows``) truncates quietly. ``params`` binds
+    the last statement's ``?`` or ``$name`` parameters (the UI's queries never splice values into SQL).
     """
     limits = limits or SqlSettings()
     statements = checked_statements(con, query)
@@ -128,7 +129,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, limits: SqlSettings | 
         timer.start()
         for st in statements[:-1]:
             con.execute(st)
-        cur = con.execute(statements[-1])
+        cur = con.execute(statements[-1], params) if params else con.execute(statements[-1])
         desc = cur.description or []
         wanted = limits.max_rows if max_rows is None else min(max_rows, limits.max_rows)
         size = 0

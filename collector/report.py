@@ -40,6 +40,9 @@ OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_s
 # ---------------------------------------------------------------------------- data
 
 
+BUCKETS = ("hour", "day")  # --bucket: the report's sessions by the hour or the day they started
+
+
 @dataclass(frozen=True)
 class Filters:
     """Slicing options; every query sees only the sessions they select."""
@@ -47,32 +50,51 @@ class Filters:
     variant: str | None = None
     agent: str | None = None
     since: dt.datetime | None = None  # naive UTC, like the stored timestamps
+    model: str | None = None
+    agent_version: str | None = None  # sessions.agent_version: service.version (or gen_ai.agent.version)
+    provider: str | None = None
+    server: str | None = None  # an MCP server among sessions.servers
+    experiment: str | None = None  # a name or a glob
+    until: dt.datetime | None = None
+    bucket: str | None = None  # "hour" | "day": adds the sessions by time bucket
 
     @classmethod
-    def parse(cls, variant: str | None = None, agent: str | None = None, since: str | None = None) -> "Filters":
-        """Raise ValueError with a readable message for a bad --since."""
-        when = None
-        if since:
-            try:
-                when = dt.datetime.fromisoformat(since.strip())
-            except ValueError:
-                raise ValueError(f"--since {since!r} is not an ISO 8601 date or time "
-                                 "(e.g. 2025-05-01 or 2025-05-01T09:00:00Z)") from None
-            if when.tzinfo is not None:
-                when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        for value in (variant, agent):
+    def parse(cls, variant: str | None = None, agent: str | None = None, since: str | None = None,
+              **slices: str | None) -> "Filters":
+        """Raise ValueError with a readable message for a bad --since, --until or --bucket."""
+        times = {"since": since, "until": slices.pop("until", None)}
+        when: dict[str, dt.datetime | None] = {}
+        for name, value in times.items():
+            when[name] = None
+            if value:
+                try:
+                    when[name] = dt.datetime.fromisoformat(value.strip())
+                except ValueError:
+                    raise ValueError(f"--{name} {value!r} is not an ISO 8601 date or time "
+                                     "(e.g. 2025-05-01 or 2025-05-01T09:00:00Z)") from None
+                if when[name].tzinfo is not None:  # type: ignore[union-attr]
+                    when[name] = when[name].astimezone(dt.timezone.utc).replace(tzinfo=None)  # type: ignore[union-attr]
+        unknown = set(slices) - {"model", "agent_version", "provider", "server", "experiment", "bucket"}
+        if unknown:
+            raise TypeError(f"unknown filters: {', '.join(sorted(unknown))}")
+        for value in (variant, agent, *slices.values()):
             if value and "\x00" in value:
                 raise ValueError("filter values cannot contain NUL characters")
-        return cls(variant or None, agent or None, when)
+        bucket = slices.get("bucket")
+        if bucket and bucket not in BUCKETS:
+            raise ValueError(f"--bucket {bucket!r}: give {' or '.join(BUCKETS)}")
+        return cls(variant or None, agent or None, when["since"], until=when["until"],
+                   **{k: v or None for k, v in slices.items()})
 
     def describe(self) -> list[tuple[str, str]]:
         out = []
-        if self.variant:
-            out.append(("variant", self.variant))
-        if self.agent:
-            out.append(("agent", self.agent))
+        for name in ("variant", "agent", "agent_version", "model", "provider", "server", "experiment"):
+            if getattr(self, name):
+                out.append((name, getattr(self, name)))
         if self.since:
             out.append(("since", self.since.isoformat(sep=" ") + " UTC"))
+        if self.until:
+            out.append(("until", self.until.isoformat(sep=" ") + " UTC"))
         return out
 
 
@@ -158,6 +180,23 @@ class SessionRow:
 
 
 @dataclass(frozen=True)
+class BucketRow:
+    """The sessions that started in one hour or day (``--bucket``)."""
+
+    start: str  # the bucket's first instant, ISO, UTC
+    sessions: int
+    closed: int
+    avg_completion: float | None
+    outcomes: list[tuple[str | None, str | None, int]]  # (variant, outcome, sessions), the most common first
+
+    def outcomes_label(self, lang: str, top: int = 3) -> str:
+        """The most common outcomes: ``Purchase completed 4 · Search only 2``."""
+        parts = [f"{labels.outcome_label(o, v, lang_of(lang)) if o else text('unscored', lang)} {n}"
+                 for v, o, n in self.outcomes[:top]]
+        return " · ".join(parts) + (" …" if len(self.outcomes) > top else "")
+
+
+@dataclass(frozen=True)
 class StageRow:
     """One row of ``stage_funnel``: ``failed`` is the runs that failed first here (later stages go unobserved)."""
 
@@ -227,6 +266,8 @@ class ReportData:
     needs_upgrade: bool = False  # case runs stored by a version without the evaluation views
     filters: Filters = field(default_factory=Filters)
     generated_at: str | None = None
+    buckets: list[BucketRow] = field(default_factory=list)  # with --bucket: sessions by hour or day
+    ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -270,8 +311,18 @@ class ReportSQL:
             conds.append(f"agent_name = {sql_string(filters.agent)}")
         if filters.since:
             conds.append(f"first_seen >= TIMESTAMP {sql_string(filters.since.isoformat(sep=' '))}")
+        if filters.until:
+            conds.append(f"first_seen < TIMESTAMP {sql_string(filters.until.isoformat(sep=' '))}")
+        for column in ("model", "agent_version", "provider"):
+            if getattr(filters, column):
+                conds.append(f"{column} = {sql_string(getattr(filters, column))}")
+        if filters.server:
+            conds.append(f"list_contains(servers, {sql_string(filters.server)})")
+        if filters.experiment:
+            conds.append(f"experiment GLOB {sql_string(filters.experiment)}")
         self.where = " AND ".join(conds) or "TRUE"
         self.variant = filters.variant
+        self.bucket = filters.bucket
 
     def _with(self) -> str:
         return f"WITH s AS (SELECT * FROM sessions WHERE {self.where})\n"
@@ -380,6 +431,15 @@ class ReportSQL:
             f" <= {TOP_MISSED_CRITERIA}"
             " ORDER BY c.experiment, missed DESC, judged DESC, c.kind, c.name")
 
+    def buckets(self) -> str:
+        """Sessions by the hour or day they started: counts, completion, and their outcomes."""
+        assert self.bucket in BUCKETS
+        return self._with() + (
+            f"SELECT date_trunc('{self.bucket}', first_seen) AS start, variant, outcome, count(*) AS sessions,"
+            " count(*) FILTER (WHERE status = 'closed') AS closed, sum(completion_rate) AS completion,"
+            " count(completion_rate) AS completed"
+            " FROM s WHERE first_seen IS NOT NULL GROUP BY ALL ORDER BY start, sessions DESC, variant, outcome")
+
     def latest(self) -> str:
         return self._with() + (
             "SELECT session_id, variant, outcome, outcome_reads_as, completion_rate, steps, agent_name, model,"
@@ -422,12 +482,28 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
     data.latest = [SessionRow(r["session_id"], r["variant"], r["outcome"], r["outcome_reads_as"], r["completion_rate"],
                               list(r["steps"] or []), r["agent_name"], r["model"], r["status"], r["last_seen"])
                    for r in _rows(db, sql.latest())]
+    if filters.bucket:
+        data.buckets = _buckets(_rows(db, sql.buckets()))
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)
         else:
             data.needs_upgrade = bool(_rows(db, "SELECT count(*) AS n FROM case_runs")[0]["n"])
     return data
+
+
+def _buckets(rows: list[dict[str, Any]]) -> list[BucketRow]:
+    by_start: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_start.setdefault(str(r["start"]), []).append(r)
+    out = []
+    for start, group in by_start.items():
+        completed = sum(int(r["completed"]) for r in group)
+        out.append(BucketRow(
+            start, sum(int(r["sessions"]) for r in group), sum(int(r["closed"]) for r in group),
+            sum(float(r["completion"] or 0) for r in group) / completed if completed else None,
+            [(r["variant"], r["outcome"], int(r["sessions"])) for r in group]))
+    return out
 
 
 def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
@@ -455,11 +531,12 @@ def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
 
 
 def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
-               agent: str | None = None, since: str | None = None) -> int:
-    """The ``report`` command; returns the exit status."""
+               agent: str | None = None, since: str | None = None, **slices: str | None) -> int:
+    """The ``report`` command; returns the exit status. ``slices``: model, agent_version, provider, server,
+    experiment, until and bucket (``Filters``)."""
     lang = lang_of(lang)
     try:
-        filters = Filters.parse(variant, agent, since)
+        filters = Filters.parse(variant, agent, since, **slices)
     except ValueError as exc:
         print(f"agentfunnel report: {exc}", file=sys.stderr)
         return 2
@@ -468,6 +545,9 @@ def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | Non
     except QueryError as exc:
         print(f"agentfunnel report: {exc}", file=sys.stderr)
         return 1
+    from .ui.links import ui_base
+
+    data.ui_base = ui_base(db)
     if html_path is not None:
         from .report_html import render_html
 

@@ -12,6 +12,7 @@ import re
 
 from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
+from .ui.links import experiment_url, session_url
 from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                           stage_fix, text, variant_name)
 
@@ -149,6 +150,8 @@ def header_html(data: ReportData, lang: str) -> str:
     s = data.summary
     chips = "".join(f'<span class="chip">{esc(k)}: {esc(v)}</span>' for k, v in data.filters.describe()) \
         or f'<span class="chip">{esc(text("no_filters", lang))}</span>'
+    if data.ui_base:
+        chips += f' <a class="chip" href="{esc(data.ui_base)}">UI</a>'
     span = f"{esc(short_time(s.first_seen))}<br>→ {esc(short_time(s.last_seen))}" if s.first_seen else "—"
     kpis = [
         (text("sessions", lang), f"{s.sessions}", ""),
@@ -177,6 +180,20 @@ def variant_section(data: ReportData, variant: str | None, lang: str, note: bool
             f'<div><h3>{esc(text("outcome_mix", lang))}</h3>{outcome_block(rows, n, lang)}</div></div></section>')
 
 
+def buckets_section(data: ReportData, lang: str) -> str:
+    """``--bucket``: the filtered sessions by the hour or day they started."""
+    if not data.buckets:
+        return ""
+    hour = data.filters.bucket == "hour"
+    rows = "".join(f"<tr><td>{esc(short_time(b.start) if hour else b.start[:10])}</td><td class=num>{b.sessions}</td>"
+                   f"<td class=num>{esc(pct(b.avg_completion))}</td><td>{esc(b.outcomes_label(lang, 5))}</td></tr>"
+                   for b in data.buckets)
+    heads = (f"<th>{esc(text('bucket_start', lang))}</th><th class=num>{esc(text('count', lang))}</th>"
+             f"<th class=num>{esc(text('avg_completion', lang))}</th><th>{esc(text('top_outcomes', lang))}</th>")
+    return (f'<section class="card"><h2>{esc(text("by_hour" if hour else "by_day", lang))}</h2>'
+            f'<table class="data"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table></section>')
+
+
 def drops_section(data: ReportData, lang: str) -> str:
     if not data.drops:
         body = f'<p class="muted">{esc(text("no_drops", lang))}</p>'
@@ -203,7 +220,13 @@ def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
             f'<td class="num"><div>{d.sessions}</div>'
             f'<div class="mini"><span style="width:{100 * d.sessions / top:.0f}%"></span></div></td>'
             f'<td class="fix">{esc(clip_width(d.fix, 300)) or "—"}</td>'
-            f'<td><code title="{esc(d.example)}">{esc(clip_width(d.example, 28))}</code></td></tr>')
+            f'<td>{_session_ref(data, d.example)}</td></tr>')
+
+
+def _session_ref(data: ReportData, session_id: str | None, units: int = 28) -> str:
+    """A session id, linked to its page in the running server's UI when there is one."""
+    code = f'<code title="{esc(session_id)}">{esc(clip_width(session_id, units))}</code>'
+    return f'<a href="{esc(session_url(data.ui_base, session_id))}">{code}</a>' if data.ui_base and session_id else code
 
 
 def _stage_row(s, worst: bool, lang: str) -> str:
@@ -230,10 +253,12 @@ def _miss_row(m: CriterionMiss, lang: str) -> str:
             f'<td><code title="{esc(m.example)}">{esc(clip_width(m.example, 28))}</code></td></tr>')
 
 
-def experiment_section(e: ExperimentRuns, lang: str) -> str:
+def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None) -> str:
     badge = text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs)) if e.runs else ""
-    parts = [f'<section class="card eval"><h2>{esc(text("experiment", lang))} '
-             f'<code>{esc(experiment_name(e.experiment, lang))}</code>'
+    name = f'<code>{esc(experiment_name(e.experiment, lang))}</code>'
+    if ui_base and e.experiment is not None:
+        name = f'<a href="{esc(experiment_url(ui_base, e.experiment))}">{name}</a>'
+    parts = [f'<section class="card eval"><h2>{esc(text("experiment", lang))} {name}'
              + (f'<span class="badge">{esc(badge)}</span>' if badge else "") + "</h2>"]
     if e.controls:
         parts.append(f'<p class="muted small">{esc(text("controls", lang, abstained=e.abstained, controls=e.controls))}</p>')
@@ -264,7 +289,7 @@ def evaluation_sections(data: ReportData, lang: str) -> str:
     more = (f'<p class="note">{esc(text("more_experiments", lang, n=data.more_experiments))}</p>'
             if data.more_experiments else "")
     return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>'
-            + "".join(experiment_section(e, lang) for e in data.experiments) + more)
+            + "".join(experiment_section(e, lang, data.ui_base) for e in data.experiments) + more)
 
 
 def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
@@ -275,7 +300,7 @@ def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
     steps = "".join(f'<span class="step-chip">{esc(data.step_name(r.variant, s, lang))}</span>' for s in r.steps) \
         or '<span class="muted">—</span>'
     live = f' <span class="live">{esc(text("open", lang))}</span>' if r.status == "open" else ""
-    return (f'<tr><td><code title="{esc(r.session_id)}">{esc(clip_width(r.session_id, 26))}</code>{live}</td>'
+    return (f'<tr><td>{_session_ref(data, r.session_id, 26)}{live}</td>'
             f'<td>{esc(variant_name(r.variant, lang))}</td><td>{pill(r.outcome_label(lang), reads)}</td>'
             f'<td class="num">{esc(pct(rate))}{bar}</td><td>{steps}</td>'
             f'<td class="nw">{esc(clip_width(r.agent, 32)) or "—"}</td>'
@@ -372,7 +397,7 @@ def render_html(data: ReportData, lang: str = "en") -> str:
                 + re.sub(r"`([^`]+)`", r"<code>\1</code>", message) + "</section>")
     else:
         sections = [variant_section(data, v, lang, note=i == 0) for i, v in enumerate(data.variants())]
-        body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang)
+        body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
                 + evaluation_sections(data, lang) + sessions_section(data, lang))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'

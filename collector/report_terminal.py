@@ -36,6 +36,7 @@ from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, Outco
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
+from .ui.links import experiment_url, session_url
 
 BAR_WIDTH = 28
 MIN_BAR = 8  # narrower than this a bar says nothing the share beside it does not
@@ -190,6 +191,22 @@ def outcome_table(rows: list[OutcomeCount], lang: str, width: int = WIDE) -> Ren
         return t
 
     return _fitted(build, width, 4)
+
+
+def buckets_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableType:
+    """``--bucket``: the filtered sessions by the hour or day they started."""
+    def build(with_bar: bool) -> Table:
+        t = _titled(text("by_hour" if data.filters.bucket == "hour" else "by_day", lang))
+        t.add_column(text("bucket_start", lang))
+        t.add_column(text("count", lang), justify="right")
+        t.add_column(text("avg_completion", lang), justify="right")
+        t.add_column(text("top_outcomes", lang), overflow="fold")
+        for b in data.buckets:
+            start = short_time(b.start) if data.filters.bucket == "hour" else b.start[:10]
+            t.add_row(start, str(b.sessions), pct(b.avg_completion), data_text(b.outcomes_label(lang)))
+        return t
+
+    return _fitted(build, width)
 
 
 def _fix(d: DropReason) -> Text | str:
@@ -364,6 +381,8 @@ def evaluation_renderables(data: ReportData, lang: str, width: int = WIDE) -> li
         if e.runs:
             title += " · " + text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs))
         out.append(_rule(data_text(title), "magenta", width))
+        if data.ui_base:
+            out.append(_url(experiment_url(data.ui_base, e.experiment)) if e.experiment is not None else Text())
         if e.controls:
             out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
         if e.stages:
@@ -379,6 +398,8 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     """The whole report, top to bottom, laid out for ``width`` cells."""
     lang = lang_of(lang)
     out: list[RenderableType] = [header(data, lang, width), Text()]
+    if data.ui_base:
+        out[1:1] = [_url(data.ui_base, "UI: ")]
     if not data.summary.sessions:
         out.append(Text(text("empty_filtered" if data.filters.describe() else "empty", lang), style="yellow"))
         return out
@@ -390,10 +411,20 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
         if data.outcomes.get(v):
             out += [outcome_table(data.outcomes[v], lang, width), Text()]
     out += [Rule(style="blue"), drops_table(data, lang, width)]
+    if data.buckets:
+        out += [Text(), buckets_table(data, lang, width)]
+    if data.ui_base:  # the example sessions, where the UI shows them (a URL is never cut)
+        examples = list(dict.fromkeys(d.example for d in data.drops if d.example))
+        out += [Text(text("example", lang) + " · UI", style="dim"), *(_url(session_url(data.ui_base, x)) for x in examples)]
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
     return out
+
+
+def _url(url: str, prefix: str = "  ") -> Text:
+    """A URL on a line of its own, whole even past the width (a terminal wraps it; a cut one would not open)."""
+    return Text.assemble(prefix, data_text(url), no_wrap=True, overflow="ignore")
 
 
 def render_terminal(data: ReportData, lang: str = "en", width: int = WIDE, color: bool = False) -> str:

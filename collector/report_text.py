@@ -50,6 +50,10 @@ TEXT: dict[str, dict[str, str]] = {
         "empty": "No sessions yet. Send traces to `agentfunnel serve` or load files with `agentfunnel ingest`, "
                  "then run the report again.",
         "empty_filtered": "No sessions match these filters.",
+        "by_hour": "Sessions by hour (started, UTC)",
+        "by_day": "Sessions by day (started, UTC)",
+        "bucket_start": "From",
+        "top_outcomes": "Outcomes",
         "n_sessions": "{n} sessions",
         "unscored": "Not scored yet",
         "funnel_note": "Bars: sessions reaching each step (count · share of all sessions). "
@@ -131,6 +135,10 @@ TEXT: dict[str, dict[str, str]] = {
         "empty": "セッションはまだありません。`agentfunnel serve` にトレースを送るか `agentfunnel ingest` で"
                  "ファイルを読み込んでから、もう一度実行してください。",
         "empty_filtered": "条件に一致するセッションはありません。",
+        "by_hour": "時間別のセッション（開始時刻、UTC）",
+        "by_day": "日別のセッション（開始日、UTC）",
+        "bucket_start": "開始",
+        "top_outcomes": "結果",
         "n_sessions": "{n} セッション",
         "unscored": "未評価",
         "funnel_note": "バー: 各ステップに到達したセッション (件数 · 全体に占める割合)。"

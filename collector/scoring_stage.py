@@ -3,6 +3,9 @@
 Each session is scored on its own (and evaluated, when it is a case run): one that raises is
 returned as failed with its previous row left as it was, and never costs the others theirs.
 Rows are replaced, never patched: one row per session, its ``version`` bumped on every re-score.
+
+A row's ``input`` (the user's first message) is telemetry text of any length: it is cut past
+``max_input_bytes`` with the mark every cut value gets, and the rows so cut are counted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from ..scoring.assembled import Session
 from ..scoring.config import BUILTIN_VARIANTS
 from ..scoring.judge import Judgment
 from ..semconv import SpanRecord
+from .batches import _truncated
+
+INPUT_MAX_BYTES = 4 * 1024  # the default bound on sessions.input, in UTF-8 bytes
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,16 @@ def score_sessions(sessions: Mapping[str, Session], asked: Collection[str], scor
     return ScoringPass(written, failed, sorted(s for s in asked if s not in failed_ids))
 
 
-def session_row(x: ScoredSession, now: datetime) -> dict[str, Any]:
+def bounded_input(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> str | None:
+    """``text`` cut to ``max_bytes`` UTF-8 bytes (never inside a character), with the truncation mark."""
+    return None if text is None else _truncated(text, max_bytes, [0])
+
+
+def input_cut(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> bool:
+    return text is not None and len(text) * 4 > max_bytes and len(text.encode()) > max_bytes
+
+
+def session_row(x: ScoredSession, now: datetime, max_input_bytes: int = INPUT_MAX_BYTES) -> dict[str, Any]:
     """The ``sessions`` row of a scored session."""
     score, d, e = x.score, x.score.drop, x.evaluated
     return {
@@ -125,11 +140,14 @@ def session_row(x: ScoredSession, now: datetime) -> dict[str, Any]:
         "tool_call_count": score.tool_call_count, "invalid_tool_calls": score.invalid_tool_calls,
         "wasted_steps": score.wasted_steps, "hit_cap": score.hit_cap, "tool_errors": score.tool_errors,
         "input_tokens": score.input_tokens, "output_tokens": score.output_tokens, "cost_usd": score.cost_usd,
-        "duration_ms": score.duration_ms, "final_answer": score.final_answer, "case_id": score.case_id,
+        "duration_ms": score.duration_ms, "final_answer": score.final_answer,
+        "input": bounded_input(score.input_message, max_input_bytes), "case_id": score.case_id,
         "experiment": score.experiment, "run_id": score.run_id,
         "passed": e.passed if e else None, "failure_class": e.failure_class if e else None,
         "judge_status": e.judge_status if e else None, "judge_score": e.judge_score if e else None,
         "config_hash": score.config_hash, "updated_at": now,
+        # what the session is sliced by: its traces' index rows say, read where the rows are written
+        "agent_version": None, "provider": None, "servers": None,  # (SessionTables._with_slices)
     }
 
 
@@ -149,16 +167,18 @@ class PassRows:
     call_steps: list[dict[str, Any]]
     case_runs: list[dict[str, Any]]
     cased: list[str]  # sessions whose case-run row is replaced (those evaluated, and those no longer scored)
+    inputs_truncated: int = 0  # rows whose input was cut to max_input_bytes (a re-scored session counts again)
 
 
-def pass_rows(scoring: ScoringPass, now: datetime) -> PassRows:
+def pass_rows(scoring: ScoringPass, now: datetime, max_input_bytes: int = INPUT_MAX_BYTES) -> PassRows:
     evaluated = [x for x in scoring.written if x.evaluated is not None]
     return PassRows(
         replaced=scoring.replaced,
-        sessions=[session_row(x, now) for x in scoring.written],
+        sessions=[session_row(x, now, max_input_bytes) for x in scoring.written],
         call_steps=[row for x in scoring.written for row in call_step_rows(x, now)],
         case_runs=[{**x.evaluated.case_run, "updated_at": now} for x in evaluated if x.evaluated and x.evaluated.case_run],
         cased=[x.score.session_id for x in evaluated],
+        inputs_truncated=sum(input_cut(x.score.input_message, max_input_bytes) for x in scoring.written),
     )
 
 

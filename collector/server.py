@@ -30,12 +30,14 @@ from typing import Any, Callable
 from aiohttp import web
 
 from .config import Settings
+from .data_admin import add_routes as add_data_routes, prune_forever
 from .pipeline import Admission
 from .query import SECRET_HEADER, QueryError, QueryResult, remove_sidecar, run_query, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
+from .retention import Retention
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
 from .telemetry import Metrics
@@ -64,6 +66,8 @@ class Server:
         stage = path.stage
         self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
         self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
+        self.retention = Retention(settings, self.store, self.metrics, self.sessions, self.pipeline.redactor)
+        self._prune_task: asyncio.Task | None = None
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
@@ -101,6 +105,9 @@ class Server:
         if reopened:
             log.info("reopened %d traces that were stored but not assembled", reopened)
         self._session_task = asyncio.get_running_loop().create_task(self.sessions.run())
+        if self.settings.retention.ttl_days() and self.settings.store.lake is None:
+            self._prune_task = asyncio.get_running_loop().create_task(
+                prune_forever(self.retention, self.settings.retention.interval_seconds))
         grpc_addr = http_addr = None
         if rs.grpc_enabled:
             self.grpc = GrpcReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
@@ -112,6 +119,7 @@ class Server:
             grpc_addr = f"{rs.host}:{port}"
         if rs.http_enabled:
             self.http = HttpReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
+            self._mount_ui(self.http.app)
             port = await self._serve_app(self.http.app, rs.host, rs.http_port, self._ssl_context(), "http")
             http_addr = f"{rs.host}:{port}"
         admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None, "admin")
@@ -144,6 +152,14 @@ class Server:
             raise ListenError.of(name, host, port, exc) from None
         return site.port
 
+    def _mount_ui(self, app: web.Application) -> None:
+        """The read-only UI under /ui/ on the HTTP port: the same bearer token, its reads on the query pool."""
+        from .ui import UI, Reader
+
+        UI(Reader(self.store.reader, self.settings.sql), token=self.settings.receivers.bearer_token,
+           metrics=self.metrics.snapshot, evidence_settings=self.settings.scoring.evidence, pool=self._query_pool,
+           max_concurrent=self.settings.sql.max_concurrent).mount(app)
+
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).
 
@@ -167,6 +183,7 @@ class Server:
         app.router.add_post("/flush", self._flush)
         app.router.add_post("/rescore", self._rescore)
         app.router.add_post("/judge", self._judge)
+        add_data_routes(app, self, self.retention)  # /prune, /delete, /export, /snapshot
         return app
 
     def _refused(self, request: web.Request) -> web.Response | None:
@@ -227,10 +244,18 @@ class Server:
         return web.json_response(summary)
 
     async def _flush(self, request: web.Request) -> web.Response:
-        """Assemble every open trace now, without waiting for the idle timeout."""
+        """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
         if (refused := self._refused(request)) is not None:
             return refused
-        assembled = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.flush)
+        try:
+            doc = await request.json() if request.can_read_body else {}
+        except json.JSONDecodeError:
+            doc = None
+        ids = doc.get("trace_ids") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict) or not (ids is None or (isinstance(ids, list) and all(isinstance(t, str) for t in ids))):
+            return web.json_response({"error": 'body must be JSON {} or {"trace_ids": ["...", ...]}'}, status=400)
+        work = self.sessions.flush if ids is None else functools.partial(self.sessions.assemble_traces, ids)
+        assembled = await asyncio.get_running_loop().run_in_executor(self._query_pool, work)
         return web.json_response({"traces": len(assembled)})
 
     async def _sql(self, request: web.Request) -> web.Response:
@@ -285,6 +310,9 @@ class Server:
             await runner.cleanup()
         if self._session_task is not None:
             self._session_task.cancel()
+        self.retention.stop()  # a pruning pass ends after its current job
+        if self._prune_task is not None:
+            self._prune_task.cancel()
         self._decode_pool.shutdown(wait=True)
         self._query_pool.shutdown(wait=True)
         if self.store.con is not None:

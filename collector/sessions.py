@@ -157,7 +157,9 @@ class SessionService:
         scoring = score_sessions(
             sessions, ids, self._score_one, versions, self.evaluator,
             lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in self.tables.latest_judgments(con, cased).items()})
-        rows = pass_rows(scoring, utcnow())
+        rows = pass_rows(scoring, utcnow(), self.settings.max_input_bytes)
+        if rows.inputs_truncated:
+            self.metrics.inc("session_inputs_truncated", rows.inputs_truncated)
         self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
                                      stored=[s for s in rows.replaced if s in versions])
         self._count_failures(scoring.failed)
@@ -331,6 +333,13 @@ class SessionService:
         after = evaluator.judge.stats()
         moved = {k: round(v - before.get(k, 0), 6) for k, v in after.items() if v != before.get(k, 0)}
         return {"judged": judged, "stats": {**moved, "spent_usd": moved.get("spent_usd", 0.0)}}
+
+    def assemble_traces(self, trace_ids: Collection[str], timeout: float | None = None) -> list[AssembledTrace]:
+        """Assemble these open traces now and wait for it (an evaluation run's process has ended: its spans are
+        all in), leaving every other trace to its idle timeout; a trace not open is left as it is."""
+        self.preparer.drain(timeout)  # what is committed is held before it is assembled
+        traces = self.tracker.take(list(trace_ids))
+        return self._assemble(traces).result(timeout) if traces else []
 
     def flush(self, within_seconds: float | None = None) -> list[AssembledTrace]:
         """Assemble every open trace now and wait for it (``ingest`` end, shutdown, explicit flush).

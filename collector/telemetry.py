@@ -54,7 +54,14 @@ DESCRIPTIONS = {
     "admission_overreleased": "Releases of more in-flight bytes than were held (a bug if ever non-zero; the gauge stays >= 0).",
     "archive_errors": "Case-run archive files that could not be written (the case run itself is stored).",
     "sessions_failed": "Sessions whose scoring raised; the other sessions of the same job are stored.",
+    "session_inputs_truncated": "Session rows whose input (the user's first message) was cut to sessions.max_input_bytes.",
     "traces_failed": "Traces whose assembly failed even on their own; their spans stay stored, unassembled.",
+    "redactions": "Values redacted before storage, by detector or rule (email, payment_card, ..., pattern:<name>, "
+                  "drop_key, hash_key, content).",
+    "rows_pruned": "Rows removed by retention (time-to-live or prune --before), by table.",
+    "prune_jobs": "Store jobs that pruned rows (each removes at most retention.max_rows_per_job).",
+    "prune_errors": "Pruning passes that failed (logged; the next pass tries again).",
+    "rows_deleted": "Rows removed on request (agentfunnel delete --user/--session), by table.",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",

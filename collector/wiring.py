@@ -14,6 +14,7 @@ from .config import Settings
 from .evaluation import Evaluator
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
+from .privacy import redactor_for
 from .sessions import SessionService
 from .store.session_tables import SessionTables, tables_for
 from .store.writer import Store
@@ -69,6 +70,7 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
 
 def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission, forward: bool = False) -> IngestPath:
     stage = build_session_stage(settings, metrics, forward=forward)
+    redactor = redactor_for(settings.privacy, lambda label, n: metrics.inc("redactions", n, label=label))
     pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
-                        settings.receivers.max_attribute_value_bytes, settings.receivers.max_value_depth)
+                        settings.receivers.max_attribute_value_bytes, settings.receivers.max_value_depth, redactor)
     return IngestPath(stage, pipeline)

@@ -24,12 +24,12 @@ from .assertions import MISSING, evaluate_assertions, resolve_pointer
 from .case_models import Case, ValidatorSpec, tool_matches
 from .run_view import RunView, parse_json_text, run_document
 
-LAYER_STATES = ("passed", "failed", "not_run", "missing")
+LAYER_STATES = ("passed", "failed", "not_run", "missing", "pending")
 
 
 @dataclass(frozen=True)
 class LayerResult:
-    state: str  # passed | failed | not_run | missing
+    state: str  # passed | failed | not_run | missing | pending (the judgment has not returned yet)
     problems: tuple[str, ...] = ()
     failed_assertions: tuple[str, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -124,7 +124,10 @@ def _judge_layer(case: Case, judgment: Any) -> LayerResult:
         return LayerResult("missing", ("no judgment",))
     status = getattr(judgment, "status", None)
     score = getattr(judgment, "score", None)
-    evidence = {"status": status, "score": score, "threshold": case.judge_threshold}
+    evidence = {"status": status, "score": score, "threshold": case.judge_threshold,
+                "explanation": getattr(judgment, "explanation", None) or None}
+    if status == "pending":
+        return LayerResult("pending", ("the judgment has not returned yet",), evidence=evidence)
     if status in ("missing", "error") or score is None:
         reason = getattr(judgment, "error", None) or f"judgment {status}"
         return LayerResult("missing", (str(reason),), evidence=evidence)

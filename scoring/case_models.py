@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .assertions import AssertionSpec, check_path, parse_pointer
 from .config import _Model, matches
+from .labels import STAGES
 
 
 def _schema_ok(schema: Any) -> None:
@@ -45,14 +46,96 @@ class Party(_Model):
         return seen
 
 
+def _none_shorthand(data: Any, example: str) -> Any:
+    """``none`` (or ``false``): the case has no such evidence, so the stage is not applicable."""
+    if data is False or (isinstance(data, str) and data.strip().lower() == "none"):
+        return {"applies": False}
+    if isinstance(data, str) or data is True:
+        raise ValueError(f'must be "none" or {example}')
+    return data
+
+
+def _tool_argument(tool: str | None, argument: str | None, field: str) -> None:
+    if (tool is None) != (argument is None):
+        raise ValueError(f"give both {field}.tool and {field}.argument, or neither")
+
+
 class DiscoverySpec(_Model):
+    """Where the agent's explicit candidate set is read (SPEC §6 Discovery).
+
+    ``none``: the case has no candidate list (a data lookup), Discovery is ``not_applicable``.
+    ``json_path``: structured output at any assistant message; ``tool`` + ``argument``: a
+    reporting tool's argument (``report_candidates(candidates=[{rank, name}])``), which is then a
+    helper tool that counts for no stage. Neither: alias matching on the first assistant message
+    that names a candidate, a message that also calls tools included (rank = position).
+    """
+
+    applies: bool = True
     json_path: str | None = Field(None, description="where the candidate list sits in the structured output")
     choice_path: str | None = Field(None, description="where the stated choice sits in the structured output")
+    tool: str | None = Field(None, min_length=1, description="the tool the agent reports its candidates to")
+    argument: str | None = Field(None, min_length=1,
+                                 description="that tool's argument holding the candidates: a name or a JSON pointer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return _none_shorthand(data, "{json_path}, {tool, argument} or {}")
 
     @field_validator("json_path", "choice_path")
     @classmethod
     def _path(cls, v: str | None) -> str | None:
         return None if v is None else check_path(v)
+
+    @field_validator("argument")
+    @classmethod
+    def _argument(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith("/"):
+            parse_pointer(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DiscoverySpec":
+        _tool_argument(self.tool, self.argument, "discovery")
+        if self.tool is not None and self.json_path is not None:
+            raise ValueError("give discovery.json_path or discovery.tool, not both")
+        if not self.applies and (self.tool or self.json_path):
+            raise ValueError("discovery: none takes no json_path or tool")
+        return self
+
+
+class SelectionSpec(_Model):
+    """Where the agent's choice is read (SPEC §6 Selection).
+
+    ``none``: the case has no choice to make (a data lookup), Selection is ``not_applicable``.
+    ``tool`` + ``argument``: the first call to that tool, its argument's value matched against
+    the target's and the competitors' names and aliases ("none", an empty value, or no call at
+    all is an abstention; any other value is another choice). Neither: the first call to a
+    party's declared tools, else ``discovery.choice_path``, else the choice the final answer states.
+    """
+
+    applies: bool = True
+    tool: str | None = Field(None, min_length=1, description="the tool whose argument is the choice")
+    argument: str | None = Field(None, min_length=1, description="the argument: a name or a JSON pointer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return _none_shorthand(data, "{tool, argument} or {}")
+
+    @field_validator("argument")
+    @classmethod
+    def _argument(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith("/"):
+            parse_pointer(v)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SelectionSpec":
+        _tool_argument(self.tool, self.argument, "selection")
+        if not self.applies and self.tool:
+            raise ValueError("selection: none takes no tool")
+        return self
 
 
 class ArgumentExpectation(_Model):
@@ -95,6 +178,9 @@ class ArgumentExpectation(_Model):
         return next(k for k in ("equals", "one_of", "pattern", "present") if k in self.model_fields_set)
 
 
+Stage = Literal["discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
+                "completion"]
+assert get_args(Stage) == STAGES, "Stage must list labels.STAGES, in order"
 JsonType = Literal["string", "number", "integer", "boolean", "object", "array", "null"]
 
 
@@ -186,7 +272,13 @@ class Case(_Model):
     fit: bool = Field(True, description="false: a negative control, passed by abstaining or choosing another")
     candidates_supplied: bool = False
     discovery: DiscoverySpec = DiscoverySpec()
+    selection: SelectionSpec = SelectionSpec()
+    scored_stages: list[Stage] | None = Field(
+        None, min_length=1, description="the stages that decide the pass and the first failing stage (default: all)")
     allowed_tools: list[str] = Field(default_factory=list, description="the allowed tool plan: names or globs")
+    helper_tools: list[str] = Field(default_factory=list,
+                                    description="tools that count for no stage (names or globs), e.g. a reporting tool")
+    strict_plan: bool = Field(False, description="a call to an offered tool outside the plan fails Tool Resolution")
     expected_server: str | None = None
     catalog: list[str] = Field(default_factory=list, description="every tool that exists (names or globs)")
     tool_schemas: dict[str, dict[str, Any]] = {}
@@ -221,14 +313,36 @@ class Case(_Model):
         for i, f in enumerate(self.required_result_fields):
             if f.tool and plan and not self.in_plan(f.tool):
                 raise ValueError(f"required_result_fields[{i}].tool: {f.tool!r} is not in the allowed tool plan")
-        if not self.fit and self.completion_criteria:
-            raise ValueError("completion_criteria: a negative control (fit: false) is decided at selection "
-                             "and needs no criteria")
+        if not self.fit and not self.selection.applies:
+            raise ValueError("selection: a negative control (fit: false) is decided at Selection, which cannot be none")
+        twice = [st for i, st in enumerate(self.scored_stages or []) if st in (self.scored_stages or [])[:i]]
+        if twice:
+            raise ValueError(f"scored_stages: lists {twice[0]!r} twice")
+        for i, tool in enumerate(self.helper_tools):
+            if tool_matches(tool, self.allowed_tools):
+                raise ValueError(f"helper_tools[{i}]: {tool!r} is in allowed_tools; a helper counts for no stage")
+        if self.discovery.tool and tool_matches(self.discovery.tool, self.allowed_tools):
+            raise ValueError(f"discovery.tool: {self.discovery.tool!r} is in allowed_tools; the reporting tool is a "
+                             "helper and counts for no stage")
         return self
 
+    def helpers(self) -> tuple[str, ...]:
+        """Tools that count for no stage: ``helper_tools`` and the discovery reporting tool."""
+        return tuple(dict.fromkeys([*self.helper_tools, *([self.discovery.tool] if self.discovery.tool else [])]))
+
+    def is_helper(self, tool: str) -> bool:
+        helpers = self.helpers()
+        return bool(helpers) and tool_matches(tool, helpers)
+
+    def scores(self, stage: str) -> bool:
+        """Whether ``stage`` decides the pass and the first failing stage."""
+        return self.scored_stages is None or stage in self.scored_stages
+
     def plan(self) -> tuple[str, ...]:
-        """The allowed tool plan: ``allowed_tools``, else the tools that have schemas."""
-        return tuple(self.allowed_tools) or tuple(self.tool_schemas)
+        """The allowed tool plan: ``allowed_tools``, else the tools that have schemas (helpers left out)."""
+        if self.allowed_tools:
+            return tuple(self.allowed_tools)
+        return tuple(t for t in self.tool_schemas if not self.is_helper(t))
 
     def in_plan(self, tool: str) -> bool:
         return tool_matches(tool, self.plan())

@@ -37,13 +37,14 @@ from pydantic import ValidationError
 
 from ..semconv import SpanRecord
 from .case_models import (ArgumentExpectation, ArtifactSource, ArtifactSpec, Case, DiscoverySpec, Party,
-                          RequiredField, Suite, ToolArgumentSource, ValidatorSpec, case_sha256, split_server,
-                          tool_matches, _schema_ok)
+                          RequiredField, SelectionSpec, Suite, ToolArgumentSource, ValidatorSpec, case_sha256,
+                          split_server, tool_matches, _schema_ok)
 from .results import SessionScore
 from .run_view import build_view, parse_json_text
 
 __all__ = ["ArgumentExpectation", "ArtifactSource", "ArtifactSpec", "Case", "CaseFileError", "DiscoverySpec",
-           "LoadedSuite", "Party", "RequiredField", "Suite", "ToolArgumentSource", "ValidatorSpec", "case_from_session",
+           "LoadedSuite", "Party", "RequiredField", "SelectionSpec", "Suite", "ToolArgumentSource", "ValidatorSpec",
+           "case_from_session",
            "case_sha256", "format_validation_error", "load_suite", "parse_suite", "render_case_yaml", "split_server",
            "tool_matches"]
 
@@ -529,7 +530,12 @@ def _message_text(message: Any) -> str | None:
 
 
 def _first_user_message(records: Sequence[SpanRecord]) -> str | None:
-    """Best effort: some dialects keep the agent's input on its span; most keep no user text."""
+    """The session's first user message: the ``input_message`` the dialects read (the earliest span
+    that carries one), else, best effort, an agent or model span's input arguments."""
+    for r in sorted(records, key=lambda r: (r.start_ns, r.end_ns, r.span_id)):
+        text = getattr(r, "input_message", None)
+        if isinstance(text, str) and text.strip():
+            return text.strip()
     for r in records:
         if r.kind not in ("agent", "llm") or r.arguments is None:
             continue

@@ -1,7 +1,8 @@
 """Scoring configuration: funnel variants, step patterns, evidence fields, and how variants are chosen.
 
 Everything has a working default: the built-in variants (shopping, procurement, lodging,
-generic) and pattern lists cover retail, travel and procurement vocabularies. A config file can
+generic) and pattern lists (``VOCABULARY``, by family, with where each family's names come from)
+cover retail, travel and procurement vocabularies. A config file can
 extend or replace the pattern lists, add variants of its own, pin a variant per agent or MCP
 server, and change which result fields count as evidence. Unknown keys and contradictions (one
 tool name in two steps of a variant) are errors that name the field.
@@ -11,15 +12,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .labels import OUTCOME_READS_AS
 from .prices import Price
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ReadsAs = Literal["pass", "partial", "info", "fail", "unknown", "neutral"]
+
+
+def tool_key(name: str) -> str:
+    """A tool name (or pattern) as matched: lowercase, ``-`` read as ``_`` (``search-flight`` is ``search_flight``)."""
+    return name.lower().replace("-", "_")
 
 
 BUILTIN_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -42,29 +54,102 @@ STEP_LABELS: dict[str, dict[str, dict[str, str]]] = {
                 "ja": {"discover": "ツール探索", "read": "参照・検索", "action": "操作"}},
 }
 
-# Tool-name patterns per step key (exact names or globs, case-insensitive, after MCP prefixes are
-# stripped). Only names specific to commerce: a generic ``search_docs`` must not make a sale.
-BUILTIN_PATTERNS: dict[str, tuple[str, ...]] = {
-    "search": ("search_shop_catalog", "search_products", "search_catalog", "search_hotels", "search_properties",
-               "search_stays", "search_rooms", "search_accommodations", "search_listings", "find_products",
-               "product_search", "search_product*", "search_offers", "search_inventory", "browse_catalog",
-               "list_products", "find_hotels", "hotel_search", "search_availability"),
-    "details": ("get_product_details", "get_hotel_details", "get_product", "get_products", "product_details",
-                "get_product_variants", "get_variants", "lookup_product", "get_property_details", "get_room_details",
-                "get_listing", "get_offer", "get_item_details"),
-    "cart": ("add_to_cart", "create_checkout", "create_booking_session", "update_booking_session", "update_cart",
-             "create_cart", "add_item_to_cart", "add_items_to_cart", "update_checkout", "hold_room",
-             "create_hold", "create_reservation_hold", "cart_add"),
-    "checkout": ("complete_checkout", "complete_booking", "complete_booking_session", "checkout", "place_order",
-                 "create_order", "submit_order", "confirm_booking", "confirm_order", "complete_purchase",
-                 "book_room", "complete_reservation", "pay_order"),
-    "rfq": ("create_rfq", "submit_rfq", "request_quote", "request_for_quote", "create_quote_request"),
-    "quote": ("get_quote", "get_quotes", "list_quotes", "get_rfq_quotes", "review_quote", "get_rfq_status"),
-    "po": ("submit_po", "create_purchase_order", "submit_purchase_order", "create_po", "issue_po"),
-    "purchase": (),  # lodging's terminal step is reached by confirmed-booking evidence, never by a name
-}
+@dataclass(frozen=True)
+class Vocabulary:
+    """One family of built-in tool names: the step each name reaches, the variant a session calling
+    only these names is read as, and where the names were taken from."""
+
+    family: str
+    variant: str
+    steps: dict[str, tuple[str, ...]]
+    source: str
+
+
+# The built-in step vocabulary, by family (README "Built-in vocabulary" lists the same). Names are
+# exact (or globs), matched case-insensitively after MCP prefixes are stripped, with ``-`` read as
+# ``_`` (Kiwi.com's ``search-flight`` is ``search_flight``). Only names specific to commerce: a
+# generic ``search_docs`` must not make a sale, and a store's admin tools (``create_product``) are
+# not a shopper's steps. Travel that is not lodging is shopping: flights, trains and car rental book
+# through the same search → details → hold → book path, and their names carry no lodging hint.
+VOCABULARY: tuple[Vocabulary, ...] = (
+    Vocabulary("retail", "shopping", {
+        "search": ("search_products", "find_products", "product_search", "search_product*", "search_offers",
+                   "search_inventory", "browse_catalog", "list_products", "search_listings", "search_availability"),
+        "details": ("get_products", "product_details", "get_product_variants", "get_variants", "lookup_product",
+                    "get_listing", "get_offer", "get_item_details"),
+        "cart": ("add_to_cart", "create_cart", "add_item_to_cart", "add_items_to_cart", "cart_add"),
+        "checkout": ("checkout", "place_order", "create_order", "submit_order", "confirm_order", "complete_purchase",
+                     "pay_order"),
+    }, "storefront names common to agent samples and shop MCP servers (the first built-in list)"),
+    Vocabulary("ucp_shopping", "shopping", {
+        "search": ("search_catalog",), "details": ("lookup_catalog", "get_product"),
+        "cart": ("create_cart", "update_cart", "create_checkout", "update_checkout"),
+        "checkout": ("complete_checkout",),
+    }, "UCP shopping service, MCP binding (source/services/shopping/mcp.openrpc.json); Shopify's UCP "
+       "storefront and Global Catalog MCP servers serve the same names"),
+    Vocabulary("shopify_storefront", "shopping", {
+        "search": ("search_shop_catalog",), "details": ("get_product_details",), "cart": ("update_cart",),
+    }, "Shopify Storefront MCP server (search_shop_catalog, get_product_details, update_cart)"),
+    Vocabulary("ucp_mcp_server", "shopping", {
+        "cart": ("ucp_checkout_create", "ucp_checkout_update", "ucp_checkout_set_fulfillment"),
+        "checkout": ("ucp_checkout_complete",),
+    }, "ucp-mcp-server 0.2.0 (PyPI), a UCP client as MCP tools"),
+    Vocabulary("booking_session", "shopping", {
+        "cart": ("create_booking_session", "update_booking_session"),
+        "checkout": ("complete_booking_session", "complete_booking", "confirm_booking"),
+    }, "UCP lodging booking, MCP binding (create/update/complete_booking_session); not lodging-specific: "
+       "lodging when dev.ucp.lodging is declared or a lodging name is called, else a booking of anything"),
+    Vocabulary("hotels", "lodging", {
+        "search": ("search_hotels", "search_hotel", "find_hotels", "hotel_search", "compare_hotels",
+                   "search_properties", "search_stays", "search_rooms", "search_accommodations"),
+        "details": ("get_hotel_details", "get_property_details", "get_room_details"),
+        "cart": ("hold_room", "create_hold", "create_reservation_hold"),
+        "checkout": ("book_room", "complete_reservation"),
+    }, "hotelzero 1.15.2 (npm: search_hotels, find_hotels, compare_hotels, get_hotel_details), mcp-amadeus "
+       "0.0.2 (PyPI: search_hotels), mcp-fliggy-travel 6.0.1 (PyPI: search_hotel), and the first built-in list"),
+    Vocabulary("vacation_rentals", "lodging", {
+        "search": ("airbnb_search",), "details": ("airbnb_listing_details",),
+    }, "@openbnb/mcp-server-airbnb 0.3.0 (npm)"),
+    Vocabulary("flights", "shopping", {
+        "search": ("search_flights", "search_flight", "search_multi_city", "get_cheapest_flights",
+                   "get_best_flights"),
+        "details": ("get_flight_details", "get_offer_details", "get_flight_offers_price"),
+        "cart": ("hold_seat",),
+        "checkout": ("book_flight", "create_flight_booking"),
+    }, "flights-mcp 0.1.0 (PyPI, Duffel: search_flights, search_multi_city, get_offer_details), "
+       "google-flights-mcp 0.1.0 (PyPI: get_cheapest_flights, get_best_flights), mcp-amadeus 0.0.2 "
+       "(get_flight_offers_price), Kiwi.com's MCP server (search-flight), mcp-fliggy-travel (search_flight); "
+       "get_flight_details, hold_seat, create_flight_booking and book_flight as issue 16 names them"),
+    Vocabulary("trains", "shopping", {
+        "search": ("search_trains", "search_train"),
+    }, "mcp-fliggy-travel 6.0.1 (PyPI: search_train); search_trains as issue 16 names it"),
+    Vocabulary("car_rental", "shopping", {
+        "search": ("search_cars", "search_car_hire"), "checkout": ("rent_car",),
+    }, "AgentWeb's MCP server (search_cars), EconomyBookings' MCP server (search-car-hire); rent_car as issue 16 "
+       "names it"),
+    Vocabulary("procurement", "procurement", {
+        "search": ("search_catalog",),
+        "rfq": ("create_rfq", "submit_rfq", "request_quote", "request_for_quote", "create_quote_request"),
+        "quote": ("get_quote", "get_quotes", "list_quotes", "get_rfq_quotes", "review_quote", "get_rfq_status"),
+        "po": ("submit_po", "create_purchase_order", "submit_purchase_order", "create_po", "issue_po"),
+    }, "the first built-in list"),
+)
+STEP_KEYS = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
+
+
+def _merged(families: tuple[Vocabulary, ...]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, dict[str, None]] = {key: {} for key in STEP_KEYS}
+    for family in families:
+        for step, names in family.steps.items():
+            out[step].update(dict.fromkeys(names))
+    return {key: tuple(names) for key, names in out.items()}
+
+
+# Tool-name patterns per step key, all families merged. ``purchase`` (lodging's terminal step) is
+# reached by confirmed-booking evidence, never by a name.
+BUILTIN_PATTERNS: dict[str, tuple[str, ...]] = _merged(VOCABULARY)
 # Lodging is inferred only from lodging-specific names: a flight's booking session is not a hotel.
-LODGING_HINTS = ("hotel", "propert", "stay", "room", "lodging", "accommodation")
+LODGING_HINTS = ("hotel", "propert", "stay", "room", "lodging", "accommodation", "airbnb")
 PROCUREMENT_STEPS = ("rfq", "quote", "po")
 COMMERCE_STEPS = ("search", "details", "cart", "checkout", "rfq", "quote", "po")
 DEFAULT_ACTION_PATTERNS = ("create_*", "update_*", "delete_*", "remove_*", "send_*", "post_*", "submit_*",
@@ -97,17 +182,81 @@ class EvidenceSettings(_Model):
 
 
 class UserStep(_Model):
-    key: str
+    key: str = Field(min_length=1)
     patterns: list[str] = []
     label: str | None = None
     label_ja: str | None = None
 
 
+class UserOutcome(_Model):
+    """The rung a step of a user variant maps to: the stored ``outcome`` value and how it reads."""
+
+    outcome: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="stored in sessions.outcome")
+    reads_as: ReadsAs | None = Field(None, description="pass | partial | info | fail | unknown | neutral; "
+                                                       "default: pass at the last step, partial before it")
+
+
 class UserVariant(_Model):
-    """A funnel of the user's own: ordered steps with patterns; reaching the last one completes it."""
+    """A funnel of the user's own: ordered steps with patterns, and the outcome rung each step maps to.
+
+    The session's outcome is the rung of the furthest step it reached: the step's ``outcomes`` entry
+    (a value, or ``{outcome, reads_as}``), else ``<step>_reached``. Unless given, a rung reads as
+    ``pass`` at the last step and ``partial`` before it; a built-in outcome value reads as it does
+    everywhere. Below every rung the built-in ones apply (failed, info_provided, abandoned).
+    """
 
     steps: list[UserStep] = Field(min_length=1)
-    outcomes: dict[str, str] = Field(default_factory=dict, description="step key -> outcome value when reached")
+    outcomes: dict[str, UserOutcome] = Field(default_factory=dict, description="step key -> outcome rung")
+
+    @field_validator("outcomes", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any) -> Any:
+        """``{step: value}`` is short for ``{step: {outcome: value}}``."""
+        if isinstance(value, dict):
+            return {k: {"outcome": v} if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _outcomes_name_steps(self) -> "UserVariant":
+        keys = [s.key for s in self.steps]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"steps: key {repeated[0]!r} is used twice")
+        for step, rung in self.outcomes.items():
+            if step not in keys:
+                raise ValueError(f"outcomes.{step}: not a step of this variant (its steps: {', '.join(keys)})")
+            fixed = OUTCOME_READS_AS.get(rung.outcome)
+            if fixed and rung.reads_as and rung.reads_as != fixed:
+                raise ValueError(f"outcomes.{step}.reads_as: {rung.outcome!r} reads as {fixed!r} in every variant; "
+                                 f"leave reads_as out or name the outcome otherwise")
+        rungs: dict[str, tuple[str, str]] = {}  # outcome -> (first step mapping to it, how it reads there)
+        for step in keys:
+            outcome, reads = self.outcome_of(step), self._step_reads_as(step)
+            first, first_reads = rungs.setdefault(outcome, (step, reads))
+            if first_reads != reads:
+                raise ValueError(f"outcomes: {outcome!r} is the rung of steps {first} and {step}, which read as "
+                                 f"{first_reads!r} and {reads!r}; give both the same reads_as")
+        return self
+
+    def outcome_of(self, step: str) -> str:
+        """The outcome stored when ``step`` is the furthest step reached."""
+        rung = self.outcomes.get(step)
+        return rung.outcome if rung else f"{step}_reached"
+
+    def _step_reads_as(self, step: str) -> str:
+        rung = self.outcomes.get(step)
+        if rung and rung.reads_as:
+            return rung.reads_as
+        outcome = self.outcome_of(step)
+        if outcome in OUTCOME_READS_AS:
+            return OUTCOME_READS_AS[outcome]
+        return "pass" if step == self.steps[-1].key else "partial"
+
+    def reads_as(self, outcome: str) -> str:
+        """How one of this variant's outcomes reads (``sessions.outcome_reads_as``); the rungs below
+        every step (failed, info_provided, abandoned) read as they do everywhere."""
+        step = next((s.key for s in self.steps if self.outcome_of(s.key) == outcome), None)
+        return self._step_reads_as(step) if step else OUTCOME_READS_AS.get(outcome, "unknown")
 
 
 class FunnelSettings(_Model):
@@ -118,7 +267,8 @@ class FunnelSettings(_Model):
     servers: dict[str, str] = Field(default_factory=dict, description="MCP server prefix -> variant")
     declared_services: dict[str, str] = Field(
         default_factory=lambda: {"dev.ucp.shopping": "shopping", "dev.ucp.lodging": "lodging",
-                                 "dev.ucp.procurement": "procurement"})
+                                 "dev.ucp.procurement": "procurement", "dev.ucp.food": "shopping"},
+        description="declared service (agentfunnel.server.services, or UCP in an MCP initialize result) -> variant")
     action_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTION_PATTERNS))
 
     @model_validator(mode="after")
@@ -137,7 +287,7 @@ class FunnelSettings(_Model):
             owner: dict[str, str] = {}
             for step, patterns in steps:
                 for p in patterns:
-                    low = p.lower()
+                    low = tool_key(p)
                     if low in owner and owner[low] != step:
                         raise ValueError(f"funnel: {p!r} is in two steps of variant {vname}: "
                                          f"{owner[low]} and {step}")
@@ -146,7 +296,7 @@ class FunnelSettings(_Model):
 
     def step_patterns(self, key: str) -> tuple[str, ...]:
         base = tuple(self.patterns[key]) if key in self.patterns else BUILTIN_PATTERNS.get(key, ())
-        return tuple(p.lower() for p in (*base, *self.extra_patterns.get(key, ())))
+        return tuple(map(tool_key, (*base, *self.extra_patterns.get(key, ()))))
 
     def variant_steps(self, variant: str) -> tuple[str, ...]:
         if variant in self.variants:
@@ -156,7 +306,7 @@ class FunnelSettings(_Model):
     def variant_patterns(self) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
         out = {v: [(k, self.step_patterns(k)) for k in steps] for v, steps in BUILTIN_VARIANTS.items() if v != "generic"}
         for name, uv in self.variants.items():
-            out[name] = [(s.key, tuple(p.lower() for p in s.patterns)) for s in uv.steps]
+            out[name] = [(s.key, tuple(map(tool_key, s.patterns))) for s in uv.steps]
         return out
 
     def step_label(self, variant: str, step: str, lang: str) -> str:

@@ -1,14 +1,22 @@
-"""Tool calls onto funnel steps, which funnel variant a session is read against, and its outcome ladder."""
+"""Tool calls onto funnel steps, which funnel variant a session is read against, and its outcome ladder.
+
+Besides tool names, what a session's MCP servers said of themselves counts (``ServerFacts``): UCP
+services named in a captured ``initialize`` result declare the variant (after configuration and
+the ``agentfunnel.server.services`` attribute, before inference), and ``tools/list`` annotations
+say which tools of a generic session read and which act, before the name patterns do.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
+from ..semconv import SpanRecord
+from ..semconv.dialects.mcp import HANDSHAKE_METHODS, LISTING_METHOD, declared_services, tool_annotations
 from . import evidence as ev
 from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMENT_STEPS, FunnelSettings, UserVariant,
-                     matches)
+                     matches, tool_key)
 
 GLOBAL_ORDER = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
 
@@ -23,10 +31,72 @@ def split_tool_name(name: str) -> tuple[str | None, str]:
     return None, name.lower()
 
 
+def bare_key(tool: str) -> str:
+    """The name a tool is matched by: MCP prefixes stripped, as ``config.tool_key`` reads it."""
+    return tool_key(split_tool_name(tool)[1])
+
+
 @dataclass(frozen=True)
 class VariantChoice:
     variant: str
-    source: str  # config | declared | inferred | default
+    source: str  # config | declared | mcp_initialize | (either)+inferred | inferred | default
+
+
+def annotated_kind(hints: Mapping[str, bool]) -> str | None:
+    """``read`` or ``action`` from a tool's MCP annotations, None when they say neither.
+
+    ``readOnlyHint: true`` reads; ``readOnlyHint: false`` acts. ``destructiveHint`` only means
+    something for a tool that is not read-only (MCP), so a tool that sets it without
+    ``readOnlyHint`` acts too (``false``: only additive updates, still a change).
+    """
+    read_only = hints.get("readOnlyHint")
+    if read_only is not None:
+        return "read" if read_only else "action"
+    return "action" if hints.get("destructiveHint") is not None else None
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a session's MCP servers said of themselves in captured protocol results.
+
+    ``services``: UCP service names an ``initialize`` (or ``server/discover``) result declares;
+    ``annotations``: bare tool name -> ``read`` | ``action`` from ``tools/list`` annotations. Where
+    two listings disagree on a tool, ``action`` wins (whatever order they are read in).
+    """
+
+    services: frozenset[str] = frozenset()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: Iterable[SpanRecord]) -> "ServerFacts":
+        services: dict[str, None] = {}
+        annotations: dict[str, str] = {}
+        for r in records:
+            if r.result is None or r.mcp_method is None:
+                continue
+            if r.mcp_method in HANDSHAKE_METHODS:
+                services.update(dict.fromkeys(declared_services(r.result)))
+            elif r.mcp_method == LISTING_METHOD:
+                for name, hints in tool_annotations(r.result).items():
+                    kind = annotated_kind(hints)
+                    if kind:
+                        key = bare_key(name)
+                        annotations[key] = "action" if annotations.get(key) == "action" else kind
+        return cls(frozenset(services), annotations) if services or annotations else NO_SERVER_FACTS
+
+    @classmethod
+    def merged(cls, facts: Iterable["ServerFacts"]) -> "ServerFacts":
+        facts = [f for f in facts if f is not NO_SERVER_FACTS]
+        if len(facts) <= 1:
+            return facts[0] if facts else NO_SERVER_FACTS
+        annotations: dict[str, str] = {}
+        for f in facts:
+            for key, kind in f.annotations.items():
+                annotations[key] = "action" if annotations.get(key) == "action" else kind
+        return cls(frozenset().union(*(f.services for f in facts)), annotations)
+
+
+NO_SERVER_FACTS = ServerFacts()
 
 
 class StepMatcher:
@@ -35,9 +105,9 @@ class StepMatcher:
     def __init__(self, funnel: FunnelSettings) -> None:
         self.funnel = funnel
         self._patterns = {k: funnel.step_patterns(k) for k in GLOBAL_ORDER}
-        self._user = {name: [(s.key, tuple(p.lower() for p in s.patterns)) for s in uv.steps]
+        self._user = {name: [(s.key, tuple(map(tool_key, s.patterns))) for s in uv.steps]
                       for name, uv in funnel.variants.items()}
-        self._actions = tuple(p.lower() for p in funnel.action_patterns)
+        self._actions = tuple(map(tool_key, funnel.action_patterns))
         # Pattern matching is pure for a given config and a stream repeats few tool names: memoize it
         # (bounded, so a stream of ever-new names cannot grow it).
         self.commerce_step = functools.lru_cache(maxsize=4096)(self.commerce_step)  # type: ignore[method-assign]
@@ -47,7 +117,7 @@ class StepMatcher:
 
     def commerce_step(self, tool: str, variant: str | None = None) -> str | None:
         """The first step of ``variant`` (in funnel order) the name matches, else the first anywhere."""
-        _, bare = split_tool_name(tool)
+        bare = bare_key(tool)
         if variant in self._user:
             for key, pats in self._user[variant]:
                 if matches(bare, pats):
@@ -59,27 +129,34 @@ class StepMatcher:
         return None
 
     def user_variant_of(self, tool: str) -> str | None:
-        _, bare = split_tool_name(tool)
+        bare = bare_key(tool)
         for name, steps in self._user.items():
             if any(matches(bare, pats) for _, pats in steps):
                 return name
         return None
 
     def is_action(self, tool: str) -> bool:
-        _, bare = split_tool_name(tool)
-        return matches(bare, self._actions)
+        return matches(bare_key(tool), self._actions)
 
-    def step(self, tool: str, variant: str) -> str | None:
-        """The step key stored for one call in a session of ``variant``."""
+    def step(self, tool: str, variant: str, annotations: Mapping[str, str] | None = None) -> str | None:
+        """The step key stored for one call in a session of ``variant``.
+
+        In a generic session a tool's MCP annotations (``annotations``: bare name -> read | action,
+        ``ServerFacts``) win over the action name patterns; unannotated tools fall back to them.
+        """
         if variant == "generic":
-            return self.commerce_step(tool) or ("action" if self.is_action(tool) else "read")
+            kind = annotations.get(bare_key(tool)) if annotations else None
+            return self.commerce_step(tool) or kind or ("action" if self.is_action(tool) else "read")
         return self.commerce_step(tool, variant)
 
-    def choose_variant(self, tools: Iterable[str], declared: Iterable[str], agent_names: Iterable[str]) -> VariantChoice:
-        """Configuration > declared services > inference from tool names; mixed: procurement > lodging > shopping."""
-        return self._choose(tuple(tools), tuple(declared), tuple(agent_names))
+    def choose_variant(self, tools: Iterable[str], declared: Iterable[str], agent_names: Iterable[str],
+                       announced: Iterable[str] = ()) -> VariantChoice:
+        """Configuration > declared services (the attribute's ``declared``, then the UCP services an MCP
+        initialize result ``announced``) > inference from tool names; mixed: procurement > lodging > shopping."""
+        return self._choose(tuple(tools), tuple(declared), tuple(agent_names), tuple(announced))
 
-    def _choose(self, tools: tuple[str, ...], declared: tuple[str, ...], agent_names: tuple[str, ...]) -> VariantChoice:
+    def _choose(self, tools: tuple[str, ...], declared: tuple[str, ...], agent_names: tuple[str, ...],
+                announced: tuple[str, ...] = ()) -> VariantChoice:
         """Memoized (bounded): every re-score of a session asks again with the same names."""
         for name in agent_names:
             if name in self.funnel.agents:
@@ -89,12 +166,13 @@ class StepMatcher:
             if server and server in self.funnel.servers:
                 return VariantChoice(self.funnel.servers[server], "config")
         steps = {self.commerce_step(t) for t in tools} - {None}
-        for service in declared:
-            variant = self.funnel.declared_services.get(service)
-            if variant:
-                if variant == "shopping" and steps & set(PROCUREMENT_STEPS):
-                    return VariantChoice("procurement", "declared+inferred")  # the procurement switch
-                return VariantChoice(variant, "declared")
+        for services, source in ((declared, "declared"), (announced, "mcp_initialize")):
+            for service in services:
+                variant = self.funnel.declared_services.get(service)
+                if variant:
+                    if variant == "shopping" and steps & set(PROCUREMENT_STEPS):
+                        return VariantChoice("procurement", f"{source}+inferred")  # the procurement switch
+                    return VariantChoice(variant, source)
         for tool in tools:
             user = self.user_variant_of(tool)
             if user:
@@ -132,7 +210,7 @@ def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *
     """
     if user_variant is not None:
         if steps:
-            return user_variant.outcomes.get(steps[-1], f"{steps[-1]}_reached")
+            return user_variant.outcome_of(steps[-1])
     elif variant == "generic":
         if "action" in steps:
             return "action_taken"

@@ -53,3 +53,4 @@ class SessionScore:
     call_steps: dict[str, str | None] = field(default_factory=dict)  # tool span_id -> step key
     call_args_valid: dict[str, bool | None] = field(default_factory=dict)  # tool span_id -> schema-valid
     config_hash: str = ""
+    input_message: str | None = None  # the first user message of the session's first turn (``sessions.input``)

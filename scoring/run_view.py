@@ -80,6 +80,7 @@ class RunView:
     texts: tuple[Text, ...]
     roots: tuple[SpanRecord, ...]
     final_answer: str | None
+    offered: tuple[str, ...] = ()  # tool names the spans show the model was offered
 
     @property
     def content_captured(self) -> bool:
@@ -140,7 +141,8 @@ def build_view(records: Sequence[SpanRecord], final_answer: str | None = None) -
         texts.append(Text(final_answer, max((r.end_ns for r in ordered), default=0), "final_answer"))
     texts.sort(key=lambda t: t.end_ns)
     answer = final_answer or (texts[-1].text if texts else None)
-    return RunView(tuple(ordered), tuple(calls), tuple(texts), tuple(roots), answer)
+    offered = dict.fromkeys(name for r in ordered for name in r.tool_definitions)
+    return RunView(tuple(ordered), tuple(calls), tuple(texts), tuple(roots), answer, tuple(offered))
 
 
 # --------------------------------------------------------------------------- who is who
@@ -200,8 +202,10 @@ def parties(case: Case) -> list[tuple[str, Party]]:
 
 
 def party_of_call(case: Case, call: Call) -> tuple[str, Party] | None:
-    """Whose tool this is: declared servers first, then declared tool names, then the target's
-    implicit plan (allowed tools, schemas, expected server) when the target declares neither."""
+    """Whose tool this is, only as the case says: a party's declared servers (or a server named like
+    the party, or the case's ``expected_server`` for the target), then a party's declared tools.
+    An allowed or schema'd tool is not the target's for that alone: a call such as
+    ``start_trial(provider=...)`` names its party in an argument (``selection: {tool, argument}``)."""
     everyone = parties(case)
     low_servers = [s.lower() for s in call.servers]
     for role, p in everyone:
@@ -209,29 +213,28 @@ def party_of_call(case: Case, call: Call) -> tuple[str, Party] | None:
         names = {_norm(n) for n in p.names()}
         if any(matches(s, server_patterns) or _norm(s) in names for s in low_servers):
             return role, p
+    if case.expected_server and any(matches(s, (case.expected_server.lower(),)) for s in low_servers):
+        return "target", case.target
     for role, p in everyone:
         if p.tools and tool_matches(call.name, p.tools):
             return role, p
-    t = case.target
-    if not t.tools and not t.servers:
-        expected = (case.expected_server.lower(),) if case.expected_server else ()
-        if case.in_plan(call.name) or tool_matches(call.name, tuple(case.tool_schemas)) \
-                or any(matches(s, expected) for s in low_servers):
-            return "target", t
     return None
 
 
 def catalog_of(case: Case) -> tuple[str, ...]:
-    """Every tool that exists for this case: declared catalog, schemas, and the allowed plan."""
-    return tuple(dict.fromkeys([*case.catalog, *case.tool_schemas, *case.allowed_tools]))
+    """Every tool that exists for this case: declared catalog, schemas, the plan and the helpers."""
+    choice = [case.selection.tool] if case.selection.tool else []
+    return tuple(dict.fromkeys([*case.catalog, *case.tool_schemas, *case.allowed_tools, *case.helpers(), *choice]))
 
 
-def hallucinated(case: Case, call: Call) -> bool:
-    """A call to a tool that exists nowhere the case declares (only when it declares a catalog);
-    a competitor's tools exist, they are just not the target's."""
-    if not case.catalog and not case.tool_schemas:
+def hallucinated(case: Case, call: Call, offered: Sequence[str] = ()) -> bool:
+    """A call to a tool that exists nowhere: not in the case's catalog and not among the tools the
+    spans show the model was offered (decidable only when the case declares a catalog or schemas, or
+    the spans show an offer); a competitor's tools exist, they are just not the target's."""
+    if not case.catalog and not case.tool_schemas and not offered:
         return False
-    if tool_matches(call.name, catalog_of(case)):
+    offered_names = tuple(dict.fromkeys([*offered, *(split_server(n)[1] for n in offered)]))
+    if tool_matches(call.name, catalog_of(case)) or (offered_names and tool_matches(call.name, offered_names)):
         return False
     owner = party_of_call(case, call)
     return owner is None or owner[0] != "competitor"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import reduce
 from itertools import chain, compress, count, repeat
 from operator import add, attrgetter, is_, is_not, itemgetter, methodcaller
@@ -22,12 +22,13 @@ from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
 from .dropoff import diagnose
-from .funnel import StepMatcher, ladder_outcome
+from .funnel import NO_SERVER_FACTS, ServerFacts, StepMatcher, ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
 from .summary import (Row, TraceSummary, cycle_events, cycle_run, first, in_session_order, merge, most_common,
                       present, summarize)
+from .summary import VariantView
 from .validity import ToolCatalog
 
 
@@ -52,11 +53,15 @@ class SessionScorer:
         self.config_hash = self.config.config_hash()
         # a summary per trace share, for as long as the share is alive (held, cached or being scored)
         self._summaries: weakref.WeakKeyDictionary[TraceShare, TraceSummary] = weakref.WeakKeyDictionary()
+        # and what its MCP handshakes and listings said of the servers (``ServerFacts``), read once too
+        self._server_facts: weakref.WeakKeyDictionary[TraceShare, ServerFacts] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def score_session(self, session: Session) -> SessionScore:
         """An assembled session, from the summaries of its traces' shares (each made once while the share lives)."""
-        return self.combine(session.session_id, [self._summary_of(share) for share in session.traces.values()])
+        shares = session.traces.values()
+        return self.combine(session.session_id, [self._summary_of(share) for share in shares],
+                            servers=ServerFacts.merged(map(self._server_facts_of, shares)))
 
     def _summary_of(self, share: TraceShare) -> TraceSummary:
         with self._lock:
@@ -67,19 +72,31 @@ class SessionScorer:
                 self._summaries[share] = found
         return found
 
+    def _server_facts_of(self, share: TraceShare) -> ServerFacts:
+        with self._lock:
+            found = self._server_facts.get(share)
+        if found is None:
+            found = ServerFacts.of(share.records)
+            with self._lock:
+                self._server_facts[share] = found
+        return found
+
     def score(self, session_id: str, records: Sequence[SpanRecord]) -> SessionScore:
         """All of a session's records at once: summarized trace by trace, then combined."""
         by_trace: dict[str, list[SpanRecord]] = {}
         for r in records:
             by_trace.setdefault(r.trace_id, []).append(r)
-        return self.combine(session_id, [self.summarize(trace) for trace in by_trace.values()])
+        return self.combine(session_id, [self.summarize(trace) for trace in by_trace.values()],
+                            servers=ServerFacts.of(records))
 
     def summarize(self, records: Sequence[SpanRecord]) -> TraceSummary:
         """The records of one trace's share of a session, read once."""
         return summarize(records, self.config.evidence, self.prices, self.config.funnel.agents, self.config_hash)
 
-    def combine(self, session_id: str, summaries: Sequence[TraceSummary]) -> SessionScore:
-        """The session's score from its traces' summaries, given in any order.
+    def combine(self, session_id: str, summaries: Sequence[TraceSummary],
+                servers: ServerFacts = NO_SERVER_FACTS) -> SessionScore:
+        """The session's score from its traces' summaries, given in any order (``servers``: what the
+        session's MCP handshakes and listings said, ``ServerFacts`` of its records).
 
         The summaries' facts are read as columns (passes in C over tuples, dict and set merges), not
         in a Python loop per summary; what a summary's calls need from the session (the variant's
@@ -91,22 +108,28 @@ class SessionScorer:
         col = Row.columns(parts)
         cfg = self.config
         n_llms, n_calls, tool_errors = sum(col.llms), sum(col.calls), sum(col.tool_errors)
-        configured = first(col.configured_agent) or first(col.configured_service)
+        # the agent's own name; a workflow's or trace's name (an OpenAI Agents trace) only when no span names one
+        agent_name = first(col.root_agent_name) or first(col.agent_name) or first(col.workflow_name)
+        configured = (first(col.configured_agent) or first(col.configured_service)
+                      or next((n for n in (agent_name, first(col.workflow_name)) if n in cfg.funnel.agents), None))
         tools = list(dict.fromkeys(chain.from_iterable(dict.fromkeys(col.tool_names))))
         declared = sorted(frozenset().union(*col.declared_services))
-        choice = self.matcher.choose_variant(tools, declared, [configured] if configured else [])
+        choice = self.matcher.choose_variant(tools, declared, [configured] if configured else [],
+                                             sorted(servers.services))
         variant = choice.variant
         variant_steps = cfg.funnel.variant_steps(variant)
 
         views = list(map(methodcaller("get", variant), col.variant_views))
         for i in _where(map(is_, views, repeat(None))):  # a new summary, or a new variant
             views[i] = parts[i].variant_view(variant, self.matcher)
+        if variant == "generic" and servers.annotations:  # MCP tool annotations win over the name patterns
+            views = [self._annotated(part, view, servers.annotations) for part, view in zip(parts, views)]
         call_steps: dict[str, str | None] = {}
         for view in views:
             call_steps |= view.steps
         if len(parts) > 1 and len(call_steps) < sum(map(len, map(attrgetter("steps"), views))):
             # a tool call's span id in two traces: spans are looked up by id, the last one in the session wins
-            return self.combine(session_id, [merge(parts)])
+            return self.combine(session_id, [merge(parts)], servers)
         reached = set().union(*map(attrgetter("reached"), views))
         flags = frozenset().union(*col.flags)
         store_page = any(col.store_pages)
@@ -155,9 +178,9 @@ class SessionScorer:
         return SessionScore(
             session_id=session_id, variant=variant, variant_source=choice.source, steps=steps,
             completion_rate=round(completion, 6), outcome=outcome,
-            outcome_reads_as=OUTCOME_READS_AS.get(outcome, "pass" if outcome.endswith("_reached") else "unknown"),
+            outcome_reads_as=self._reads_as(variant, outcome),
             stopped_by_error=stopped_by_error, drop=drop,
-            agent_name=first(col.root_agent_name) or first(col.agent_name),
+            agent_name=agent_name,
             service_name=most_common(col.services, col.service_names), user_id=first(col.user_id),
             model=(most_common(col.llm_models, col.llm_model_names) if any(col.llm_models)
                    else most_common(col.models, col.model_names)),
@@ -171,8 +194,17 @@ class SessionScorer:
             final_answer=final_answer, case_id=first(col.case_id), experiment=first(col.experiment),
             run_id=first(col.run_id), first_seen_ns=first_seen or 0, last_seen_ns=last_seen or 0,
             trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
-            call_steps=call_steps, config_hash=self.config_hash,
+            call_steps=call_steps, config_hash=self.config_hash, input_message=first(col.input_message),
         )
+
+    def _annotated(self, part: TraceSummary, view: VariantView, annotations: Mapping[str, str]) -> VariantView:
+        """A generic session's view of one summary's calls with the tools' MCP annotations read first."""
+        steps = {c.span_id: self.matcher.step(c.tool_name, "generic", annotations) for c in part.calls}
+        return VariantView(steps, frozenset(steps[c.span_id] for c in part.calls if not c.error), view.dropoff)
+
+    def _reads_as(self, variant: str, outcome: str) -> str:
+        user = self.config.funnel.variants.get(variant)
+        return user.reads_as(outcome) if user else OUTCOME_READS_AS.get(outcome, "unknown")
 
     @staticmethod
     def _hit_cap(col: Row, final_answer: str | None, n_llms: int) -> bool:

@@ -17,7 +17,7 @@ from .case_models import ArgumentExpectation, Case, tool_matches
 from .config import matches
 from .judge.checks import criterion_key
 from .results import SessionScore
-from .run_view import (Call, RunView, identify, mentions, parse_json_text, parties, party_of_call,
+from .run_view import (Call, RunView, hallucinated, identify, mentions, parse_json_text, parties, party_of_call,
                        stated_choices)
 
 BAD_ASSESSMENTS = ("missing", "contradicted", "unsupported")
@@ -44,8 +44,10 @@ class Context:
 
     @cached_property
     def plan_calls(self) -> list[Call]:
+        """Calls to the allowed plan (every call but the helpers' when the case declares no plan)."""
         plan = self.case.plan()
-        return [c for c in self.view.calls if not plan or tool_matches(c.name, plan)]
+        return [c for c in self.view.calls
+                if not self.case.is_helper(c.name) and (not plan or tool_matches(c.name, plan))]
 
 
 def _short(value: Any, limit: int = 200) -> Any:
@@ -68,7 +70,9 @@ def _structured(view: RunView, path: str) -> tuple[Any, str | None]:
 # --------------------------------------------------------------------------- discovery
 
 def discovery(ctx: Context) -> tuple[str, dict[str, Any]]:
-    case, view = ctx.case, ctx.view
+    case = ctx.case
+    if not case.discovery.applies:
+        return "not_applicable", {"reason": "the case has no candidate list (discovery: none)"}
     ev: dict[str, Any] = {"controlled_exposure": case.candidates_supplied, "target": case.target.name}
     state, found = _discover(ctx)
     ev.update(found)
@@ -78,48 +82,86 @@ def discovery(ctx: Context) -> tuple[str, dict[str, Any]]:
 
 
 def _discover(ctx: Context) -> tuple[str, dict[str, Any]]:
+    """Candidates from the declared source (structured output or a reporting tool's argument), else
+    from the first assistant message that names one. Never from which tools were called."""
     case, view = ctx.case, ctx.view
     everyone = parties(case)
-    if case.discovery.json_path:
+    spec = case.discovery
+    if spec.json_path:
         if not view.content_captured:
             return "missing", {"reason": "no message content captured"}
-        doc, where = _structured(view, case.discovery.json_path)
+        doc, where = _structured(view, spec.json_path)
         if doc is None:
             return "failed", {"source": "json_path", "reason": "no structured output"}
-        items = [v for _, v in select(doc, case.discovery.json_path)]
+        items = [v for _, v in select(doc, spec.json_path)]
         if len(items) == 1 and isinstance(items[0], list):
             items = items[0]
-        candidates = []
-        for pos, item in enumerate(items, 1):
-            who = identify(item, everyone)
-            rank = item.get("rank") if isinstance(item, dict) and isinstance(item.get("rank"), int) else pos
-            candidates.append({"name": who[1].name if who else _short(item), "role": who[0] if who else "other",
-                               "rank": rank})
-        return _verdict(candidates, {"source": "json_path", "path": case.discovery.json_path, "output": where})
-    first_owned = ctx.owned_calls[0][0].record.start_ns if ctx.owned_calls else None
-    before = [t for t in view.texts if first_owned is None or t.end_ns <= first_owned]
-    listing = _listing(before, everyone)
-    if listing is not None:
-        return _verdict(*listing)
-    target_call = next((c for c, role, _ in ctx.owned_calls if role == "target"), None)
-    if target_call is not None:
-        return "passed", {"source": "tool_call", "present": True, "rank": None, "tool": target_call.name}
+        return _verdict(_ranked(items, everyone), {"source": "json_path", "path": spec.json_path, "output": where})
+    note = None
+    if spec.tool and spec.argument:
+        reported = [c for c in view.calls if tool_matches(c.name, (spec.tool,))]
+        for call in reported:
+            value = _argument_of(call, spec.argument)
+            if value is MISSING:
+                continue
+            ev = {"source": "tool_argument", "tool": call.name, "argument": spec.argument}
+            listing = _listing(view.texts, everyone)
+            if listing is not None:
+                ev["message_candidates"] = [c["name"] for c in listing[0]]
+            if isinstance(value, str):
+                named = _named_in(value, everyone)
+                return _verdict(named, ev)
+            items = value if isinstance(value, list) else [value]
+            return _verdict(_ranked(items, everyone), ev)
+        if reported and all(c.arguments is None for c in reported):
+            return "missing", {"source": "tool_argument", "tool": spec.tool,
+                               "reason": "the reporting tool's arguments were not captured"}
+        note = (f"{spec.tool} was called without {spec.argument!r}" if reported
+                else f"{spec.tool} was not called")
     listing = _listing(view.texts, everyone)
     if listing is not None:
-        return _verdict(*listing)
+        candidates, ev = listing
+        return _verdict(candidates, {**ev, **({"note": note} if note else {})})
     if not view.content_captured:
-        return "missing", {"reason": "no message content captured and no call to the target's tools"}
-    return "failed", {"source": "messages", "present": False, "reason": "the target was neither named nor called"}
+        return "missing", {"reason": "no message content captured", **({"note": note} if note else {})}
+    return "failed", {"source": "messages", "present": False, "candidates": [], "rank": None,
+                      "reason": "no assistant message names the target or a competitor",
+                      **({"note": note} if note else {})}
+
+
+def _argument_of(call: Call, argument: str) -> Any:
+    """An argument's value by name or JSON pointer (a JSON string holding data is parsed)."""
+    args = call.arguments
+    if not isinstance(args, dict):
+        return MISSING
+    value = resolve_pointer(args, argument) if argument.startswith("/") else args.get(argument, MISSING)
+    return value if value is MISSING else parse_json_text(value)
+
+
+def _ranked(items: list[Any], everyone) -> list[dict[str, Any]]:
+    """Candidate entries (strings or ``{rank, name, ...}``), each named as a party or kept as given."""
+    candidates = []
+    for pos, item in enumerate(items, 1):
+        who = identify(item, everyone)
+        rank = item.get("rank") if isinstance(item, dict) and isinstance(item.get("rank"), int) \
+            and not isinstance(item.get("rank"), bool) else pos
+        candidates.append({"name": who[1].name if who else _short(item), "role": who[0] if who else "other",
+                           "rank": rank})
+    return candidates
+
+
+def _named_in(text: str, everyone) -> list[dict[str, Any]]:
+    named = sorted((off, role, p.name) for role, p in everyone if (off := mentions(text, p)) is not None)
+    return [{"name": n, "role": r, "rank": i} for i, (_, r, n) in enumerate(named, 1)]
 
 
 def _listing(texts, everyone) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    """Candidates named in the first assistant message that names any, by order of mention."""
+    """Candidates named in the first assistant message that names any (a message that also called
+    tools included), ranked by order of mention."""
     for t in texts:
-        named = [(off, role, p.name) for role, p in everyone if (off := mentions(t.text, p)) is not None]
+        named = _named_in(t.text, everyone)
         if named:
-            named.sort()
-            return ([{"name": n, "role": r, "rank": i} for i, (_, r, n) in enumerate(named, 1)],
-                    {"source": "message", "message_source": t.source})
+            return named, {"source": "message", "message_source": t.source}
     return None
 
 
@@ -131,27 +173,60 @@ def _verdict(candidates: list[dict[str, Any]], ev: dict[str, Any]) -> tuple[str,
 
 # --------------------------------------------------------------------------- selection
 
+NO_CHOICE = frozenset({"", "none", "null", "nil", "n/a", "na", "no", "nobody", "no provider", "no_provider", "abstain",
+                       "abstained", "abstention", "skip", "no one", "neither"})
+
+
+def _choice_of(value: Any, everyone) -> tuple[str, str | None]:
+    """(role, party name) a choice argument names: target | competitor | none | other."""
+    if value is None or value is MISSING or (isinstance(value, (list, dict)) and not value):
+        return "none", None
+    if isinstance(value, str) and value.strip().lower().strip(".!") in NO_CHOICE:
+        return "none", None
+    who = identify(value, everyone)
+    if who is None and isinstance(value, list) and value:
+        who = identify(value[0], everyone)
+    return (who[0], who[1].name) if who else ("other", None)
+
+
 def selection(ctx: Context) -> tuple[str, dict[str, Any]]:
     case, view = ctx.case, ctx.view
-    chosen: tuple[str, str] | None = None
-    ev: dict[str, Any] = {}
-    if ctx.owned_calls:
-        call, role, name = ctx.owned_calls[0]
-        chosen, ev = (role, name), {"source": "tool_call", "tool": call.name, "servers": list(call.servers)}
+    if not case.selection.applies:
+        return "not_applicable", {"reason": "the case has no choice to make (selection: none)"}
+    everyone = parties(case)
+    role: str
+    chosen: str | None = None
+    ev: dict[str, Any]
+    spec = case.selection
+    declared = [c for c in view.calls if spec.tool and tool_matches(c.name, (spec.tool,))]
+    if declared:
+        call = declared[0]
+        if call.arguments is None:
+            return "missing", {"source": "tool_argument", "tool": call.name,
+                               "reason": "the choice tool's arguments were not captured"}
+        value = _argument_of(call, spec.argument or "")
+        role, chosen = _choice_of(value, everyone)
+        ev = {"source": "tool_argument", "tool": call.name, "argument": spec.argument,
+              "value": None if value is MISSING else _short(value)}
+    elif ctx.owned_calls:
+        call, role, chosen = ctx.owned_calls[0]
+        ev = {"source": "tool_call", "tool": call.name, "servers": list(call.servers)}
+    elif spec.tool:  # the declared choice was never made
+        role, ev = "abstained", {"source": "tool_argument", "tool": spec.tool, "reason": f"{spec.tool} was not called"}
     elif case.discovery.choice_path and (doc := _structured(view, case.discovery.choice_path)[0]) is not None:
         picks = [v for _, v in select(doc, case.discovery.choice_path)]
-        who = identify(picks[0], parties(case)) if picks else None
-        chosen = (who[0], who[1].name) if who else None
+        who = identify(picks[0], everyone) if picks else None
+        role, chosen = (who[0], who[1].name) if who else ("abstained", None)
         ev = {"source": "choice_path", "stated": _short(picks[0]) if picks else None}
     elif view.final_answer:
-        named = [(off, role, p.name) for off, role, p in stated_choices(view.final_answer, parties(case))]
-        chosen = (named[0][1], named[0][2]) if named else None
+        named = [(off, r, p.name) for off, r, p in stated_choices(view.final_answer, everyone)]
+        role, chosen = (named[0][1], named[0][2]) if named else ("abstained", None)
         ev = {"source": "stated_choice", "named": [n for _, _, n in named]}
     else:
-        ev = {"source": None, "reason": "no call to a candidate's tools and no message content captured"}
+        ev = {"source": None,
+              "reason": "no choice argument, no call to a party's tools and no message content captured"}
         return "missing", ev
-    role = chosen[0] if chosen else "abstained"
-    ev.update(chosen=chosen[1] if chosen else None, role=role)
+    ev.update(chosen=chosen, role=role)
     if case.fit:
         return ("passed" if role == "target" else "failed"), ev
     ev["correct_abstention"] = role != "target"
@@ -161,18 +236,34 @@ def selection(ctx: Context) -> tuple[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- tool resolution
 
 def tool_resolution(ctx: Context) -> tuple[str, dict[str, Any]]:
-    if not ctx.case.fit:
+    """Passes when a tool of the plan was called. Helper tools count neither way; a tool that exists
+    nowhere (hallucinated) fails; other offered tools are findings (wasted steps), failing the
+    stage only with ``strict_plan``."""
+    case, view = ctx.case, ctx.view
+    if not case.fit:
         return "not_applicable", {}
-    plan = ctx.case.plan()
-    called = [c.name for c in ctx.view.calls]
+    plan = case.plan()
+    called = [c.name for c in view.calls if not case.is_helper(c.name)]
     if not plan:
         return "not_applicable", {"called": called, "reason": "the case declares no tool plan"}
     ev: dict[str, Any] = {"plan": list(plan), "called": called}
+    if case.helpers():
+        ev["helpers_called"] = list(dict.fromkeys(c.name for c in view.calls if case.is_helper(c.name)))
+    names = list(dict.fromkeys(called))
+    in_plan = [n for n in names if tool_matches(n, plan)]
+    calls_by_name = {c.name: c for c in view.calls}
+    invented = [n for n in names if n not in in_plan and hallucinated(case, calls_by_name[n], view.offered)]
+    off_plan = [n for n in names if n not in in_plan and n not in invented]
+    ev.update(in_plan=in_plan, hallucinated=invented, off_plan=off_plan, strict_plan=case.strict_plan)
     if not called:
         return "failed", {**ev, "reason": "no tool was called"}
-    disallowed = [n for n in dict.fromkeys(called) if not tool_matches(n, plan)]
-    ev["disallowed"] = disallowed
-    return ("failed" if disallowed else "passed"), ev
+    if invented:
+        return "failed", {**ev, "reason": "called a tool that exists nowhere: " + ", ".join(invented)}
+    if not in_plan:
+        return "failed", {**ev, "reason": "no tool of the allowed plan was called"}
+    if off_plan and case.strict_plan:
+        return "failed", {**ev, "reason": "called tools outside the plan (strict_plan): " + ", ".join(off_plan)}
+    return "passed", ev
 
 
 # --------------------------------------------------------------------------- invocation
@@ -357,14 +448,15 @@ def _criterion(c: Any, case_texts: dict[str, str]) -> dict[str, Any]:
 
 def completion(ctx: Context) -> tuple[str, dict[str, Any]]:
     case, j = ctx.case, ctx.judgment
-    if not case.fit:
-        return "not_applicable", {"reason": "a negative control needs no judge"}
     if not case.completion_criteria:
-        return "not_applicable", {"reason": "the case has no completion criteria"}
+        return "not_applicable", {"reason": "the case has no completion criteria" if case.fit
+                                  else "a negative control without criteria needs no judge"}
     ev: dict[str, Any] = {"criteria": list(case.completion_criteria), "threshold": case.judge_threshold}
     if j is None:
         return "missing", {**ev, "reason": "no judgment"}
     status = getattr(j, "status", None)
+    if status == "pending":
+        return "pending", {**ev, "status": "pending", "reason": "the judgment has not returned yet"}
     score = getattr(j, "score", None)
     case_texts = {criterion_key(t): t for t in case.completion_criteria}
     assessed = [_criterion(c, case_texts) for c in getattr(j, "criteria", None) or []]
@@ -372,7 +464,7 @@ def completion(ctx: Context) -> tuple[str, dict[str, Any]]:
     ev.update(status=status, score=score, assessed=assessed, failing_criteria=failing,
               missing_requirements=list(getattr(j, "missing_requirements", None) or []),
               unsupported_claims=list(getattr(j, "unsupported_claims", None) or []),
-              error=getattr(j, "error", None))
+              explanation=getattr(j, "explanation", None) or None, error=getattr(j, "error", None))
     if status in ("missing", "error"):
         return "missing", ev
     if status == "complete" and failing:

@@ -3,7 +3,11 @@
 Stages are read in order; the first ``failed`` one is where the run left the funnel, and every
 later stage is ``not_observed`` (an uncalled tool did not fail). ``missing`` marks evidence that
 cannot exist in this run (no captured message content, no judge); it does not end the funnel,
-and only at Completion (a judge that did not answer) does it keep a run from passing.
+and only at Completion (a judge that did not answer) does it keep a run from passing. ``pending``
+is a Completion whose judgment has not returned yet: never a pass, never ``missing``.
+
+A case may name its ``scored_stages``: the others are still checked and reported, but a failure
+there neither ends the funnel nor fails the run.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from .results import SessionScore
 from .run_view import RunView, build_view, hallucinated
 from .stage_checks import STAGE_CHECKS, Context, invalid_calls
 
-STAGE_STATES = ("passed", "failed", "not_observed", "missing", "not_applicable")
-FAILURE_CLASSES = ("crash", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable")
+STAGE_STATES = ("passed", "failed", "not_observed", "missing", "not_applicable", "pending")
+FAILURE_CLASSES = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable",
+                   "judge_pending")
 
 STAGE_FIX = {
     "discovery": "how the product is named and described where agents look for candidates",
@@ -42,7 +47,7 @@ class JudgmentLike(Protocol):
     """
 
     @property
-    def status(self) -> str: ...  # complete | incomplete | missing | error
+    def status(self) -> str: ...  # complete | incomplete | missing | error | pending
 
     @property
     def passed(self) -> bool: ...
@@ -64,6 +69,7 @@ class JudgmentLike(Protocol):
 class StageResult:
     state: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    scored: bool = True  # False: reported, but it decides neither the pass nor the first failing stage
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class CaseRunResult:
     fix_hint: str | None
     hit_cap: bool
     crash: str | None = None
+    timed_out: bool = False  # the harness killed the run at its timeout: failure class ``timeout``, not ``crash``
 
     @property
     def failed_assertions(self) -> tuple[str, ...]:
@@ -90,7 +97,8 @@ class CaseRunResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the per-run archive (``--archive DIR``)."""
         out = asdict(self)
-        out["stages"] = {k: {"state": v.state, "evidence": v.evidence} for k, v in self.stages.items()}
+        out["stages"] = {k: {"state": v.state, "evidence": v.evidence, "scored": v.scored}
+                         for k, v in self.stages.items()}
         out["failed_assertions"] = list(self.failed_assertions)
         return out
 
@@ -110,29 +118,34 @@ def _crash(view: RunView, score: SessionScore, harness_error: str | None, layers
     return None
 
 
-def _unrecovered_tool_error(view: RunView) -> bool:
-    return any(not c.ok for c in view.last_calls().values())
+def _unrecovered_tool_error(ctx: Context) -> bool:
+    """The last call to some tool errored (helper tools count for nothing)."""
+    calls = [c for c in ctx.view.calls if not ctx.case.is_helper(c.name)]
+    return any(not c.ok for c in ctx.view.last_calls(calls).values())
 
 
 def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
-                 judgment: JudgmentLike | None = None, *, harness_error: str | None = None) -> CaseRunResult:
+                 judgment: JudgmentLike | None = None, *, harness_error: str | None = None,
+                 timed_out: bool = False) -> CaseRunResult:
     """Score one run of ``case``: stages, layers, pass, failure class and the fix to look at.
 
     ``harness_error`` lets the harness report a crash the spans cannot show (the agent process
-    died, the sandbox was lost).
+    died, the sandbox was lost); with ``timed_out`` the run was killed at its time limit, and its
+    failure class is ``timeout`` (crash's rank: the run did not finish, whatever its spans show).
     """
     view = build_view(records, score.final_answer)
     ctx = Context(case, view, score, judgment)
     stages: dict[str, StageResult] = {}
     exited: str | None = None
     for name in STAGES:
+        scored = case.scores(name)
         if exited is not None:
-            stages[name] = StageResult("not_observed", {"after": exited})
+            stages[name] = StageResult("not_observed", {"after": exited}, scored)
             continue
         check: Callable[[Context], tuple[str, dict[str, Any]]] = STAGE_CHECKS[name]
         state, evidence = check(ctx)
-        stages[name] = StageResult(state, evidence)
-        if state == "failed":
+        stages[name] = StageResult(state, evidence, scored)
+        if state == "failed" and scored:
             exited = name
 
     layers = evaluate_layers(case, view, judgment) if case.artifact is not None and case.fit else None
@@ -142,27 +155,33 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
     correct_abstention = None
     if not case.fit:
         correct_abstention = {"passed": True, "failed": False}.get(selection.state)
+    completion = stages["completion"]
+    completion_ok = not completion.scored or completion.state not in ("missing", "pending")
 
     if case.fit:
-        stages_ok = exited is None and stages["completion"].state != "missing"
-    else:
-        stages_ok = correct_abstention is True
+        stages_ok = exited is None and completion_ok
+    else:  # a correct abstention, and the criteria a negative control may carry
+        stages_ok = correct_abstention is True and completion.state in ("passed", "not_applicable")
     layers_ok = layers is None or layers.passed
     passed = stages_ok and layers_ok and not hit_cap and crash is None
 
     failure_class = None if passed else _failure_class(ctx, stages, layers, crash, hit_cap, exited)
+    if failure_class == "crash" and timed_out and harness_error:
+        failure_class = "timeout"
     return CaseRunResult(
         case_id=case.id, case_sha256=case_sha256(case), stages=stages, first_failed_stage=exited, passed=passed,
         probe=case.probe, fit=case.fit, correct_abstention=correct_abstention,
         controlled_exposure=case.candidates_supplied, layers=layers, failure_class=failure_class,
         fix_hint=None if passed else _fix_hint(ctx, stages, layers, crash, hit_cap, exited, failure_class),
-        hit_cap=hit_cap, crash=crash)
+        hit_cap=hit_cap, crash=crash, timed_out=failure_class == "timeout")
 
 
-def _judge_only(stages: dict[str, StageResult], layers: Layers | None, exited: str | None) -> bool:
-    """The run's only problem is a judgment that is missing or in error."""
-    judge_missing = stages["completion"].state == "missing" or (layers is not None and layers.judge.state == "missing")
-    if not judge_missing or exited is not None:
+def _judge_waits(stages: dict[str, StageResult], layers: Layers | None, exited: str | None, state: str) -> bool:
+    """The run's only problem is a judgment in ``state`` (``missing``: missing or in error; ``pending``)."""
+    completion = stages["completion"]
+    judge_state = ((completion.state == state and completion.scored)
+                   or (layers is not None and layers.judge.state == state))
+    if not judge_state or exited is not None:
         return False
     if layers is not None and (layers.structural.state != "passed" or layers.properties.state != "passed"
                                or layers.judge.state == "failed"):
@@ -176,12 +195,16 @@ def _failure_class(ctx: Context, stages: dict[str, StageResult], layers: Layers 
         return "crash"
     if hit_cap:
         return "cap_hit"
-    if ctx.case.fit and _judge_only(stages, layers, exited) and not _unrecovered_tool_error(ctx.view):
-        return "judge_unavailable"
-    if invalid_calls(ctx) or any(hallucinated(ctx.case, c) for c in ctx.view.calls) \
+    decided = ctx.case.fit or stages["selection"].state == "passed"  # a negative control that abstained
+    if decided and not _unrecovered_tool_error(ctx):
+        if _judge_waits(stages, layers, exited, "pending"):
+            return "judge_pending"
+        if _judge_waits(stages, layers, exited, "missing"):
+            return "judge_unavailable"
+    if invalid_calls(ctx) or any(hallucinated(ctx.case, c, ctx.view.offered) for c in ctx.view.calls) \
             or ctx.score.invalid_tool_calls > 0:
         return "invalid_tool_call"
-    if _unrecovered_tool_error(ctx.view):
+    if _unrecovered_tool_error(ctx):
         return "tool_error"
     return "wrong_output"
 
@@ -192,7 +215,7 @@ def _fix_hint(ctx: Context, stages: dict[str, StageResult], layers: Layers | Non
         return f"the crash: {crash}"
     if hit_cap:
         return "the step cap: where the run looped or repeated calls instead of finishing"
-    if not ctx.case.fit:
+    if not ctx.case.fit and stages["selection"].state != "passed":
         return "when the product does not fit the task, the agent should abstain or choose another"
     if exited is not None:
         hint = STAGE_FIX[exited]
@@ -209,6 +232,8 @@ def _fix_hint(ctx: Context, stages: dict[str, StageResult], layers: Layers | Non
             return "the failed assertions: " + ", ".join(layers.properties.failed_assertions)
         if layers.judge.state == "failed":
             return "the judge's reasoning: " + "; ".join(layers.judge.problems)
+    if failure_class == "judge_pending":
+        return "nothing yet: the judgment has not returned (wait for it, e.g. compare --wait)"
     if failure_class == "judge_unavailable":
         error = (stages["completion"].evidence.get("error") or stages["completion"].evidence.get("reason")
                  or (layers.judge.problems[0] if layers and layers.judge.problems else "no judgment"))

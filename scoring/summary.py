@@ -145,7 +145,9 @@ class Row(NamedTuple):
     configured_service: str | None
     root_agent_name: str | None
     agent_name: str | None
+    workflow_name: str | None
     user_id: str | None
+    input_message: str | None  # the first user message (what was asked)
     case_id: str | None
     experiment: str | None
     run_id: str | None
@@ -301,6 +303,8 @@ class TraceSummary:
     experiment: At | None
     run_id: At | None
     agent_name: At | None
+    workflow_name: At | None  # the first workflow or trace name: the agent's name when no span names one
+    input_message: At | None  # the first user message, on the earliest span carrying one
     configured_service: At | None  # the first service name that pins a variant
     declared_services: frozenset[str]
     step_limits: int
@@ -338,7 +342,8 @@ class TraceSummary:
             configured_agent=next((r.agent_name for r in roots if r.configured), None),
             configured_service=_value(self.configured_service),
             root_agent_name=next((r.agent_name for r in roots if r.agent_name), None),
-            agent_name=_value(self.agent_name), user_id=_value(self.user_id), case_id=_value(self.case_id),
+            agent_name=_value(self.agent_name), workflow_name=_value(self.workflow_name), user_id=_value(self.user_id),
+            input_message=_value(self.input_message), case_id=_value(self.case_id),
             experiment=_value(self.experiment), run_id=_value(self.run_id),
             root_answer=next((r.final_answer for r in reversed(roots) if r.final_answer), None),
             last_root_failed=roots[-1].failed if roots else None,
@@ -409,6 +414,7 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
     first_seen = last_seen = None
     latest_llm = llm_answer = None
     user_id = case_id = experiment = run_id = agent_name = configured_service = None
+    workflow_name = input_message = None
     first_key = key = None
     for r in records:
         key = (r.start_ns, r.end_ns, r.span_id)
@@ -435,7 +441,8 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
                 llm_models.append((key, r.model))
             if latest_llm is None or r.end_ns > latest_llm[0]:
                 latest_llm = (r.end_ns, key, r.finish_reason == "tool_call")
-            if r.final_answer and (llm_answer is None or r.end_ns > llm_answer[0]):
+            # a response that also asks for a tool is a step on the way, not the answer (semconv.md §4)
+            if r.final_answer and r.finish_reason != "tool_call" and (llm_answer is None or r.end_ns > llm_answer[0]):
                 llm_answer = (r.end_ns, key, r.final_answer)
         elif r.kind == "agent" and not r.ignored:
             top = climb(r.parent_span_id or "", 0, links)
@@ -459,6 +466,10 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
             run_id = (key, r.run_id)
         if agent_name is None and r.agent_name:
             agent_name = (key, r.agent_name)
+        if workflow_name is None and r.workflow_name and isinstance(r.workflow_name, str):
+            workflow_name = (key, r.workflow_name)
+        if input_message is None and r.input_message and isinstance(r.input_message, str):
+            input_message = (key, r.input_message)
         declared.update(r.declared_services)
         if r.tool_definitions:
             offers.append((key, r.tool_definitions))
@@ -488,6 +499,7 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
         first_llm_model=llm_models[0] if llm_models else None, latest_llm=latest_llm, llm_answer=llm_answer,
         llm_models=_tally(llm_models), models=_tally(models), services=_tally(services),
         user_id=user_id, case_id=case_id, experiment=experiment, run_id=run_id, agent_name=agent_name,
+        workflow_name=workflow_name, input_message=input_message,
         configured_service=configured_service, declared_services=_set(declared),
         step_limits=step_limits, store_pages=store_pages, listings=listings,
         schemas={name: (offer[0], shared(offer[1])) for name, offer in offered.items() if offer is not None},
@@ -539,6 +551,8 @@ def merge(parts: Sequence[TraceSummary]) -> TraceSummary:
         user_id=_earliest(p.user_id for p in parts), case_id=_earliest(p.case_id for p in parts),
         experiment=_earliest(p.experiment for p in parts), run_id=_earliest(p.run_id for p in parts),
         agent_name=_earliest(p.agent_name for p in parts),
+        workflow_name=_earliest(p.workflow_name for p in parts),
+        input_message=_earliest(p.input_message for p in parts),
         configured_service=_earliest(p.configured_service for p in parts),
         declared_services=frozenset().union(*(p.declared_services for p in parts)),
         step_limits=sum(p.step_limits for p in parts), store_pages=sum(p.store_pages for p in parts),

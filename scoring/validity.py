@@ -133,10 +133,9 @@ class ToolCatalog:
         validator = _validator(schema)
         if validator is None:
             return None  # a broken schema proves nothing about the call
-        args = call.arguments
-        if args is None:
-            args = {}
-        return jsonschema.exceptions.best_match(validator.iter_errors(args)) is None
+        if call.arguments is None:
+            return None  # not captured (content capture off): nothing to validate, so no verdict either way
+        return jsonschema.exceptions.best_match(validator.iter_errors(call.arguments)) is None
 
     def errors(self, call: ToolCall) -> list[tuple[str, str]]:
         """(JSON pointer, message) for each schema violation of the call's arguments."""

@@ -141,3 +141,13 @@ AGENTFUNNEL_EXPERIMENT: Final = "agentfunnel.experiment"
 AGENTFUNNEL_RUN_ID: Final = "agentfunnel.run.id"
 AGENTFUNNEL_SERVICES: Final = "agentfunnel.server.services"  # declared commerce services, e.g. dev.ucp.shopping
 AGENTFUNNEL_STORE_PAGE: Final = "agentfunnel.store_page"  # a WebMCP run on a store's own page: never pays
+
+# --- the evaluation harness (``agentfunnel eval run``): one span per run it started, in the run's first
+# trace, saying how the agent's process ended; read by dialects/harness.py (collector/eval_run.py writes it)
+AGENTFUNNEL_HARNESS_SPAN: Final = "agentfunnel.harness.run"  # the span's name
+AGENTFUNNEL_HARNESS_OUTCOME: Final = "agentfunnel.harness.outcome"  # ok | crash | timeout | interrupted
+AGENTFUNNEL_HARNESS_EXIT_CODE: Final = "agentfunnel.harness.exit_code"  # None when killed at the timeout
+AGENTFUNNEL_HARNESS_STDERR_TAIL: Final = "agentfunnel.harness.stderr_tail"  # the last bytes of stderr, bounded
+AGENTFUNNEL_HARNESS_TIMEOUT: Final = "agentfunnel.harness.timeout_seconds"
+AGENTFUNNEL_HARNESS_MESSAGE: Final = "agentfunnel.harness.message"  # why, in one line
+HARNESS_OUTCOMES: Final = ("ok", "crash", "timeout", "interrupted")

@@ -26,9 +26,9 @@ from .records import SpanRecord, SpanView, new_record
 # What the dialects may fill; normalize sets the rest itself, from the span and the keys all dialects share.
 _DIALECT_FIELDS = frozenset(SpanRecord.__slots__) - {  # type: ignore[attr-defined]
     "trace_id", "span_id", "parent_span_id", "name", "dialect", "status_code", "start_ns", "end_ns", "session_key",
-    "session_key_source", "weak_session_key", "user_id", "service_name", "declared_services", "store_page", "case_id",
+    "session_key_source", "weak_session_key", "service_name", "declared_services", "store_page", "case_id",
     "experiment", "run_id"}
-_TEXT_FIELDS = ("tool_name", "agent_name", "model", "call_id")  # telemetry can send any AnyValue here
+_TEXT_FIELDS = ("tool_name", "agent_name", "workflow_name", "model", "call_id", "user_id")  # telemetry can send any AnyValue here
 _KINDS = ("llm", "tool", "agent", "other")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SpanRecord)}  # a value the record has anyway is not passed
 _REGISTRY_INDEX = DialectIndex(REGISTRY)
@@ -130,8 +130,8 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
     for dialect in index.matching(span):
         try:
             found = dialect.extract(span)
-        except (AttributeError, KeyError, TypeError, ValueError):
-            continue  # a dialect that cannot read this span leaves it to the others
+        except (AttributeError, KeyError, TypeError, ValueError, RecursionError):
+            continue  # a dialect that cannot read this span (nor JSON nested past the recursion limit) leaves it
         if name == "unknown":
             name = dialect.name
         # None fills nothing, so a later dialect still can: Strands' and ADK's {"provider": None} do not

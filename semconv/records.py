@@ -61,8 +61,10 @@ class SpanRecord:
     input_tokens: int | None = None
     output_tokens: int | None = None
     agent_name: str | None = None
+    workflow_name: str | None = None  # a workflow's or trace's name: the agent's name only when no span names one
     user_id: str | None = None
     final_answer: str | None = None
+    input_message: str | None = None  # the text of the first user message the span carries (what was asked)
     finish_reason: str | None = None
     step_limit: str | None = None  # the framework's own "hit the step cap" signal, as text
     mcp_method: str | None = None
@@ -77,6 +79,7 @@ class SpanRecord:
     status_code: str = "UNSET"
     start_ns: int = 0
     end_ns: int = 0
+    harness: str | None = None  # the evaluation harness's own span: how the run's process ended (ok, crash, ...)
 
     @property
     def is_tool_call(self) -> bool:
@@ -84,8 +87,9 @@ class SpanRecord:
 
     @property
     def is_agent_activity(self) -> bool:
-        """Model calls, agent spans and tool calls make sessions; handshakes and listings do not."""
-        return self.ignored is None and self.kind in ("llm", "agent", "tool")
+        """Model calls, agent spans and tool calls make sessions; handshakes and listings do not. The harness's
+        span of a run makes one too, so a run that exported nothing is still a (crashed) case run."""
+        return self.ignored is None and (self.kind in ("llm", "agent", "tool") or self.harness is not None)
 
 
 def _builder(cls: type[T]) -> Callable[..., T]:

@@ -81,8 +81,20 @@ ERRORS = [
      'cases[2] (id "fx-rate").artifact.source: must be "final_answer"'),
     ("validator with both", {**FX, "artifact": {"validator": {"entry_point": "m:f", "command": ["x"]}}},
      'cases[2] (id "fx-rate").artifact.validator: give exactly one of entry_point, command'),
-    ("negative control with criteria", {**FX, "fit": False},
-     'cases[2] (id "fx-rate").completion_criteria: a negative control'),
+    ("unknown stage", {**FX, "scored_stages": ["discovery", "invokation"]},
+     'cases[2] (id "fx-rate").scored_stages[1]: Input should be \'discovery\''),
+    ("stage twice", {**FX, "scored_stages": ["execution", "execution"]},
+     'cases[2] (id "fx-rate").scored_stages: lists \'execution\' twice'),
+    ("reporting tool without its argument", {**FX, "discovery": {"tool": "report_candidates"}},
+     'cases[2] (id "fx-rate").discovery: give both discovery.tool and discovery.argument, or neither'),
+    ("selection as free text", {**FX, "selection": "the first one"},
+     'cases[2] (id "fx-rate").selection: must be "none" or {tool, argument} or {}'),
+    ("helper in the plan", {**FX, "helper_tools": ["get_rate"]},
+     'cases[2] (id "fx-rate").helper_tools[0]: \'get_rate\' is in allowed_tools'),
+    ("negative control without a choice", {**FX, "fit": False, "selection": "none"},
+     'cases[2] (id "fx-rate").selection: a negative control (fit: false) is decided at Selection'),
+    ("reporting tool in the plan", {**FX, "discovery": {"tool": "get_rate", "argument": "candidates"}},
+     'cases[2] (id "fx-rate").discovery.tool: \'get_rate\' is in allowed_tools'),
 ]
 
 

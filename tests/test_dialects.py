@@ -8,16 +8,20 @@ normalized records; refresh them with ``pytest --update-golden`` and review the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
 
 from agentfunnel.collector.assembly import assemble
-from agentfunnel.collector.decode import decode_traces_protobuf
+from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
+from agentfunnel.collector.held import log_events
 from agentfunnel.semconv import SpanView, normalize
-from conftest import FIXTURES, ROOT, read_db, run_cli
+from conftest import FIXTURES, ROOT, ServerProcess, read_db, run_cli
 
 OTLP = FIXTURES / "otlp"
 GOLDEN = ROOT / "tests" / "golden"
@@ -26,19 +30,37 @@ IDS = [f"{p.parent.name}/{p.name.removesuffix('.expected.yaml')}" for p in SCENA
 
 
 def views_of(path: Path) -> list[SpanView]:
+    """The recording's spans, with its log records (``<name>.logs.binpb``) joined to them as the server joins them."""
     b = decode_traces_protobuf(path.read_bytes())
+    stem = path.name.removesuffix(".traces.binpb")
+    logs = _log_events(path.with_name(stem + ".logs.binpb")) if stem != path.name else {}
     return [SpanView(b.trace_id[i], b.span_id[i], b.parent_span_id[i], b.name[i], b.attrs[i], b.resource_attrs[i],
-                     b.event_list[i], b.kind[i], b.status_code[i], b.status_message[i], b.scope_name[i],
-                     b.start_ns[i], b.end_ns[i]) for i in range(len(b))]
+                     list(b.event_list[i] or []) + logs.get((b.trace_id[i], b.span_id[i]), []), b.kind[i],
+                     b.status_code[i], b.status_message[i], b.scope_name[i], b.start_ns[i], b.end_ns[i])
+            for i in range(len(b))]
+
+
+def _log_events(path: Path) -> dict[tuple[str, str], list[dict]]:
+    if not path.exists():
+        return {}
+    batch = decode_logs_protobuf(path.read_bytes())
+    return {k: sorted(events, key=lambda e: e["time_unix_nano"]) for k, (events, _) in log_events(batch).items()}
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory) -> Path:
-    """Every fixture replayed through the real ``agentfunnel ingest`` into one database."""
+    """Every fixture (spans and log records) replayed through a live ``agentfunnel serve``: ``agentfunnel
+    ingest`` sends the files to the server that owns the database, which assembles and scores them as it
+    would live traffic. (tests/test_held.py replays them offline too and compares.)"""
     db = tmp_path_factory.mktemp("replay") / "fixtures.duckdb"
     files = sorted(str(p) for p in OTLP.glob("*/*.binpb"))
-    out = run_cli("ingest", "--db", str(db), *files)
-    assert "0 refused" in out.stdout
+    srv = ServerProcess(db).start()
+    try:
+        out = run_cli("ingest", "--db", str(db), *files)
+        assert "into the running server" in out.stdout and "0 refused" in out.stdout, out.stdout
+        srv.admin_post("/flush")
+    finally:
+        assert srv.stop() == 0
     return db
 
 
@@ -86,8 +108,8 @@ def test_normalized_records_match_the_golden_file(expected_file, update_golden):
                 "arguments": r.arguments if r.kind == "tool" else None,
                 "result": r.result if r.kind == "tool" else None, "error": r.error, "ignored": r.ignored,
                 "model": r.model, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                "agent": r.agent_name, "final_answer": r.final_answer, "finish_reason": r.finish_reason,
-                "step_limit": r.step_limit is not None,
+                "agent": r.agent_name, "workflow": r.workflow_name, "final_answer": r.final_answer,
+                "finish_reason": r.finish_reason, "step_limit": r.step_limit is not None, "input": r.input_message,
             })
     rows.sort(key=lambda r: r["span"])
     golden = GOLDEN / expected_file.parent.name / (exp["scenario"] + ".yaml")
@@ -96,12 +118,11 @@ def test_normalized_records_match_the_golden_file(expected_file, update_golden):
         golden.write_text(yaml.safe_dump(rows, sort_keys=False, allow_unicode=True, width=120))
     assert golden.exists(), f"no golden file {golden.relative_to(ROOT)}: run pytest --update-golden and review it"
     assert rows == yaml.safe_load(golden.read_text())
-    # the scripted final answer is read from the telemetry wherever the framework records it
+    # the scripted final answer is read from the telemetry wherever the framework records it (as text: a
+    # structured output's one text field, pydantic-ai's Reply.answer, not the JSON document)
     answers = {r["final_answer"] for r in rows if r["final_answer"]}
     if exp["final_answer"] and not (exp.get("notes") or {}).get("no_llm_spans"):
-        # structured output (pydantic-ai's final_result) is kept as the JSON the agent returned
-        assert any(exp["final_answer"].strip() == a.strip() or json.dumps(exp["final_answer"])[1:-1] in a
-                   for a in answers), answers
+        assert any(exp["final_answer"].strip() == a.strip() for a in answers), answers
 
 
 def test_unknown_dialect_never_crashes_and_is_kept(tmp_path):
@@ -202,6 +223,55 @@ def test_replay_gives_the_expected_session(replayed, expected_file):
     got.pop("completion_rate")
     assert got == want
     assert rows[0]["status"] == "closed" and rows[0]["trace_count"] == exp["traces"]
+
+
+@cache
+def _scripts() -> dict:
+    """The scripted scenarios the recorders played (tests/fixtures/recorders/scenarios.py), by name."""
+    spec = importlib.util.spec_from_file_location("recorded_scenarios", FIXTURES / "recorders" / "scenarios.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module.SCENARIOS
+
+
+PLAYS = {"mcp_shop_tool_error": "shop_tool_error"}  # recorded under its own name, playing a scripted scenario
+
+
+@pytest.mark.parametrize("expected_file", SCENARIOS, ids=IDS)
+def test_replay_keeps_what_the_user_asked_first(replayed, expected_file):
+    """``sessions.input`` is the first user message of the first turn, from whichever field the framework
+    records it in (multi-turn scenarios: the first turn's, whatever order the turns are stored in)."""
+    exp = _expected(expected_file)
+    if (exp.get("notes") or {}).get("no_llm_spans"):
+        pytest.skip("no model call, agent input or message content in this telemetry")
+    asked = _scripts()[PLAYS.get(exp["scenario"], exp["scenario"])].turns[0].user
+    traces = sorted({v.trace_id for v in views_of(expected_file.with_name(exp["scenario"] + ".traces.binpb"))})
+    rows = read_db(replayed, "SELECT input FROM sessions WHERE list_has_any(trace_ids, ["
+                   + ",".join(f"'{t}'" for t in traces) + "])")
+    assert [r["input"] for r in rows] == [asked] * exp["sessions"]
+
+
+# The recorders name each agent and each run's workflow after the scenario's variant (Agent(name=...),
+# RunConfig(workflow_name=...) in tests/fixtures/recorders/openai-agents-*/record.py)
+AGENT_NAMES = {"openai-agents-openinference": "{variant}-agent", "openai-agents-otel": "{variant}-agent"}
+ANSWER_TEXT = ("pydantic-ai", "pydantic-ai-logfire")  # structured output (Reply): the answer is Reply.answer
+
+
+@pytest.mark.parametrize("expected_file", [p for p in SCENARIOS if p.parent.name in (*AGENT_NAMES, *ANSWER_TEXT)],
+                         ids=[i for p, i in zip(SCENARIOS, IDS) if p.parent.name in (*AGENT_NAMES, *ANSWER_TEXT)])
+def test_replay_names_the_agent_and_keeps_the_answer_as_text(replayed, expected_file):
+    """The agent span's own name wins over the workflow's (OpenAI Agents' trace span); a structured output's
+    answer is its text, not the JSON document."""
+    exp = _expected(expected_file)
+    traces = sorted({v.trace_id for v in views_of(expected_file.with_name(exp["scenario"] + ".traces.binpb"))})
+    row = read_db(replayed, "SELECT agent_name, final_answer FROM sessions WHERE list_has_any(trace_ids, ["
+                  + ",".join(f"'{t}'" for t in traces) + "])")[0]
+    if exp["framework"] in AGENT_NAMES:
+        assert row["agent_name"] == AGENT_NAMES[exp["framework"]].format(variant=exp["variant"])
+    else:
+        assert row["final_answer"] == exp["final_answer"]
 
 
 TRAJECTORY = {  # scenario: (cycles, tool calls, invalid calls, hit cap, tool errors)

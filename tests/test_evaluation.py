@@ -84,8 +84,8 @@ def test_the_exchange_rate_answer_without_its_date_fails_at_completion(tmp_path,
     db = tmp_path / "fx.duckdb"
     run_cli("ingest", "--db", str(db), "--config", cfg, str(_run_file(tmp_path, ANSWER)))
     run = read_db(db, "SELECT * FROM case_runs")[0]
-    assert [run[s] for s in ("discovery", "selection", "tool_resolution", "invocation", "execution",
-                             "result_usability")] == ["passed"] * 6
+    assert [run[s] for s in ("discovery", "selection")] == ["not_applicable"] * 2  # a data lookup
+    assert [run[s] for s in ("tool_resolution", "invocation", "execution", "result_usability")] == ["passed"] * 4
     assert run["completion"] == "failed" and run["first_failed_stage"] == "completion" and run["passed"] is False
     assert run["failure_class"] == "wrong_output"
     judgment = read_db(db, "SELECT * FROM judgments")[0]
@@ -95,6 +95,7 @@ def test_the_exchange_rate_answer_without_its_date_fails_at_completion(tmp_path,
     assert judgment["base_url"].startswith("http://127.0.0.1:") and judgment["temperature"] == 0
     for field in ("rubric_sha256", "answer_sha256", "reference_sha256", "input_hash", "prompt_version"):
         assert judgment[field]
+    assert judgment["case_sha256"] == run["case_sha256"] and len(run["case_sha256"]) == 64
     session = read_db(db, "SELECT passed, failure_class, judge_status, judge_score FROM sessions")[0]
     assert session == {"passed": False, "failure_class": "wrong_output", "judge_status": "incomplete",
                        "judge_score": 0.6}

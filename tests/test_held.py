@@ -33,6 +33,9 @@ def test_held_records_assemble_like_the_views_they_came_from():
     for path in sorted(OTLP.glob("*/*.traces.binpb")):
         batch = decode_traces_protobuf(path.read_bytes())
         held = HeldTraces(1 << 30, Metrics())
+        logs = path.with_name(path.name.replace(".traces.", ".logs."))
+        if logs.exists():  # views_of joins them too
+            held.add_logs(log_events(decode_logs_protobuf(logs.read_bytes())), already_open=())
         held.add(prepare(batch), trace_ids=())
         by_trace: dict[str, list] = {}
         for v in views_of(path):

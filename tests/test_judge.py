@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,12 +43,15 @@ class Reply:
     body: Any = None  # dict -> JSON; str/bytes sent as is
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    hold: threading.Event | None = None
 
 
 class FakeMessagesAPI:
-    """Answers queued replies in order; records every request (path, headers, JSON body)."""
+    """Answers queued replies in order (or, with ``route``, the reply it picks for the request body);
+    records every request (path, headers, JSON body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, route: Callable[[dict[str, Any]], Reply] | None = None) -> None:
+        self.route = route
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
@@ -67,11 +71,14 @@ class FakeMessagesAPI:
                     api.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                                          "body": json.loads(raw)})
                     reply = (api.replies.popleft() if api.replies
+                             else api.route(api.requests[-1]["body"]) if api.route is not None
                              else Reply(500, error_body("api_error", "no scripted reply")))
                     api.in_flight += 1
                     api.max_in_flight = max(api.max_in_flight, api.in_flight)
                 try:
                     time.sleep(reply.delay)
+                    if reply.hold is not None:
+                        reply.hold.wait(60)  # answers once the test lets it (a judgment kept pending)
                     data = reply.body if isinstance(reply.body, bytes) else (
                         reply.body.encode() if isinstance(reply.body, str) else json.dumps(reply.body).encode())
                     self.send_response(reply.status)
@@ -522,3 +529,23 @@ def test_criteria_match_as_the_prompt_showed_them():
     assert check_verdict(Verdict.model_validate(copied), inp) is None
     other = {**GOOD, "criteria": assessed("satisfied", criteria=["Says the rate"])}
     assert "not assessed" in check_verdict(Verdict.model_validate(other), inp)
+
+
+def test_the_judge_is_sent_the_artifact_it_grades_and_records_the_case_hash(api):
+    """A case whose deliverable is a tool argument (seed 003's funnel spec): the judge reads the spec
+    itself, fenced like every other untrusted block, not only the tool's ``{"ok": true}``."""
+    spec = {"steps": [{"type": "landing"}, {"type": "form", "fields": [{"name": "company_size", "type": "text"}]}]}
+    criteria = ["company size is asked as a select"]
+    inp = JudgeInput(task="Build a qualification funnel; company size as a select.", final_answer="Your funnel is ready.",
+                     returned_data=[{"tool": "save_spec", "result": {"ok": True}}], criteria=criteria,
+                     artifact=spec, artifact_source="save_spec(spec)", case_id="long-qualification",
+                     case_sha256="d" * 64)
+    api.push(verdict_reply({"status": "incomplete", "score": 0.25, "missing_requirements": ["a select field"],
+                            "unsupported_claims": [], "explanation": "company_size is a text field, not a select.",
+                            "criteria": assessed("missing", criteria=criteria)}))
+    j = make_judge(api).judge(inp)
+    assert j.status == "incomplete" and j.case_sha256 == "d" * 64 and not j.passed
+    sent = user_text(api.requests[0])
+    assert fence("artifact", {"source": "save_spec(spec)", "value": spec}) in sent
+    assert sent.index('name="final_answer"') < sent.index('name="artifact"') < sent.index("<criteria>")
+    assert j.answer_sha256 != hashlib.sha256(b"Your funnel is ready.").hexdigest()  # the artifact is graded too

@@ -63,7 +63,10 @@ FX = {
                                {"tool": "get_rate", "path": "$.date", "values": ["2026-01-15"]}],
     "completion_criteria": ["states the returned rate 1.10", "states the direction EUR to USD",
                             "states the requested date 2026-01-15"],
+    # the seed's exchange-rate task is a data lookup: no candidate list, no choice to make
+    "discovery": "none", "selection": "none",
 }
+CHOOSING = {"discovery": {}, "selection": {}}  # the same case read as a choice between FXRates and XE
 
 
 def case_of(**changes):
@@ -112,7 +115,7 @@ def good_run(answer=FULL_ANSWER, tool="mcp__fxrates__get_rate", args=ARGS, resul
 def test_answer_omitting_the_date_fails_only_at_completion():
     r = run(case_of(), good_run(ANSWER), DATE_MISSING)
     assert list(r.stages) == list(STAGES)
-    assert states(r) == {"discovery": "passed", "selection": "passed", "tool_resolution": "passed",
+    assert states(r) == {"discovery": "not_applicable", "selection": "not_applicable", "tool_resolution": "passed",
                          "invocation": "passed", "execution": "passed", "result_usability": "passed",
                          "completion": "failed"}
     assert r.first_failed_stage == "completion" and not r.passed
@@ -120,7 +123,7 @@ def test_answer_omitting_the_date_fails_only_at_completion():
     assert r.fix_hint.startswith("missing or unsupported claims") and "2026-01-15" in r.fix_hint
     ev = r.stages["completion"].evidence
     assert [c["name"] for c in ev["failing_criteria"]] == ["states the requested date 2026-01-15"]
-    assert r.stages["discovery"].evidence["source"] == "tool_call"
+    assert "discovery: none" in r.stages["discovery"].evidence["reason"]  # never read from the tool call
     assert r.stages["execution"].evidence["calls"][0]["servers"] == ["fxrates"]
 
 
@@ -136,7 +139,7 @@ def test_assessments_are_named_by_the_cases_own_criterion_text():
 
 def test_the_full_answer_passes():
     r = run(case_of(), good_run())
-    assert set(states(r).values()) == {"passed"}
+    assert set(states(r).values()) == {"passed", "not_applicable"}
     assert r.passed and r.failure_class is None and r.fix_hint is None and r.first_failed_stage is None
     json.dumps(r.to_dict())  # the archive form is plain JSON
 
@@ -155,10 +158,10 @@ EXITS = [
     ("wrong endpoint", {}, [agent(FULL_ANSWER), call("mcp__fxrates__list_currencies", {}, {"currencies": ["EUR"]})],
      "tool_resolution", "wrong_output", "tool names, descriptions and catalog"),
     ("no tool call", {}, [agent("FXRates says it is about 1.1.")], "tool_resolution", "wrong_output", "catalog"),
-    ("competitor chosen", {}, [agent(FULL_ANSWER), llm("Options: FXRates or XE. XE it is.", "tool_call"),
+    ("competitor chosen", CHOOSING, [agent(FULL_ANSWER), llm("Options: FXRates or XE. XE it is.", "tool_call"),
                                call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})],
      "selection", "wrong_output", "competitors"),
-    ("target never considered", {}, [agent(FULL_ANSWER), call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})],
+    ("target never considered", CHOOSING, [agent(FULL_ANSWER), call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})],
      "discovery", "wrong_output", "where agents look for candidates"),
     ("schema-invalid arguments", {}, good_run(args={"base": "EUR", "quote": "USD"}),
      "invocation", "invalid_tool_call", "parameter semantics and examples"),
@@ -243,7 +246,7 @@ def test_mcp_content_results_are_unwrapped():
 def test_discovery_from_the_first_message_listing_candidates():
     records = [agent(FULL_ANSWER), llm("Candidates: xe.com and FXRates. I'll use FXRates."),
                call("mcp__fxrates__get_rate", ARGS, RESULT), llm(FULL_ANSWER)]
-    r = run(case_of(candidates_supplied=True), records)
+    r = run(case_of(candidates_supplied=True, **CHOOSING), records)
     ev = r.stages["discovery"].evidence
     assert r.stages["discovery"].state == "passed" and ev["source"] == "message"
     assert [c["name"] for c in ev["candidates"]] == ["XE", "FXRates"] and ev["rank"] == 2
@@ -253,7 +256,7 @@ def test_discovery_from_the_first_message_listing_candidates():
 def test_discovery_and_choice_from_structured_output():
     answer = json.dumps({"candidates": [{"name": "XE", "rank": 1}, {"name": "FX Rates", "rank": 2}], "choice": "xe.com"})
     case = case_of(target={"name": "FXRates", "aliases": ["FX Rates"]}, allowed_tools=[], tool_schemas={},
-                   argument_expectations={}, required_result_fields=[], expected_server=None,
+                   argument_expectations={}, required_result_fields=[], expected_server=None, selection={},
                    discovery={"json_path": "$.candidates[*]", "choice_path": "$.choice"})
     r = run(case, [agent(answer)])
     assert r.stages["discovery"].state == "passed" and r.stages["discovery"].evidence["rank"] == 2
@@ -261,18 +264,18 @@ def test_discovery_and_choice_from_structured_output():
 
 
 def test_discovery_without_captured_content_is_missing_not_failed():
-    r = run(case_of(), [agent(None), call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})])
+    r = run(case_of(**CHOOSING), [agent(None), call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})])
     assert r.stages["discovery"].state == "missing"
     assert r.stages["selection"].state == "failed" and r.first_failed_stage == "selection"
 
 
 def test_target_never_named_nor_called_fails_discovery():
-    r = run(case_of(), [agent("Exchange rates vary; check your bank.")])
+    r = run(case_of(**CHOOSING), [agent("Exchange rates vary; check your bank.")])
     assert r.first_failed_stage == "discovery" and r.stages["selection"].state == "not_observed"
 
 
 def test_stated_choice_when_no_tool_was_called():
-    case = case_of(allowed_tools=[], tool_schemas={}, argument_expectations={}, required_result_fields=[],
+    case = case_of(**CHOOSING, allowed_tools=[], tool_schemas={}, argument_expectations={}, required_result_fields=[],
                    expected_server=None)
     picked = run(case, [agent("For historical rates I recommend FXRates rather than XE.")])
     assert picked.stages["selection"].evidence == {"source": "stated_choice", "named": ["FXRates"],
@@ -295,7 +298,7 @@ NEGATIVE = [
 
 @pytest.mark.parametrize("name,records,abstention,passed", NEGATIVE, ids=[n[0] for n in NEGATIVE])
 def test_negative_controls_are_decided_at_selection_without_a_judge(name, records, abstention, passed):
-    r = run(case_of(**NEG), records, judgment=None)
+    r = run(case_of(**NEG, **CHOOSING), records, judgment=None)
     assert r.correct_abstention is abstention and r.passed is passed and not r.fit
     assert r.stages["discovery"].state == "not_applicable"
     later = {r.stages[s].state for s in list(STAGES)[2:]}
@@ -337,7 +340,7 @@ ARTIFACT_SUITE = {
     "cases": [{
         "id": "long-qualification", "task": "Build a six-step qualification funnel; company size as a select.",
         "intent_summary": "A linear qualification funnel that asks company size with a select field.",
-        "target": {"name": "FunnelLoops"}, "allowed_tools": ["write_file"],
+        "target": {"name": "FunnelLoops"}, "allowed_tools": ["write_file"], "discovery": "none", "selection": "none",
         "artifact": {"source": {"tool_argument": {"tool": "write_file", "argument": "content"}},
                      "schema": FUNNEL_SCHEMA,
                      "assertions": [{"name": "company-size-is-a-select", "kind": "exists",
@@ -462,7 +465,7 @@ def test_cap_hit_fails_a_run_whose_answer_looks_right():
     records = [agent(FULL_ANSWER, error="Max turns (8) exceeded", step_limit="MaxTurnsExceeded"),
                call("mcp__fxrates__get_rate", ARGS, RESULT), llm(FULL_ANSWER)]
     r = run(case_of(), records, GOOD)
-    assert all(s.state == "passed" for s in r.stages.values())
+    assert all(s.state in ("passed", "not_applicable") for s in r.stages.values())
     assert r.hit_cap and not r.passed and r.failure_class == "cap_hit"
 
 

@@ -146,7 +146,24 @@ def _judge(scored: ScoredSession) -> tuple[float | None, str | None, str | None]
         return value if value is not None else getattr(scored.score, name, None)
 
     value = read("judge_score")
-    return float(value) if value is not None else None, read("judge_status"), read("judge_explanation")
+    explanation = read("judge_explanation") or judge_explanation(getattr(scored.evaluated, "case_run", None))
+    return float(value) if value is not None else None, read("judge_status"), explanation
+
+
+def judge_explanation(case_run: Mapping[str, Any] | None) -> str | None:
+    """The judge's explanation as the case run recorded it: Completion's evidence, else the artifact's judge layer."""
+    if not case_run:
+        return None
+    for column, path in (("completion_evidence", ("explanation",)), ("layers", ("judge", "evidence", "explanation"))):
+        try:
+            node: Any = json.loads(case_run.get(column) or "null")
+        except (TypeError, ValueError):
+            continue
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str) and node:
+            return node
+    return None
 
 
 def outcome_explanation(score: SessionScore) -> str:

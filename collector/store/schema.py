@@ -449,3 +449,238 @@ MIGRATIONS.append((
 # histogram, summary), with their exemplars' trace and span ids so metrics join spans and sessions.
 # The columns are listed once, in ``metric_batches.METRIC_COLUMNS``; this is the table as 0007 made it.
 MIGRATIONS.append(("0007_metrics", create_metrics_table_sql("0007_metrics")))
+
+# What the user asked: the text of the first user message of the session's first turn, cut with
+# a visible mark past a bound (``scoring_stage.INPUT_MAX_BYTES``); telemetry text, untrusted.
+MIGRATIONS.append((
+    "0008_session_input",
+    """
+    ALTER TABLE sessions ADD COLUMN input VARCHAR;
+    """,
+))
+
+# Stages a case does not score (``case_runs.scored_stages``; NULL: every stage) are reported but
+# count as passed-through in the stage funnel; a Completion still waiting for its judgment is
+# ``pending`` (counted apart, never passed); experiment summaries count pending judgments and the
+# runs that wait on one (failure class ``judge_pending``), and a criterion waiting reads judge_pending.
+MIGRATIONS.append((
+    "0009_scored_stages_and_pending_judgments",
+    """
+    ALTER TABLE case_runs ADD COLUMN scored_stages VARCHAR[];
+    CREATE OR REPLACE MACRO stage_funnel_of(session_ids) AS TABLE
+    WITH runs AS (
+        SELECT r.* FROM case_runs r
+        WHERE NOT coalesce(r.probe, false) AND coalesce(r.fit, true)
+          AND (session_ids IS NULL OR r.session_id IN (SELECT unnest(session_ids)))
+    ),
+    stages(stage, stage_index) AS (
+        VALUES ('discovery', 1), ('selection', 2), ('tool_resolution', 3), ('invocation', 4), ('execution', 5),
+               ('result_usability', 6), ('completion', 7)
+    ),
+    states AS (
+        SELECT r.experiment, s.stage, s.stage_index,
+               CASE s.stage WHEN 'discovery' THEN r.discovery WHEN 'selection' THEN r.selection
+                    WHEN 'tool_resolution' THEN r.tool_resolution WHEN 'invocation' THEN r.invocation
+                    WHEN 'execution' THEN r.execution WHEN 'result_usability' THEN r.result_usability
+                    ELSE r.completion END AS state,
+               r.scored_stages IS NULL OR list_contains(r.scored_stages, s.stage) AS scored,
+               r.session_id
+        FROM runs r, stages s
+    ),
+    passed_through AS (
+        SELECT experiment, stage, stage_index, session_id,
+               bool_and(state IN ('passed', 'not_applicable') OR NOT scored) OVER (
+                   PARTITION BY experiment, session_id ORDER BY stage_index
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ok,
+               state, scored
+        FROM states
+    ),
+    counted AS (
+        SELECT experiment, stage, stage_index, count(*) AS runs, count(*) FILTER (WHERE ok) AS passed,
+               count(*) FILTER (WHERE state = 'failed' AND scored) AS failed,
+               count(*) FILTER (WHERE state = 'missing') AS missing,
+               count(*) FILTER (WHERE state = 'not_observed') AS not_observed,
+               count(*) FILTER (WHERE state = 'pending') AS pending,
+               count(*) FILTER (WHERE NOT scored) AS unscored
+        FROM passed_through GROUP BY experiment, stage, stage_index
+    )
+    SELECT experiment, stage, stage_index, runs, passed, failed, missing, not_observed,
+           passed / runs AS cumulative,
+           passed / nullif(lag(passed) OVER (PARTITION BY experiment ORDER BY stage_index), 0) AS conditional,
+           coalesce(lag(passed) OVER (PARTITION BY experiment ORDER BY stage_index), runs) AS reached,
+           pending, unscored
+    FROM counted;
+    CREATE OR REPLACE VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL);
+    CREATE OR REPLACE VIEW experiment_summary AS
+    WITH runs AS (
+        SELECT s.*, coalesce(r.probe, false) AS is_probe
+        FROM sessions s LEFT JOIN case_runs r USING (session_id)
+        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL
+    ),
+    agg AS (
+        SELECT experiment, case_id, count(*) AS runs, count(passed) AS n, count(*) FILTER (WHERE passed) AS passes,
+               avg(judge_score) AS judge_avg,
+               count(*) FILTER (WHERE judge_status IN ('missing', 'error')) AS judge_unavailable,
+               quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
+               max(cost_usd) AS cost_max,
+               quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+               max(duration_ms) AS latency_max_ms,
+               quantile_cont(tool_call_count, 0.5) AS steps_p50, max(tool_call_count) AS steps_max,
+               count(*) FILTER (WHERE failure_class = 'crash') AS crash,
+               count(*) FILTER (WHERE failure_class = 'cap_hit') AS cap_hit,
+               count(*) FILTER (WHERE failure_class = 'invalid_tool_call') AS invalid_tool_call,
+               count(*) FILTER (WHERE failure_class = 'tool_error') AS tool_error,
+               count(*) FILTER (WHERE failure_class = 'wrong_output') AS wrong_output,
+               count(*) FILTER (WHERE failure_class = 'judge_unavailable') AS judge_unavailable_runs,
+               count(*) FILTER (WHERE judge_status = 'pending') AS judge_pending,
+               count(*) FILTER (WHERE failure_class = 'judge_pending') AS judge_pending_runs
+        FROM runs WHERE NOT is_probe GROUP BY experiment, case_id
+    )
+    SELECT experiment, case_id, runs, n, passes, CASE WHEN n > 0 THEN passes / n END AS pass_rate, n AS k,
+           CASE WHEN n > 0 THEN pass_at_k(n, passes, n) END AS pass_at_k,
+           CASE WHEN n > 0 THEN pass_hat_k(n, passes, n) END AS pass_hat_k,
+           judge_avg, judge_unavailable, cost_p50, cost_p95, cost_max, latency_p50_ms, latency_p95_ms, latency_max_ms,
+           steps_p50, steps_max, crash, cap_hit, invalid_tool_call, tool_error, wrong_output, judge_unavailable_runs,
+           judge_pending, judge_pending_runs
+    FROM agg;
+    CREATE OR REPLACE VIEW criterion_results AS
+    WITH judged AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe,
+               completion_evidence->>'$.status' AS judge_status,
+               from_json(completion_evidence->'$.assessed', '[{"name": "VARCHAR", "assessment": "VARCHAR"}]') AS assessed,
+               unnest(from_json(completion_evidence->'$.criteria', '["VARCHAR"]')) AS name
+        FROM case_runs WHERE json_type(completion_evidence->'$.criteria') = 'ARRAY'
+    ),
+    criteria AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe, 'criterion' AS kind, name,
+               CASE WHEN judge_status IS NULL OR judge_status IN ('missing', 'error', 'pending')
+                    THEN 'judge_' || coalesce(judge_status, 'missing')
+                    ELSE coalesce((SELECT any_value(a.assessment) FROM (SELECT unnest(assessed) AS a)
+                                   WHERE a.name = judged.name), 'not_assessed') END AS result
+        FROM judged
+    ),
+    assertions AS (
+        SELECT session_id, experiment, case_id, run_id, fit, probe, 'assertion' AS kind, a.name,
+               CASE WHEN a.passed THEN 'passed' ELSE 'failed' END AS result
+        FROM (SELECT *, unnest(from_json(layers->'$.properties.evidence.assertions',
+                                         '[{"name": "VARCHAR", "passed": "BOOLEAN"}]')) AS a
+              FROM case_runs WHERE json_type(layers->'$.properties.evidence.assertions') = 'ARRAY')
+    )
+    SELECT *, result IN ('satisfied', 'passed') AS met FROM criteria
+    UNION ALL BY NAME
+    SELECT *, result IN ('satisfied', 'passed') AS met FROM assertions;
+    """,
+))
+
+# Slicing (SPEC §10): each session's agent version (the resource's ``service.version`` of its latest
+# trace), model provider and MCP servers, kept per trace in the index when the trace is assembled;
+# and the funnel and outcome mix over any set of sessions, as stage_funnel_of does for case runs:
+# ``funnel_conversion_of((SELECT list(session_id) FROM sessions WHERE model = 'x'))``.
+MIGRATIONS.append((
+    "0010_session_slices",
+    """
+    ALTER TABLE trace_index ADD COLUMN agent_version VARCHAR;
+    ALTER TABLE trace_index ADD COLUMN providers VARCHAR[];
+    ALTER TABLE trace_index ADD COLUMN servers VARCHAR[];
+    ALTER TABLE sessions ADD COLUMN agent_version VARCHAR;
+    ALTER TABLE sessions ADD COLUMN provider VARCHAR;
+    ALTER TABLE sessions ADD COLUMN servers VARCHAR[];
+    -- funnel_conversion_of(NULL) is funnel_conversion; funnel_conversion_of(['id', ...]) only these sessions'
+    CREATE MACRO funnel_conversion_of(session_ids) AS TABLE
+    WITH s AS (SELECT * FROM sessions WHERE session_ids IS NULL OR session_id IN (SELECT unnest(session_ids))),
+    steps AS (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps),
+    positions AS (
+        SELECT s.variant, s.session_id, any_value(s.steps) AS steps,
+               coalesce(max(st.step_index) FILTER (WHERE list_contains(s.steps, st.step)), 0) AS furthest
+        FROM s JOIN steps st ON st.variant = s.variant
+        GROUP BY s.variant, s.session_id
+    ),
+    totals AS (SELECT variant, count(*) AS n FROM s GROUP BY variant),
+    counted AS (
+        SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja,
+               count(*) FILTER (WHERE p.furthest >= st.step_index) AS sessions,
+               count(*) FILTER (WHERE list_contains(p.steps, st.step)) AS reached_directly
+        FROM steps st JOIN positions p ON p.variant = st.variant
+        GROUP BY st.variant, st.step, st.step_index, st.display_en, st.display_ja
+    )
+    SELECT c.variant, c.step, c.step_index, c.display_en, c.display_ja, c.sessions,
+           c.sessions / t.n AS share_of_sessions,
+           CASE WHEN lag(c.sessions) OVER w IS NULL THEN c.sessions / t.n
+                ELSE c.sessions / nullif(lag(c.sessions) OVER w, 0) END AS conversion_from_previous,
+           c.sessions - c.reached_directly AS skipped,
+           c.reached_directly
+    FROM counted c JOIN totals t USING (variant)
+    WINDOW w AS (PARTITION BY c.variant ORDER BY c.step_index);
+    CREATE MACRO outcome_mix_of(session_ids) AS TABLE
+    SELECT variant, outcome, outcome_reads_as, count(*) AS sessions,
+           count(*) / sum(count(*)) OVER (PARTITION BY variant) AS share
+    FROM sessions WHERE session_ids IS NULL OR session_id IN (SELECT unnest(session_ids))
+    GROUP BY variant, outcome, outcome_reads_as;
+    """,
+))
+
+# Evaluation runs started by ``agentfunnel eval run``: a run killed at its timeout has its own failure
+# class (``timeout``); every run's process outcome (exit code, stderr tail, wall time) is the harness's
+# span of it, readable as ``harness_runs``. Experiment summaries gain the trajectory aggregates (tool
+# calls, invalid calls, wasted steps, cycles, cap hits), when each experiment ran, and whether its
+# candidates were supplied up front (Discovery is then "controlled exposure").
+MIGRATIONS.append((
+    "0011_eval_runs",
+    """
+    CREATE OR REPLACE VIEW harness_runs AS
+    SELECT json_extract_string(resource_attributes, '$."agentfunnel.experiment"') AS experiment,
+           json_extract_string(resource_attributes, '$."agentfunnel.case.id"') AS case_id,
+           json_extract_string(resource_attributes, '$."agentfunnel.run.id"') AS run_id,
+           session_id, trace_id,
+           json_extract_string(attributes, '$."agentfunnel.harness.outcome"') AS outcome,
+           TRY_CAST(json_extract_string(attributes, '$."agentfunnel.harness.exit_code"') AS INTEGER) AS exit_code,
+           json_extract_string(attributes, '$."agentfunnel.harness.message"') AS message,
+           json_extract_string(attributes, '$."agentfunnel.harness.stderr_tail"') AS stderr_tail,
+           start_time, end_time, date_diff('millisecond', start_time, end_time) AS wall_ms
+    FROM spans
+    WHERE name = 'agentfunnel.harness.run'
+      AND json_extract_string(attributes, '$."agentfunnel.harness.outcome"') IS NOT NULL;
+    CREATE OR REPLACE VIEW experiment_summary AS
+    WITH runs AS (
+        SELECT s.*, coalesce(r.probe, false) AS is_probe, coalesce(r.controlled_exposure, false) AS exposure
+        FROM sessions s LEFT JOIN case_runs r USING (session_id)
+        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL
+    ),
+    agg AS (
+        SELECT experiment, case_id, count(*) AS runs, count(passed) AS n, count(*) FILTER (WHERE passed) AS passes,
+               avg(judge_score) AS judge_avg,
+               count(*) FILTER (WHERE judge_status IN ('missing', 'error')) AS judge_unavailable,
+               quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
+               max(cost_usd) AS cost_max,
+               quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+               max(duration_ms) AS latency_max_ms,
+               quantile_cont(tool_call_count, 0.5) AS steps_p50, max(tool_call_count) AS steps_max,
+               count(*) FILTER (WHERE failure_class = 'crash') AS crash,
+               count(*) FILTER (WHERE failure_class = 'cap_hit') AS cap_hit,
+               count(*) FILTER (WHERE failure_class = 'invalid_tool_call') AS invalid_tool_call,
+               count(*) FILTER (WHERE failure_class = 'tool_error') AS tool_error,
+               count(*) FILTER (WHERE failure_class = 'wrong_output') AS wrong_output,
+               count(*) FILTER (WHERE failure_class = 'judge_unavailable') AS judge_unavailable_runs,
+               count(*) FILTER (WHERE judge_status = 'pending') AS judge_pending,
+               count(*) FILTER (WHERE failure_class = 'judge_pending') AS judge_pending_runs,
+               count(*) FILTER (WHERE failure_class = 'timeout') AS timeout,
+               coalesce(sum(tool_call_count), 0) AS tool_calls,
+               coalesce(sum(invalid_tool_calls), 0) AS invalid_tool_calls,
+               coalesce(sum(wasted_steps), 0) AS wasted_steps,
+               quantile_cont(cycles, 0.5) AS cycles_p50, max(cycles) AS cycles_max,
+               count(*) FILTER (WHERE hit_cap) AS cap_hits,
+               min(first_seen) AS started, max(last_seen) AS ended,
+               bool_or(exposure) AS controlled_exposure
+        FROM runs WHERE NOT is_probe GROUP BY experiment, case_id
+    )
+    SELECT experiment, case_id, runs, n, passes, CASE WHEN n > 0 THEN passes / n END AS pass_rate, n AS k,
+           CASE WHEN n > 0 THEN pass_at_k(n, passes, n) END AS pass_at_k,
+           CASE WHEN n > 0 THEN pass_hat_k(n, passes, n) END AS pass_hat_k,
+           judge_avg, judge_unavailable, cost_p50, cost_p95, cost_max, latency_p50_ms, latency_p95_ms, latency_max_ms,
+           steps_p50, steps_max, crash, cap_hit, invalid_tool_call, tool_error, wrong_output, judge_unavailable_runs,
+           judge_pending, judge_pending_runs, timeout, tool_calls, invalid_tool_calls,
+           CASE WHEN tool_calls > 0 THEN invalid_tool_calls / tool_calls END AS invalid_call_rate,
+           wasted_steps, cycles_p50, cycles_max, cap_hits, started, ended, controlled_exposure
+    FROM agg;
+    """,
+))

@@ -13,6 +13,7 @@ another replica) and follows what the other replicas assembled.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -132,7 +133,8 @@ class SessionTables:
             attributes = _loads(attrs) or {}
             if body is not None:
                 attributes.setdefault("body", _loads(body))
-            log_events.setdefault(span_id, []).append({"name": event_name or "log", "time_unix_nano": t or 0,
+            log_events.setdefault(span_id, []).append({"name": event_name or attributes.get("event.name") or "log",
+                                                       "time_unix_nano": t or 0,
                                                        "attributes": attributes, "from_log": True})
         views: dict[str, list[SpanView]] = {}
         seen: set[tuple[str, str]] = set()
@@ -193,11 +195,33 @@ class SessionTables:
         deleted = ids if stored is None else list(stored)
         if deleted:  # an empty IN still scans the table
             con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [deleted])
-        insert_rows(con, "sessions", sessions)
+        insert_rows(con, "sessions", self._with_slices(con, sessions))
         self._write_call_steps(con, ids, call_steps)
         if cased:
             con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [list(cased)])
         insert_rows(con, "case_runs", case_runs)
+
+    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
+        """The rows with what their traces' index rows say they are sliced by: the agent version of the latest
+        trace, the provider most of their traces name, and every MCP server they called."""
+        if not sessions:
+            return []
+        found: dict[str, list[tuple[Any, Any, Any, Any]]] = {}
+        for sids, first, version, providers, servers in con.execute(
+                "SELECT session_ids, first_received, agent_version, providers, servers FROM "
+                f"{self.session_sources.trace_index} WHERE list_has_any(session_ids, ?::VARCHAR[])",
+                [[r["session_id"] for r in sessions]]).fetchall():
+            for sid in sids or ():
+                found.setdefault(sid, []).append((first, version, providers, servers))
+        out = []
+        for row in sessions:
+            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[0] is None, t[0]))
+            versions = [v for _, v, _, _ in traces if v]
+            providers = Counter(p for _, _, ps, _ in traces for p in ps or ())
+            servers = sorted({sv for _, _, _, svs in traces for sv in svs or ()})
+            out.append({**row, "agent_version": versions[-1] if versions else None,
+                        "provider": providers.most_common(1)[0][0] if providers else None, "servers": servers})
+        return out
 
     def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
         if not rows:

@@ -26,7 +26,11 @@ def sha256_text(text: str) -> str:
 
 
 def answer_sha256(inp: JudgeInput) -> str:
-    return sha256_text(inp.final_answer)
+    """The graded text: the final answer, with the artifact when one is declared."""
+    if inp.artifact is None:
+        return sha256_text(inp.final_answer)
+    return sha256_text(canonical_json({"final_answer": inp.final_answer, "artifact": inp.artifact,
+                                       "artifact_source": inp.artifact_source}))
 
 
 def reference_sha256(inp: JudgeInput) -> str:

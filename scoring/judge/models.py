@@ -9,6 +9,7 @@ plus the provenance a later reader needs to trust or redo it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -66,6 +67,9 @@ class JudgeInput(_Model):
     task: str
     intent_summary: str = ""
     final_answer: str
+    artifact: Any = Field(default=None, description="the deliverable graded, when the case declares one: the "
+                                                    "final answer as JSON, or a tool's argument")
+    artifact_source: str | None = Field(default=None, description='e.g. "final_answer" or "save_spec(spec)"')
     returned_data: list[ReturnedData] = []
     criteria: list[str] = []
     threshold: float = Field(default=0.7, ge=0, le=1, description="inclusive: score >= threshold passes")
@@ -130,3 +134,24 @@ class Judgment(_Model):
         if v.tzinfo is None:
             raise ValueError("created_at must be timezone-aware (UTC)")
         return v.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class PendingJudgment:
+    """A judgment asked for (or to be asked for when its session closes) that has not returned yet.
+
+    Never a pass and never ``missing``: Completion reads ``pending`` and the run waits. It is not
+    stored; the run is scored again when the real judgment arrives.
+    """
+
+    status: str = "pending"
+    passed: bool = False
+    score: float | None = None
+    criteria: tuple = ()
+    missing_requirements: tuple = ()
+    unsupported_claims: tuple = ()
+    explanation: str = ""
+    error: str | None = None
+
+
+PENDING = PendingJudgment()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .adk import GoogleADK
 from .base import Dialect
+from .harness import Harness
 from .langfuse import Langfuse
 from .mcp import MCP
 from .openinference import OpenInference
@@ -14,7 +15,7 @@ from .strands import Strands
 from .vercel_ai import VercelAI
 
 REGISTRY: tuple[Dialect, ...] = (
-    PydanticAI(), Strands(), GoogleADK(), VercelAI(), OpenLLMetry(), OpenInference(), Langfuse(), MCP(), OtelGenAI(),
+    Harness(), PydanticAI(), Strands(), GoogleADK(), VercelAI(), OpenLLMetry(), OpenInference(), Langfuse(), MCP(), OtelGenAI(),
 )
 
 __all__ = ["Dialect", "REGISTRY"]

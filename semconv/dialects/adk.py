@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from ..attributes import ADK_TOOL_ARGS, ADK_TOOL_RESPONSE
 from ..records import SpanView
 from .base import Fields, Marks, parse_json
+from .user_input import first_user_text
+
+# A model call's request as JSON ({model, config, contents: [{role, parts: [{text}]}]}); ADK 2.x with content
+# capture writes gen_ai.input.messages instead (read as GenAI)
+ADK_LLM_REQUEST: Final = "gcp.vertex.agent.llm_request"
 
 
 class GoogleADK:
@@ -26,4 +33,7 @@ class GoogleADK:
             out["result"] = parse_json(a[ADK_TOOL_RESPONSE])
         if span.name == "invocation" or span.name.startswith("agent_run"):
             out["kind"] = "agent"
+        if ADK_LLM_REQUEST in a:
+            request = parse_json(a[ADK_LLM_REQUEST])
+            out["input_message"] = first_user_text(request.get("contents")) if isinstance(request, dict) else None
         return out

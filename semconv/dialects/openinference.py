@@ -11,21 +11,35 @@ LangChain and LangGraph runs (Python and JS) need a few readings of their own:
   whose arguments failed the tool's schema never starts a TOOL span at all;
 - OpenInference JS kinds runs by run type only, so a LangGraph.js graph run is a CHAIN: the graph
   run (LangGraph's metadata without a node) is the agent, named after the graph.
+- A LangChain run's ``metadata`` (JSON) names the agent ``create_agent`` built (``lc_agent_name``) and,
+  where the user put one there, the user (``user_id``, or ``langfuse_user_id`` for Langfuse's handler).
+
+The OpenAI Agents processor makes each SDK trace a parentless AGENT span named after the trace
+(its ``workflow_name``), with no ``agent.name``; the agent spans below it carry the agents' names.
+That span's name is the workflow's, which names the session only when no agent does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from typing import Final
+
 from ..attributes import (OI_AGENT_NAME, OI_INPUT_VALUE, OI_LLM_FINISH_REASON, OI_LLM_MODEL_NAME,
                           OI_LLM_OUTPUT_MESSAGES, OI_LLM_RESPONSE_MODEL_NAME, OI_LLM_TOKEN_COMPLETION,
                           OI_LLM_TOKEN_PROMPT, OI_OUTPUT_VALUE, OI_SPAN_KIND, OI_TOOL_ID, OI_TOOL_NAME)
 from ..records import SpanView
 from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
+from .user_input import indexed_user_text, state_user_text
 
 KINDS = {"LLM": "llm", "TOOL": "tool", "AGENT": "agent"}
 OI_METADATA = "metadata"  # the LangChain run's metadata, as JSON text
 LG_TOOL_CALL = "lg_tool_call"  # LangGraph's key for the one tool call a Send hands the tools node
+OI_LLM_INPUT_MESSAGES: Final = "llm.input_messages"
+OI_MESSAGE_CONTENTS: Final = ("message.content", "message.contents.0.message_content.text")
+OPENAI_AGENTS_SCOPE: Final = "openinference.instrumentation.openai_agents"
+LC_AGENT_NAME: Final = "lc_agent_name"  # LangChain's create_agent names its agent in the run metadata
+METADATA_USER_KEYS: Final = ("user_id", "langfuse_user_id")
 _AI_MESSAGE_TYPES = frozenset({"ai", "AIMessage", "AIMessageChunk", "assistant"})
 # LangGraph's ToolNode returns a failed call to the model as "Error: <message>\n Please fix your mistakes."
 _TOOL_NODE_ERROR = ("Error: ", "\n Please fix your mistakes.")
@@ -162,6 +176,8 @@ class OpenInference:
             out.update(_tool_fields(message) if message is not None else {"result": output})
             out["call_id"] = a.get(OI_TOOL_ID) or out.get("call_id")
         elif kind == "llm":
+            out["input_message"] = (indexed_user_text(a, OI_LLM_INPUT_MESSAGES, "message.role", OI_MESSAGE_CONTENTS)
+                                    or state_user_text(a.get(OI_INPUT_VALUE)))
             out["model"] = first(a, OI_LLM_RESPONSE_MODEL_NAME, OI_LLM_MODEL_NAME)
             out["input_tokens"] = as_int(a.get(OI_LLM_TOKEN_PROMPT))
             out["output_tokens"] = as_int(a.get(OI_LLM_TOKEN_COMPLETION))
@@ -173,18 +189,60 @@ class OpenInference:
                 calls_tools = isinstance(raw, str) and '"tool_calls"' in raw and _asks_for_tools(parse_json(raw))
             # some bridges report "stop" even for a tool-call response
             out["finish_reason"] = "tool_call" if calls_tools else reason
-            if out["finish_reason"] != "tool_call":
-                out["final_answer"] = _last_output_content(a)
+            # the text is kept whatever the response asked for (candidates listed beside a tool call);
+            # a response that asked for a tool is never the session's answer (scoring reads the finish reason)
+            out["final_answer"] = _last_output_content(a)
         elif kind == "agent":
-            out["agent_name"] = a.get(OI_AGENT_NAME) or span.name
-            out["final_answer"] = _run_answer(a)
+            out.update(_run_fields(span), final_answer=_run_answer(a))
         elif (call := langgraph_tool_call(a)) is not None:
             out.update(kind="tool", tool_name=call["name"], arguments=call.get("args"))
             out.update(_tool_fields(_answered(parse_json(a.get(OI_OUTPUT_VALUE)), call.get("id"))))
             out["call_id"] = call.get("id") or out.get("call_id")
         elif _is_langgraph_run(a):
-            out.update(kind="agent", agent_name=a.get(OI_AGENT_NAME) or span.name, final_answer=_run_answer(a))
+            out.update(_run_fields(span), kind="agent", final_answer=_run_answer(a))
+        raw = a.get(OI_METADATA)
+        if isinstance(raw, str) and "user_id" in raw:  # else there is no user to parse the metadata for
+            out["user_id"] = _text(first(_metadata(a), *METADATA_USER_KEYS))
         return out
+
+
+def _metadata(a: dict) -> dict:
+    """The LangChain run's metadata (JSON text, or a structured value), or nothing."""
+    metadata = parse_json(a.get(OI_METADATA))
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _run_fields(span: SpanView) -> Fields:
+    """An agent run's name and what it was asked: the agent's own name (``agent.name``, LangChain's
+    ``lc_agent_name``), else the span's; an OpenAI Agents trace span names the workflow, not an agent."""
+    a = span.attributes
+    name = _text(a.get(OI_AGENT_NAME))
+    if name is None and OI_METADATA in a:
+        name = _text(_metadata(a).get(LC_AGENT_NAME))
+    out: Fields = {"input_message": _run_input(a)}
+    if name is None and span.scope_name == OPENAI_AGENTS_SCOPE and not span.parent_span_id:
+        out["workflow_name"] = span.name or None
+    else:
+        out["agent_name"] = name or a.get(OI_AGENT_NAME) or span.name
+    return out
+
+
+def _run_input(a: dict) -> str | None:
+    """What a run was asked: its input in plain text, LangChain's ``{"input": ...}``, or the first user
+    message of its ``messages`` (a LangGraph state) or message list."""
+    raw = a.get(OI_INPUT_VALUE)
+    if isinstance(raw, str) and raw.lstrip()[:1] not in ("{", "[", '"'):
+        return raw or None
+    value = parse_json(raw)
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, dict) and isinstance(value.get("input"), str):
+        return value["input"] or None
+    return state_user_text(value)
 
 
 def _run_answer(a: dict) -> str | None:

@@ -1,8 +1,19 @@
-"""OpenTelemetry GenAI conventions, every generation of names: the fallback for all ``gen_ai.*`` spans."""
+"""OpenTelemetry GenAI conventions, every generation of names: the fallback for all ``gen_ai.*`` spans.
+
+A model call's output text, by generation: ``gen_ai.output.messages`` (v1.37+, on the span or in
+the operation-details event); ``gen_ai.completion`` (before v1.28, on the span or in a
+``gen_ai.content.completion`` span event; OpenLLMetry's indexed form); the ``gen_ai.choice`` event
+(v1.28 to v1.36: a log record whose body is ``{index, finish_reason, message}``, or a span event with
+those as attributes or as JSON in ``gen_ai.event.content``).
+The text of a response that also calls tools is kept: it is what the model said while acting.
+"""
 
 from __future__ import annotations
 
-from ..attributes import (EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGATED_OUTPUT_TOKENS,
+from typing import Any, Final
+
+from ..attributes import (EVENT_CHOICE, EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS,
+                          GEN_AI_AGGREGATED_OUTPUT_TOKENS,
                           GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
                           GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_SYSTEM, GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_ID,
@@ -11,10 +22,17 @@ from ..attributes import (EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGG
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
 from ..records import SpanView
 from .pydantic_ai import STRUCTURED_OUTPUT_TOOLS
+from .user_input import genai_user_text
 from .base import (Fields, Marks, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text,
-                   parse_json, tool_definitions)
+                   message_text, parse_json, tool_definitions)
 
 UNKNOWN_MODELS = {"unknown", ""}
+EVENT_CONTENT_COMPLETION: Final = "gen_ai.content.completion"  # before v1.28: a span event carrying gen_ai.completion
+# Where the Python SDK's Events API wrote an event's name before log records had an event_name field (1.30
+# does, as opentelemetry-instrumentation-openai-v2 2.1b0 recordings show): the joined record has no name of its own.
+LOG_EVENT_NAME: Final = "event.name"
+# Azure AI Inference's message events (v1.28 era, span events): the message or choice as JSON in one attribute.
+GEN_AI_EVENT_CONTENT: Final = "gen_ai.event.content"
 
 
 def genai_kind(op: object, attrs: dict) -> str | None:
@@ -61,16 +79,23 @@ class OtelGenAI:
         elif kind == "llm":
             out["input_tokens"] = as_int(first(a, GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS))
             out["output_tokens"] = as_int(first(a, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS))
-            if out["finish_reason"] != "tool_call":
-                out["final_answer"] = last_assistant_text(messages) or _legacy_completion(a)
+            text = last_assistant_text(messages) or _legacy_completion(a)
+            if text is None and messages is None and span.events:
+                text, finish = _event_output(span.events)
+                out["finish_reason"] = out["finish_reason"] or finish
+            if text == "None" and out["finish_reason"] == "tool_call":
+                text = None  # OpenLIT writes str(content): "None" for a response that only calls tools
+            out["final_answer"] = text
         elif kind == "agent":
             # agent spans repeat the run's totals; the session uses them only without llm spans
             out["input_tokens"] = as_int(first(a, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_USAGE_INPUT_TOKENS))
             out["output_tokens"] = as_int(first(a, GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS))
-            out["agent_name"] = (a.get(GEN_AI_AGENT_NAME)
-                                 or after_prefix(span.name, "invoke_agent ", "create_agent ", "invoke_workflow ")
-                                 or a.get(GEN_AI_WORKFLOW_NAME))
+            # the agent's own name; a workflow's (invoke_workflow, gen_ai.workflow.name) only stands in for it
+            out["agent_name"] = a.get(GEN_AI_AGENT_NAME) or after_prefix(span.name, "invoke_agent ", "create_agent ")
+            out["workflow_name"] = first(a, GEN_AI_WORKFLOW_NAME) or after_prefix(span.name, "invoke_workflow ")
             out["final_answer"] = last_assistant_text(messages)
+        if kind != "tool":
+            out["input_message"] = genai_user_text(span)  # what the user asked (user_input.py)
         return out
 
 
@@ -96,7 +121,7 @@ def _legacy_completion(a: dict) -> str | None:
     """``gen_ai.completion`` (pre-v1.28) or OpenLLMetry's indexed ``gen_ai.completion.<i>.content``."""
     value = a.get(GEN_AI_COMPLETION)
     if isinstance(value, str):
-        return value
+        return _completion_text(value)
     i = 0
     last = None
     while f"{GEN_AI_COMPLETION}.{i}.content" in a or f"{GEN_AI_COMPLETION}.{i}.role" in a:
@@ -105,3 +130,70 @@ def _legacy_completion(a: dict) -> str | None:
             last = content
         i += 1
     return last
+
+
+def parse_json_bounded(value: Any) -> Any:
+    """``parse_json``, bounded: JSON nested past the interpreter's recursion limit stays text."""
+    try:
+        return parse_json(value)
+    except RecursionError:
+        return value
+
+
+def _completion_text(value: str) -> str | None:
+    """``gen_ai.completion``: plain text (OpenLIT), or JSON messages (``[{role, content}]``, as Langtrace writes)."""
+    if value[:1] not in ("[", "{"):
+        return value or None
+    parsed = parse_json_bounded(value)
+    if isinstance(parsed, list):
+        return last_assistant_text(parsed) or (None if parsed == [] else value)
+    if isinstance(parsed, dict):
+        return _content_text(parsed.get("content")) or message_text(parsed) or value
+    return value
+
+
+def _event_output(events: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(text, finish reason) of the response, from its content events: ``gen_ai.content.completion`` (pre-v1.28)
+    or the first ``gen_ai.choice`` (v1.28-v1.36; choices come in index order), a span event or a joined log record."""
+    for event in events:
+        name = event.get("name")
+        attrs = event.get("attributes")
+        if not isinstance(attrs, dict):
+            continue
+        if name != EVENT_CHOICE and name != EVENT_CONTENT_COMPLETION and event.get("from_log"):
+            name = attrs.get(LOG_EVENT_NAME, name)
+        if name == EVENT_CONTENT_COMPLETION:
+            value = attrs.get(GEN_AI_COMPLETION)
+            if isinstance(value, str):
+                return _completion_text(value), None
+        elif name == EVENT_CHOICE:
+            # a log record's body; a span event's attributes, or the JSON in one of them (Azure AI Inference)
+            choice = (attrs.get("body") if event.get("from_log")
+                      else parse_json_bounded(attrs.get(GEN_AI_EVENT_CONTENT, attrs)))
+            if not isinstance(choice, dict):
+                return None, None
+            message = parse_json_bounded(choice.get("message"))
+            text = None
+            if isinstance(message, dict):
+                text = _content_text(message.get("content"))
+                calls = message.get("tool_calls") or choice.get("tool_calls")
+            else:
+                text = message if isinstance(message, str) and message else None
+                calls = choice.get("tool_calls")
+            finish = finish_reason(choice.get("finish_reason"))
+            if calls and finish is None:
+                finish = "tool_call"
+            return text, finish
+    return None, None
+
+
+def _content_text(content: object) -> str | None:
+    """A Chat Completions message's content: a string, or a list of parts whose text is joined."""
+    if isinstance(content, str):
+        return content or None
+    if isinstance(content, list):
+        texts = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
+                 if isinstance(p, dict) and p.get("type", "text") == "text"]
+        texts = [t for t in texts if isinstance(t, str)]
+        return "".join(texts) or None
+    return None

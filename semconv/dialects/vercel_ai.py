@@ -5,10 +5,15 @@ from __future__ import annotations
 from ..attributes import (AI_FUNCTION_ID, AI_MODEL_ID, AI_OPERATION_ID, AI_RESPONSE_FINISH_REASON,
                           AI_RESPONSE_MODEL, AI_RESPONSE_TEXT, AI_TOOLCALL_ARGS, AI_TOOLCALL_ID, AI_TOOLCALL_NAME,
                           AI_TOOLCALL_RESULT, AI_USAGE_INPUT, AI_USAGE_OUTPUT)
+from typing import Any, Final
+
 from ..records import SpanView
 from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
+from .user_input import first_user_text
 
 AGENT_OPS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
+AI_PROMPT: Final = "ai.prompt"  # the call's prompt as JSON: {system?, prompt (text or messages) | messages}
+AI_PROMPT_MESSAGES: Final = "ai.prompt.messages"  # a model call's messages, as JSON
 
 
 class VercelAI:
@@ -34,4 +39,19 @@ class VercelAI:
                        output_tokens=as_int(first(a, *AI_USAGE_OUTPUT)), final_answer=a.get(AI_RESPONSE_TEXT) or None)
         else:
             out["kind"] = "other"
+        if op != "ai.toolCall":
+            out["input_message"] = _asked(a)
         return out
+
+
+def _asked(a: dict[str, Any]) -> str | None:
+    """The first user message of a model call's ``ai.prompt.messages``, or of a run's ``ai.prompt``."""
+    if AI_PROMPT_MESSAGES in a:
+        return first_user_text(a[AI_PROMPT_MESSAGES])
+    prompt = parse_json(a.get(AI_PROMPT))
+    if not isinstance(prompt, dict):
+        return None
+    asked = prompt.get("prompt")
+    if isinstance(asked, str):
+        return asked or None
+    return first_user_text(asked if asked is not None else prompt.get("messages"))

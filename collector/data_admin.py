@@ -1,0 +1,137 @@
+"""The running server's data endpoints (loopback admin port): prune, delete, export, snapshot; and periodic pruning.
+
+``agentfunnel prune``, ``delete``, ``export`` and ``snapshot`` post here when a server owns the
+file, as ``rescore`` does: the server does the work with its own store (its single writer for
+removals, a cursor of its database for copies), on worker threads, never on the event loop.
+Paths are absolute (the command resolves them) and written by the server's user, who is the
+caller: the admin endpoint only answers callers holding the sidecar's secret or the bearer token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from aiohttp import web
+
+from .export import export_tables, write_snapshot
+from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, parse_time
+
+if TYPE_CHECKING:
+    from .server import Server
+
+log = logging.getLogger(__name__)
+
+
+class BadRequest(ValueError):
+    """A body the endpoint cannot use; the message says what it wants."""
+
+
+def _strings(doc: dict[str, Any], key: str) -> list[str]:
+    value = doc.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise BadRequest(f"{key} must be a list of non-empty strings")
+    return value
+
+
+def _path(doc: dict[str, Any], key: str) -> Path:
+    value = doc.get(key)
+    if not isinstance(value, str) or not Path(value).is_absolute():
+        raise BadRequest(f"{key} must be an absolute path")
+    return Path(value)
+
+
+def _time(doc: dict[str, Any], key: str) -> Any:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{key} must be an ISO 8601 time")
+    return parse_time(value, f"--{key}")
+
+
+def add_routes(app: web.Application, server: "Server", retention: Retention) -> None:
+    """``/prune``, ``/delete``, ``/export`` and ``/snapshot`` on the admin app, behind its own checks."""
+
+    def endpoint(work: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            if (refused := server._refused(request)) is not None:
+                return refused
+            try:
+                doc = await request.json() if request.can_read_body else {}
+            except json.JSONDecodeError:
+                doc = None
+            if not isinstance(doc, dict):
+                return web.json_response({"error": "the body must be a JSON object"}, status=400)
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(server._query_pool, work, doc)
+            except NotSupported as exc:
+                return web.json_response({"error": str(exc)}, status=409)
+            except (BadRequest, ValueError, OSError) as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response(result)
+        return handle
+
+    def prune(doc: dict[str, Any]) -> dict[str, Any]:
+        before = _time(doc, "before")
+        if before is not None:
+            cutoffs = {t: before for t in OLDER_THAN}
+        else:
+            cutoffs = cutoffs_for(server.settings)
+            if not cutoffs:
+                raise BadRequest("no retention is configured (retention.raw_days, derived_days or tables); "
+                                 "give --before DATE")
+        return {"removed": retention.prune(cutoffs)}
+
+    def delete(doc: dict[str, Any]) -> dict[str, Any]:
+        done = retention.delete(_strings(doc, "users"), _strings(doc, "sessions"))
+        return {"removed": done.removed, "sessions": done.sessions, "traces": len(done.traces),
+                "rescored": done.shared_with}
+
+    def export(doc: dict[str, Any]) -> dict[str, Any]:
+        if server.settings.store.lake is not None:
+            raise NotSupported("export reads a file of its own; a lake's data is already Parquet under its data_path")
+        tables = _strings(doc, "tables") or None
+        cursor = server.store.reader()
+        try:
+            rows = export_tables(cursor, _path(doc, "to"), *([tables] if tables else []),
+                                 since=_time(doc, "since"), until=_time(doc, "until"))
+        finally:
+            cursor.close()
+        return {"rows": rows}
+
+    def snapshot(doc: dict[str, Any]) -> dict[str, Any]:
+        if server.settings.store.lake is not None:
+            raise NotSupported("snapshot copies a file of its own; a lake is read by any DuckDB with the "
+                               "ducklake extension")
+        out = _path(doc, "to")
+        if out.resolve() == server.settings.store.path.resolve():
+            raise BadRequest("the snapshot cannot replace the database itself")
+        cursor = server.store.reader()
+        try:
+            return {"rows": write_snapshot(cursor, out)}
+        finally:
+            cursor.close()
+
+    for name, work in (("prune", prune), ("delete", delete), ("export", export), ("snapshot", snapshot)):
+        app.router.add_post(f"/{name}", endpoint(work))
+
+
+async def prune_forever(retention: Retention, interval: float) -> None:
+    """The configured time-to-live, applied every ``interval`` seconds (the first pass soon after start)."""
+    loop = asyncio.get_running_loop()
+    delay = min(interval, 5.0)
+    while True:
+        await asyncio.sleep(delay)
+        delay = interval
+        try:
+            removed = await loop.run_in_executor(None, retention.prune_configured)
+        except Exception:  # noqa: BLE001 - counted and logged; the next pass tries again
+            retention.metrics.inc("prune_errors")
+            log.exception("pruning failed")
+            continue
+        if any(removed.values()):
+            log.info("pruned %s", ", ".join(f"{n} {t}" for t, n in removed.items() if n))

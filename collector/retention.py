@@ -1,0 +1,258 @@
+"""Retention and deletion: rows removed by age (time-to-live, ``agentfunnel prune``) or on request (``delete``).
+
+Both run as jobs on the store's single writer, as ingest and session work do, so ingest keeps
+running: pruning in bounded jobs (at most ``retention.max_rows_per_job`` rows each, so a request
+waits at most one of them), a deletion in one job (one transaction: all of a user's rows go, or
+none). The server prunes every ``retention.interval_seconds`` with the configured time-to-live;
+``agentfunnel prune --before`` and ``delete`` go through the running server as ``rescore`` does,
+or open the file when no server owns it.
+
+How old a row is: spans by their start time, log records and metric points by their time (else
+when they were received), tool calls by their start, sessions by their last span; a trace's index
+row goes with its last span, case runs and judgments with their session.
+
+A deletion finds a user's sessions by ``sessions.user_id`` (and spans not yet assembled by the
+user id attributes), a session's traces through the trace index, and removes every row of those
+traces and sessions; other sessions that shared one of the traces are re-scored. On a lake
+neither is supported (each replica may only change its own schema): it is refused, said so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
+from .config import DERIVED_TABLES, RAW_TABLES, Settings
+from .privacy import Redactor
+from .telemetry import Metrics
+
+if TYPE_CHECKING:
+    from .sessions import SessionService
+    from .store.writer import Store
+
+log = logging.getLogger(__name__)
+
+# What makes a row older than the cutoff (bound as ``?``), per table, in the order they are pruned: case runs
+# and judgments with their sessions (before them, and once their session is gone).
+_OF_OLD_SESSIONS = ("(session_id IN (SELECT session_id FROM sessions WHERE coalesce(last_seen, updated_at) < ?) "
+                    "OR session_id NOT IN (SELECT session_id FROM sessions))")
+OLDER_THAN: dict[str, str] = {
+    "case_runs": _OF_OLD_SESSIONS,
+    "judgments": _OF_OLD_SESSIONS,
+    "tool_calls": "start_time < ?",
+    "sessions": "coalesce(last_seen, updated_at) < ?",
+    "spans": "start_time < ?",
+    "logs": "coalesce(time, observed_time, received_at) < ?",
+    "metrics": "coalesce(time, start_time, received_at) < ?",
+}
+assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
+_IN = "IN (SELECT unnest(?::VARCHAR[]))"
+
+
+class NotSupported(Exception):
+    """What this store cannot do (a lake); the message says what to do instead."""
+
+
+def parse_time(value: str, flag: str) -> dt.datetime:
+    """An ISO 8601 date or time as naive UTC (the stored timestamps' convention); ValueError names the flag."""
+    try:
+        when = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"{flag} {value!r} is not an ISO 8601 date or time (e.g. 2025-05-01 or "
+                         "2025-05-01T09:00:00Z)") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def cutoffs_for(settings: Settings, now: dt.datetime | None = None) -> dict[str, dt.datetime]:
+    """Each table's cutoff under the configured time-to-live (tables without one are kept)."""
+    now = now or _utcnow()
+    return {t: now - dt.timedelta(days=days) for t, days in settings.retention.ttl_days().items()}
+
+
+def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime, limit: int) -> int:
+    """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
+    rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {OLDER_THAN[table]} "
+                       f"LIMIT {int(limit)})", [cutoff]).fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+def sweep_index(con: duckdb.DuckDBPyConnection, limit: int) -> int:
+    """Remove at most ``limit`` trace index rows of traces without a span left (pruned, or assembled from
+    memory after their spans were); a re-score or a late span then finds nothing of them."""
+    rows = con.execute("DELETE FROM trace_index WHERE rowid IN (SELECT t.rowid FROM trace_index t WHERE NOT EXISTS "
+                       f"(SELECT 1 FROM spans s WHERE s.trace_id = t.trace_id) LIMIT {int(limit)})").fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+# ---------------------------------------------------------------------------- deletion
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What one deletion removed: rows by table, the traces they were in, and the sessions that shared them."""
+
+    removed: dict[str, int]
+    sessions: list[str]
+    traces: list[str]
+    shared_with: list[str] = field(default_factory=list)  # other sessions of those traces, to re-score
+
+
+def _json_key(key: str) -> str:
+    return "$." + '"' + key.replace('"', '\\"') + '"'
+
+
+def _any_key_in(column: str, keys: Sequence[str]) -> str:
+    """SQL: one of these top-level keys of a JSON column holds a value of the bound list."""
+    return "(" + " OR ".join(f"json_extract_string({column}, '{_json_key(k)}') {_IN}" for k in keys) + ")"
+
+
+def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions: Collection[str],
+                session_keys: Sequence[str] = ()) -> Deletion:
+    """Remove every row of these users and sessions (one transaction: the caller's job)."""
+    users, wanted = sorted(set(users)), set(sessions)
+    if users:
+        wanted |= {r[0] for r in con.execute(f"SELECT session_id FROM sessions WHERE user_id {_IN}", [users]).fetchall()}
+    ids = sorted(wanted)
+    traces: set[str] = set()
+    shared: set[str] = set()
+    if ids:
+        for tid, sids in con.execute("SELECT trace_id, session_ids FROM trace_index WHERE list_has_any(session_ids, "
+                                     "?::VARCHAR[])", [ids]).fetchall():
+            traces.add(tid)
+            shared.update(s for s in sids or () if s not in wanted)
+        traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM sessions WHERE session_id {_IN}",
+                                             [ids]).fetchall()}
+        traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE session_id {_IN}",
+                                             [ids]).fetchall()}
+    # spans not assembled yet: found by the attributes that name their user or session
+    conditions, params = [], []
+    if users:
+        for column in ("attributes", "resource_attributes"):
+            conditions.append(_any_key_in(column, USER_KEYS))
+            params += [users] * len(USER_KEYS)
+    if ids:
+        keys = [*SESSION_KEYS, *WEAK_SESSION_KEYS, *session_keys]
+        conditions.append(_any_key_in("attributes", keys))
+        params += [ids] * len(keys)
+    if conditions:
+        traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE {' OR '.join(conditions)}",
+                                             params).fetchall()}
+    tids = sorted(traces)
+    removed: dict[str, int] = {}
+
+    def delete(table: str, where: str, args: list[Any]) -> None:
+        rows = con.execute(f"DELETE FROM {table} WHERE {where}", args).fetchall()
+        removed[table] = int(rows[0][0]) if rows else 0
+
+    delete("spans", f"trace_id {_IN}", [tids])
+    log_where, log_args = f"trace_id {_IN}", [tids]
+    if users:  # records of the user's that no span ties to
+        log_where += " OR " + _any_key_in("attributes", USER_KEYS)
+        log_args += [users] * len(USER_KEYS)
+    delete("logs", log_where, log_args)
+    delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
+    delete("trace_index", f"trace_id {_IN}", [tids])
+    for table in ("case_runs", "judgments", "sessions"):
+        delete(table, f"session_id {_IN}", [ids])
+    return Deletion(removed, ids, tids, sorted(shared))
+
+
+# ---------------------------------------------------------------------------- the service
+
+
+class Retention:
+    """Pruning and deletion over a store (and the session stage in front of it, whose memory is cleared too)."""
+
+    def __init__(self, settings: Settings, store: "Store", metrics: Metrics, sessions: "SessionService | None" = None,
+                 redactor: Redactor | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.sessions = sessions
+        self.redactor = redactor
+        self._stop = threading.Event()
+
+    def check_supported(self, what: str) -> None:
+        if self.settings.store.lake is not None:
+            raise NotSupported(f"{what} is not supported on a lake: each replica may change only its own schema; "
+                               "expire old data with DuckLake's own ducklake_expire_snapshots and "
+                               "ducklake_cleanup_old_files, and delete rows in every replica's schema")
+
+    def stop(self) -> None:
+        """Stop between two jobs (a pass in progress ends early; the next start prunes the rest)."""
+        self._stop.set()
+
+    def prune(self, cutoffs: Mapping[str, dt.datetime]) -> dict[str, int]:
+        """Remove rows older than each table's cutoff, in bounded jobs; rows removed by table."""
+        self.check_supported("pruning")
+        limit = self.settings.retention.max_rows_per_job
+        removed: dict[str, int] = {}
+        steps: list[tuple[str, Callable[[duckdb.DuckDBPyConnection], int]]] = [
+            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit)) for t in OLDER_THAN if t in cutoffs]
+        if "spans" in cutoffs:
+            steps.append(("trace_index", lambda con: sweep_index(con, limit)))
+        for table, step in steps:
+            removed[table] = 0
+            while not self._stop.is_set():
+                n = self.store.submit_job(step).result()
+                self.metrics.inc("prune_jobs")
+                if n:
+                    self.metrics.inc("rows_pruned", n, label=table)
+                removed[table] += n
+                if n < limit:
+                    break
+        return removed
+
+    def prune_configured(self) -> dict[str, int]:
+        """One pass with the configured time-to-live."""
+        return self.prune(cutoffs_for(self.settings))
+
+    def user_ids(self, users: Sequence[str]) -> list[str]:
+        """The ids a user may be stored under: as given, and as hashed when ``privacy.hash_keys`` hash user ids."""
+        out = list(users)
+        r = self.redactor
+        if r is not None and r.hash and any(r.hash.matches(k) for k in USER_KEYS):
+            out += [r.hash_value(u) for u in users]
+        return out
+
+    def delete(self, users: Sequence[str] = (), sessions: Sequence[str] = ()) -> Deletion:
+        """Remove every row of these users and sessions, forget what the session stage holds of them, and
+        re-score the other sessions that shared one of their traces."""
+        self.check_supported("deletion")
+        if not users and not sessions:
+            raise ValueError("nothing to delete: give a user or a session")
+        ids = self.user_ids(users)
+        keys = tuple(self.settings.sessions.session_keys)
+        service = self.sessions
+
+        def job(con: duckdb.DuckDBPyConnection) -> Deletion:
+            found = delete_rows(con, ids, sessions, keys)
+            if service is not None:  # on the writer thread, before anything can assemble them again
+                service.tracker.take(found.traces)
+                service.held.forget(found.traces)
+            return found
+
+        if service is not None:
+            service.preparer.drain(5.0)  # what was committed is held before it is forgotten
+        done = self.store.submit_job(job).result()
+        for table, n in done.removed.items():
+            if n:
+                self.metrics.inc("rows_deleted", n, label=table)
+        if service is not None and done.shared_with:
+            fut = service.rescore_sessions(done.shared_with)
+            if fut is not None:
+                fut.result()
+        return done

@@ -1,0 +1,38 @@
+"""Where the running server's UI shows a session, an experiment or a comparison.
+
+The report, the HTML report and ``compare`` print these when a server owns the database (its
+sidecar names its HTTP address); reading a file offline they print nothing, since no UI is up.
+Imports nothing of the UI itself, so the report can use it without loading templates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+
+def ui_base(db: Any) -> str | None:
+    """``http://127.0.0.1:4318/ui/`` of the server that owns ``db`` (a path), or None."""
+    from ..query import UntrustedSidecar, running_server
+
+    if not isinstance(db, (str, Path)):
+        return None  # a lake: replicas have no single UI to name
+    try:
+        info = running_server(Path(db))
+    except UntrustedSidecar:
+        return None
+    url = (info or {}).get("http_url")
+    return f"{url}/ui/" if isinstance(url, str) and url.startswith("http://127.0.0.1:") else None
+
+
+def session_url(base: str, session_id: str) -> str:
+    return f"{base}sessions/{quote(session_id, safe='')}"
+
+
+def experiment_url(base: str, name: str) -> str:
+    return f"{base}experiments/{quote(name, safe='')}"
+
+
+def compare_url(base: str, a: str, b: str) -> str:
+    return f"{base}compare?{urlencode({'a': a, 'b': b})}"

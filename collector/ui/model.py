@@ -1,0 +1,312 @@
+"""What each page shows, computed from the query rows: funnels, outcome mixes, drop-offs, the
+waterfall's geometry, each tool call's funnel step and whether it counted, the evidence behind an
+outcome. Pure functions, so a page's numbers are tested without a server or a browser.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...scoring import evidence as ev
+from ...scoring import labels
+from ...scoring.config import EvidenceSettings
+from ..report import OUTCOME_ORDER
+from ..report_text import drop_reason_name, lang_of, variant_name
+from .conversation import loads
+from .filters import SessionFilters
+from .queries import OverviewRows, Row
+
+RECENT_DROPS = 12
+MAX_SPAN_DETAILS = 400  # spans whose attributes the page carries
+
+
+@dataclass
+class Bar:
+    step: str
+    label: str
+    sessions: int
+    share: float | None
+    conversion: float | None
+    skipped: int
+    link: str
+
+
+@dataclass
+class Slice:
+    outcome: str | None
+    label: str
+    reads_as: str
+    sessions: int
+    share: float
+    link: str
+    shade: int = 0
+
+
+@dataclass
+class VariantView:
+    variant: str | None
+    label: str
+    sessions: int
+    bars: list[Bar] = field(default_factory=list)
+    slices: list[Slice] = field(default_factory=list)
+
+
+@dataclass
+class DropView:
+    variant: str | None
+    reason: str
+    reason_label: str
+    step: str | None
+    step_label: str
+    sessions: int
+    fix: str | None
+    link: str
+
+
+@dataclass
+class OverviewView:
+    sessions: int
+    open: int
+    avg_completion: float | None
+    first_seen: str | None
+    last_seen: str | None
+    variants: list[VariantView]
+    drops: list[DropView]
+    open_sessions: list[Row]
+    experiments: list[Row]
+
+
+def step_label(steps: Sequence[Row], variant: str | None, step: str | None, lang: str) -> str:
+    if not step:
+        return "—"
+    for s in steps:
+        if s["variant"] == variant and s["step"] == step:
+            return (s.get("display_ja") if lang_of(lang) == "ja" and s.get("display_ja") else s.get("display_en")) or step
+    return step
+
+
+def outcome_label(outcome: str | None, variant: str | None, lang: str) -> str:
+    if not outcome:
+        from ..report_text import text
+
+        return text("unscored", lang)
+    return labels.outcome_label(outcome, variant, lang_of(lang))
+
+
+def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
+    """Funnels ("reached this step or a later one", as ``funnel_conversion`` counts), outcome mixes and
+    drop-off reasons, all summed from one grouped scan; each links to the list it counts."""
+    groups = rows.groups
+    direct_of = {(d["variant"], d["step"]): int(d["n"]) for d in rows.direct}
+    base = SessionFilters()
+    per_variant: dict[str | None, int] = defaultdict(int)
+    for g in groups:
+        per_variant[g["variant"]] += int(g["n"])
+    total = sum(per_variant.values())
+    order = {s["variant"]: [] for s in rows.steps}
+    for s in rows.steps:
+        order[s["variant"]].append(s["step"])
+    variants = []
+    for variant in sorted(per_variant, key=lambda v: (-per_variant[v], v or "~")):
+        n = per_variant[variant]
+        view = VariantView(variant, variant_name(variant, lang), n)
+        steps = order.get(variant or "", [])
+        if steps:
+            at = [0] * len(steps)
+            direct = [direct_of.get((variant, s), 0) for s in steps]
+            for g in groups:
+                if g["variant"] != variant or g["last"] not in steps:
+                    continue
+                for i in range(steps.index(g["last"]) + 1):  # reached its furthest step: counted at every one before
+                    at[i] += int(g["n"])
+            for i, step in enumerate(steps):
+                conversion = at[i] / n if i == 0 else (at[i] / at[i - 1] if at[i - 1] else None)
+                view.bars.append(Bar(step, step_label(rows.steps, variant, step, lang), at[i], at[i] / n if n else None,
+                                     conversion, at[i] - direct[i],
+                                     base.link(variant=variant, reached=step)))
+        mix: dict[str | None, list[int | str]] = {}
+        for g in groups:
+            if g["variant"] == variant:
+                cur = mix.setdefault(g["outcome"], [0, g["reads_as"] or labels.OUTCOME_READS_AS.get(g["outcome"] or "", "unknown")])
+                cur[0] = int(cur[0]) + int(g["n"])
+        rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
+        shades: dict[str, int] = defaultdict(int)
+        for outcome, (count, reads) in sorted(mix.items(), key=lambda kv: (rank.get(kv[0] or "", 99), kv[0] or "")):
+            view.slices.append(Slice(outcome, outcome_label(outcome, variant, lang), str(reads), int(count),
+                                     int(count) / n if n else 0.0, base.link(variant=variant, outcome=outcome or None),
+                                     shades[str(reads)]))
+            shades[str(reads)] += 1
+        variants.append(view)
+    drops: dict[tuple, list] = {}
+    for g in groups:
+        if not g["drop_reason"]:
+            continue
+        key = (g["variant"], g["drop_reason"], g["drop_step"])
+        cur = drops.setdefault(key, [0, None, 0])
+        cur[0] += int(g["n"])
+        if int(g["n"]) > cur[2]:
+            cur[1], cur[2] = g["fix"], int(g["n"])
+    drop_views = [DropView(v, reason, drop_reason_name(reason, lang), step, step_label(rows.steps, v, step, lang),
+                           count, fix, base.link(variant=v, drop_reason=reason, drop_step=step))
+                  for (v, reason, step), (count, fix, _) in drops.items()]
+    drop_views.sort(key=lambda d: (-d.sessions, d.reason, d.variant or "", d.step or ""))
+    t = rows.totals
+    completion_n = int(t.get("completion_n") or 0)
+    return OverviewView(total, int(t.get("open") or 0),
+                        float(t.get("completion_sum") or 0) / completion_n if completion_n else None,
+                        t.get("first_seen"), t.get("last_seen"), variants,
+                        drop_views[:RECENT_DROPS], rows.open_sessions, rows.experiments)
+
+
+# ---------------------------------------------------------------------------- one session
+
+
+@dataclass
+class SpanBar:
+    span_id: str
+    name: str
+    kind: str | None
+    depth: int
+    offset: float  # percent of the session's span
+    width: float
+    start_ms: float
+    duration_ms: float | None
+    error: bool
+    tool_call: bool
+    trace_id: str
+    attributes: Any = None  # JSON text, shown when the row is opened (None past MAX_SPAN_DETAILS)
+    status_message: str | None = None
+
+
+def waterfall(spans: Sequence[Row], calls: Sequence[Row]) -> list[SpanBar]:
+    """Spans in tree order (children under their parent, by start), placed on the session's time axis."""
+    if not spans:
+        return []
+    starts = [s["start_us"] for s in spans if s.get("start_us") is not None]
+    ends = [s["end_us"] or s["start_us"] for s in spans if s.get("start_us") is not None]
+    t0, t1 = (min(starts), max(ends)) if starts else (0, 1)
+    scale = max(1, t1 - t0)
+    ids = {s["span_id"] for s in spans}
+    children: dict[str | None, list[Row]] = defaultdict(list)
+    for s in spans:
+        parent = s.get("parent_span_id")
+        children[parent if parent in ids else None].append(s)
+    call_ids = {c["span_id"] for c in calls}
+    out: list[SpanBar] = []
+    stack = [(s, 0) for s in reversed(children[None])]
+    while stack:
+        s, depth = stack.pop()
+        start = s.get("start_us") if s.get("start_us") is not None else t0
+        end = s.get("end_us") if s.get("end_us") is not None else start
+        out.append(SpanBar(s["span_id"], s.get("name") or "", s.get("kind"), min(depth, 12),
+                           100.0 * (start - t0) / scale, max(0.3, 100.0 * (end - start) / scale),
+                           (start - t0) / 1000.0, (end - start) / 1000.0 if s.get("end_us") else None,
+                           s.get("status_code") == "ERROR", s["span_id"] in call_ids, s["trace_id"],
+                           s.get("attributes") if len(out) < MAX_SPAN_DETAILS else None, s.get("status_message")))
+        stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
+    return out
+
+
+@dataclass
+class CallView:
+    row: Row
+    arguments: Any
+    result: Any
+    step_label: str
+    counted: str  # counted_yes | counted_error | counted_repeat | counted_none | counted_other | counted_no
+    proves: list[str]  # evidence flags in its result
+    evidence: bool  # one of the calls the outcome rests on
+    also: str | None = None  # a step its result reached besides its own (lodging's purchase: a confirmation)
+
+
+# outcome -> the result flags that prove it (scoring.funnel.ladder_outcome), and the step that does without results
+PROOF = {
+    "purchase_completed": ({ev.ORDER_CONFIRMED}, None),
+    "checkout_reached": ({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING, ev.CHECKOUT_PAGE}, "checkout"),
+    "cart_created": ({ev.CART}, "cart"),
+    "po_submitted": ({ev.PO}, "po"), "quote_received": ({ev.QUOTE}, "quote"), "rfq_submitted": ({ev.RFQ}, "rfq"),
+    "search_only": (set(), "search|details"), "action_taken": (set(), "action"), "read_only": (set(), "read|discover"),
+}
+
+
+def _errored(c: Row) -> bool:
+    return bool(c.get("error")) or c.get("status_code") == "ERROR"
+
+
+def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: str,
+               settings: EvidenceSettings | None = None) -> list[CallView]:
+    """Each tool call with its funnel step, whether it counted there, and what its result proves.
+
+    A call reaches its step only when it did not error, and repeats do not stack (SPEC §5), so
+    the first successful call of a step is the one that counted.
+    """
+    settings = settings or EvidenceSettings()
+    variant = session.get("variant")
+    reached = set(session.get("steps") or [])
+    outcome = session.get("outcome") or ""
+    flags_wanted, step_wanted = PROOF.get(outcome, (set(), None))
+    step_set = set((step_wanted or "").split("|")) - {""}
+    counted_steps: set[str] = set()
+    variant_steps = {x["step"] for x in steps}
+    views = []
+    for c in calls:
+        args, result = loads(c.get("arguments")), loads(c.get("result"))
+        step = c.get("step")
+        if _errored(c):
+            counted = "counted_error"
+        elif not step:
+            counted = "counted_none"
+        elif step not in variant_steps:
+            counted = "counted_other"
+        elif step not in reached:
+            counted = "counted_no"
+        elif step in counted_steps:
+            counted = "counted_repeat"
+        else:
+            counted = "counted_yes"
+            counted_steps.add(step)
+        proves = sorted(ev.find(result, settings)) if result is not None and not _errored(c) else []
+        labelled = [{"variant": variant, **s} for s in steps]
+        also = None
+        if ev.ORDER_CONFIRMED in proves and "purchase" in reached and "purchase" in variant_steps \
+                and "purchase" not in counted_steps:  # SPEC §5: lodging's purchase is reached by the confirmation
+            counted_steps.add("purchase")
+            also = step_label(labelled, variant, "purchase", lang)
+        views.append(CallView(c, args, result, step_label(labelled, variant, step, lang) if step else "—", counted,
+                              proves, False, also))
+    proving = [v for v in views if set(v.proves) & flags_wanted]
+    if not proving and step_set:
+        proving = [v for v in views if v.counted == "counted_yes" and v.row.get("step") in step_set][-1:]
+    for v in proving:
+        v.evidence = True
+    return views
+
+
+def outcome_proof(session: Row, views: Sequence[CallView]) -> str:
+    """Which kind of evidence the outcome rests on: a word key for the evidence panel."""
+    outcome = session.get("outcome") or ""
+    flags_wanted, _ = PROOF.get(outcome, (set(), None))
+    if any(set(v.proves) & flags_wanted for v in views if v.evidence):
+        return "proof"
+    if any(v.evidence for v in views):
+        return "steps_proof"
+    if outcome == "failed":
+        return "error_proof"
+    if outcome == "info_provided":
+        return "answer_proof"
+    return "nothing_proof"
+
+
+STAGE_STATE_CLASS = {"passed": "pass", "failed": "fail", "missing": "partial", "not_observed": "unknown",
+                     "not_applicable": "neutral", "pending": "info"}
+
+
+def stages_view(case_run: Row | None) -> list[dict[str, Any]]:
+    if not case_run:
+        return []
+    return [{"stage": s, "state": case_run.get(s), "cls": STAGE_STATE_CLASS.get(case_run.get(s) or "", "unknown"),
+             "evidence": loads(case_run.get(f"{s}_evidence")), "first": case_run.get("first_failed_stage") == s}
+            for s in labels.STAGES]
