@@ -22,7 +22,7 @@ from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
 from .dropoff import diagnose
-from .funnel import NO_SERVER_FACTS, ServerFacts, StepMatcher, ladder_outcome
+from .funnel import ServerFacts, StepMatcher, ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
@@ -53,15 +53,11 @@ class SessionScorer:
         self.config_hash = self.config.config_hash()
         # a summary per trace share, for as long as the share is alive (held, cached or being scored)
         self._summaries: weakref.WeakKeyDictionary[TraceShare, TraceSummary] = weakref.WeakKeyDictionary()
-        # and what its MCP handshakes and listings said of the servers (``ServerFacts``), read once too
-        self._server_facts: weakref.WeakKeyDictionary[TraceShare, ServerFacts] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def score_session(self, session: Session) -> SessionScore:
         """An assembled session, from the summaries of its traces' shares (each made once while the share lives)."""
-        shares = session.traces.values()
-        return self.combine(session.session_id, [self._summary_of(share) for share in shares],
-                            servers=ServerFacts.merged(map(self._server_facts_of, shares)))
+        return self.combine(session.session_id, [self._summary_of(share) for share in session.traces.values()])
 
     def _summary_of(self, share: TraceShare) -> TraceSummary:
         with self._lock:
@@ -72,31 +68,19 @@ class SessionScorer:
                 self._summaries[share] = found
         return found
 
-    def _server_facts_of(self, share: TraceShare) -> ServerFacts:
-        with self._lock:
-            found = self._server_facts.get(share)
-        if found is None:
-            found = ServerFacts.of(share.records)
-            with self._lock:
-                self._server_facts[share] = found
-        return found
-
     def score(self, session_id: str, records: Sequence[SpanRecord]) -> SessionScore:
         """All of a session's records at once: summarized trace by trace, then combined."""
         by_trace: dict[str, list[SpanRecord]] = {}
         for r in records:
             by_trace.setdefault(r.trace_id, []).append(r)
-        return self.combine(session_id, [self.summarize(trace) for trace in by_trace.values()],
-                            servers=ServerFacts.of(records))
+        return self.combine(session_id, [self.summarize(trace) for trace in by_trace.values()])
 
     def summarize(self, records: Sequence[SpanRecord]) -> TraceSummary:
         """The records of one trace's share of a session, read once."""
         return summarize(records, self.config.evidence, self.prices, self.config.funnel.agents, self.config_hash)
 
-    def combine(self, session_id: str, summaries: Sequence[TraceSummary],
-                servers: ServerFacts = NO_SERVER_FACTS) -> SessionScore:
-        """The session's score from its traces' summaries, given in any order (``servers``: what the
-        session's MCP handshakes and listings said, ``ServerFacts`` of its records).
+    def combine(self, session_id: str, summaries: Sequence[TraceSummary]) -> SessionScore:
+        """The session's score from its traces' summaries, given in any order.
 
         The summaries' facts are read as columns (passes in C over tuples, dict and set merges), not
         in a Python loop per summary; what a summary's calls need from the session (the variant's
@@ -106,6 +90,7 @@ class SessionScorer:
             raise ValueError("a summary made under another scoring configuration")
         parts = in_session_order(summaries)
         col = Row.columns(parts)
+        servers = ServerFacts.merged(p.servers for p in parts)  # what its MCP servers said of themselves
         cfg = self.config
         n_llms, n_calls, tool_errors = sum(col.llms), sum(col.calls), sum(col.tool_errors)
         # the agent's own name; a workflow's or trace's name (an OpenAI Agents trace) only when no span names one
@@ -129,7 +114,7 @@ class SessionScorer:
             call_steps |= view.steps
         if len(parts) > 1 and len(call_steps) < sum(map(len, map(attrgetter("steps"), views))):
             # a tool call's span id in two traces: spans are looked up by id, the last one in the session wins
-            return self.combine(session_id, [merge(parts)], servers)
+            return self.combine(session_id, [merge(parts)])
         reached = set().union(*map(attrgetter("reached"), views))
         flags = frozenset().union(*col.flags)
         store_page = any(col.store_pages)

@@ -23,7 +23,7 @@ from ..semconv import SpanRecord
 from . import evidence as ev
 from .config import EvidenceSettings
 from .dropoff import StepFacts, payment_mentions
-from .funnel import StepMatcher, split_tool_name
+from .funnel import ServerFacts, StepMatcher, split_tool_name
 from .prices import PriceTable
 from .validity import ToolCatalog, first_offers, shared
 
@@ -312,6 +312,7 @@ class TraceSummary:
     listings: int
     schemas: dict[str, tuple[Key, Any]]  # bare tool name -> (span, schema) first offered
     schemaless: frozenset[str]  # tools offered by name only
+    servers: ServerFacts  # what its MCP handshakes and tool listings said of the servers
     config_hash: str
     # derived from the above
     bare_names: tuple[str, ...] = field(init=False)  # distinct catalog names the calls look up
@@ -504,6 +505,7 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
         step_limits=step_limits, store_pages=store_pages, listings=listings,
         schemas={name: (offer[0], shared(offer[1])) for name, offer in offered.items() if offer is not None},
         schemaless=_set(name for name, offer in offered.items() if offer is None),
+        servers=ServerFacts.of([r for r in records if r.mcp_method is not None]),
         config_hash=config_hash,
     )
 
@@ -558,6 +560,7 @@ def merge(parts: Sequence[TraceSummary]) -> TraceSummary:
         step_limits=sum(p.step_limits for p in parts), store_pages=sum(p.store_pages for p in parts),
         listings=sum(p.listings for p in parts), schemas=schemas,
         schemaless=frozenset().union(*(p.schemaless for p in parts)) - schemas.keys(),
+        servers=ServerFacts.merged(p.servers for p in parts),
         config_hash=parts[0].config_hash,
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from typing import Any
 from functools import cache
 from pathlib import Path
 
@@ -197,6 +198,11 @@ SESSION_EXPECTATIONS = {
     "tool_error": ("shopping", [], 0.0, "failed", False),
     # langgraph-openllmetry, the shop's tools served by an MCP server
     "mcp_shop_tool_error": ("shopping", ["search", "cart"], 0.5, "checkout_reached", False),
+    # mcp-openllmetry: a hotel server declaring dev.ucp.lodging at initialize (so lodging, not inferred),
+    # an issue tracker whose tools/list annotations say which tool changes state
+    "lodging_declared": ("lodging", ["cart", "checkout", "purchase"], 1.0, "purchase_completed", False),
+    "generic_annotated": ("generic", ["discover", "read", "action"], 1.0, "action_taken", False),
+    "generic_read_only": ("generic", ["discover", "read"], 2 / 3, "read_only", False),
 }
 # Where a framework's telemetry legitimately says less: MCP spans carry no tool results (so no
 # order confirmation: the checkout step reached is the evidence), and an MCP session lists its
@@ -225,15 +231,23 @@ def test_replay_gives_the_expected_session(replayed, expected_file):
     assert rows[0]["status"] == "closed" and rows[0]["trace_count"] == exp["traces"]
 
 
-@cache
-def _scripts() -> dict:
-    """The scripted scenarios the recorders played (tests/fixtures/recorders/scenarios.py), by name."""
-    spec = importlib.util.spec_from_file_location("recorded_scenarios", FIXTURES / "recorders" / "scenarios.py")
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up while being made
     spec.loader.exec_module(module)
-    return module.SCENARIOS
+    return module
+
+
+@cache
+def _scripts() -> dict:
+    """The scripted scenarios the recorders played (tests/fixtures/recorders/scenarios.py, and the MCP servers'
+    own in mcp-openllmetry/ucp_scenarios.py), by name."""
+    recorders = FIXTURES / "recorders"
+    shared = _load("scenarios", recorders / "scenarios.py")  # ucp_scenarios imports it by this name
+    ucp = _load("ucp_scenarios", recorders / "mcp-openllmetry" / "ucp_scenarios.py")
+    return {**shared.SCENARIOS, **ucp.UCP_SCENARIOS}
 
 
 PLAYS = {"mcp_shop_tool_error": "shop_tool_error"}  # recorded under its own name, playing a scripted scenario
@@ -287,8 +301,11 @@ TRAJECTORY = {  # scenario: (cycles, tool calls, invalid calls, hit cap, tool er
     "search_only": (0, 1, 0, False, 0),
     "tool_error": (0, 1, 0, False, 1),
     "mcp_shop_tool_error": (3, 3, 0, False, 1),
+    "lodging_declared": (0, 2, 0, False, 0),
+    "generic_annotated": (0, 3, 0, False, 0),
+    "generic_read_only": (0, 2, 0, False, 0),
 }
-NO_MODEL_SPANS = {"mcp", "mcp-sdk", "openai-agents-otel"}  # cycles cannot be counted: NULL, not 0
+NO_MODEL_SPANS = {"mcp", "mcp-sdk", "mcp-openllmetry", "openai-agents-otel"}  # cycles cannot be counted: NULL, not 0
 TRAJECTORY_EXCEPTIONS = {
     # the SDK rejects the invalid arguments before running the tool: no tool span, no error to count
     ("vercel-ai", "generic_invalid_args"): (3, 2, 0, False, 0),

@@ -410,7 +410,7 @@ def test_recorded_ucp_declaration_and_tool_annotations_decide_through_ingest(tmp
     server declaring dev.ucp.lodging in its initialize result, and an issue tracker whose tools/list
     annotations contradict the name patterns."""
     db = tmp_path / "mcp.duckdb"
-    recorded = FIXTURES / "otlp-extra" / "mcp-openllmetry"
+    recorded = FIXTURES / "otlp" / "mcp-openllmetry"
     run_cli("ingest", "--db", str(db), *sorted(str(p) for p in recorded.glob("*.binpb")))
     rows = {r["session_id"].removeprefix("conv-mcp-openllmetry-"): r for r in read_db(
         db, "SELECT session_id, variant, variant_source, steps, outcome, outcome_reads_as FROM sessions")}
@@ -435,7 +435,7 @@ def test_recorded_ucp_declaration_and_tool_annotations_decide_through_ingest(tmp
 
 def test_the_recorded_calls_are_the_scripted_ones():
     """The recorder wrote what it scripted beside each fixture (expected.yaml): the calls normalize back to it."""
-    recorded = FIXTURES / "otlp-extra" / "mcp-openllmetry"
+    recorded = FIXTURES / "otlp" / "mcp-openllmetry"
     for expected in sorted(recorded.glob("*.expected.yaml")):
         exp = yaml.safe_load(expected.read_text())
         b = decode_traces_protobuf(expected.with_name(exp["scenario"] + ".traces.binpb").read_bytes())
