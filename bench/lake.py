@@ -1,28 +1,49 @@
-"""Combined ingest rate of 1, 2 and 3 agentfunnel replicas writing one DuckLake (spans/s acknowledged).
+"""CPU per span of 1, 2 and 3 agentfunnel replicas on one DuckLake, at the same offered load.
 
 Each run gets a fresh lake (a new database in a private PostgreSQL, a new Parquet directory) and
-N ``agentfunnel serve`` replicas from the lake environment. GenAI-shaped requests
-(``payloads.genai_request``) are split by trace id the way the Collector's loadbalancing exporter
-would (the test router's ``split``) and posted over OTLP/HTTP by 4 clients per replica; a request
-counts when its response arrived, i.e. after the replica committed it to the lake. Afterwards the
-stored row count is checked through a lake reader. Idle assembly is left running, as in production.
+N ``agentfunnel serve`` replicas from the lake environment, with the shipping defaults (each
+replica commits into its own file and ships every 2 s or 200,000 rows) and no scheduled
+compaction (the bench compacts at the end, to count files before and after). GenAI-shaped
+requests (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
+loadbalancing exporter would (the test router's ``split``) and posted over OTLP/HTTP at a fixed
+rate, the same for every N. After the last one every replica is flushed (traces assembled,
+sessions scored, everything shipped), and the stored row count is checked through a lake reader.
+
+Measured over that window, for every process involved (the replicas, with their shipper threads,
+and PostgreSQL: the postmaster, its live backends and the backends that exited):
+
+- CPU-seconds per span (user + system), and its ratio to one replica's;
+- catalog transactions per million spans: DuckLake snapshots committed (every write transaction
+  is one), and PostgreSQL's own commits (reads included);
+- Parquet files per million spans in the lake's current snapshot, before and after
+  ``ducklake_merge_adjacent_files`` (what the replicas' scheduled compaction runs);
+
+and, once, the report's queries on the lake against the same queries on the one replica's own
+file (the single-process store with the same rows). The machine's load average is printed beside
+the figures: on a shared machine they move with it.
 
 By hand, from the repository root, with the lake environment made (``.ci/run`` does it):
 
-    python bench/lake.py                     # 1, 2, 3 replicas, 60 requests of 512 spans each
-    python bench/lake.py --replicas 3 --requests 300
+    python bench/lake.py                         # 1, 2, 3 replicas, 2,000 spans/s for 20 s
+    python bench/lake.py --replicas 3 --rate 5000 --seconds 60
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
@@ -30,6 +51,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 from conftest import ServerProcess  # noqa: E402
 from lake_support import Postgres, free_port, lake_config, lake_python, lake_rows, pg_bindir, split  # noqa: E402
 from payloads import genai_request  # noqa: E402
+
+SPANS_PER_REQUEST = 512
+SHIPPING = {"ship_interval_seconds": 2.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
+            "poll_interval_seconds": 1.0}
 
 
 def post(url: str, body: bytes) -> None:
@@ -45,10 +70,96 @@ def post(url: str, body: bytes) -> None:
         time.sleep(0.05)  # pushed back: retry
 
 
-def run(pg: Postgres, python: str, replicas: int, requests: int, clients: int) -> tuple[float, int]:
+def cpu_seconds(pids: list[int], postmaster: int) -> tuple[float, float]:
+    """(replicas, PostgreSQL) CPU-seconds so far; a backend that exited is in the postmaster's children times."""
+    replicas = 0.0
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        replicas += t.user + t.system
+    pm = psutil.Process(postmaster)
+    t = pm.cpu_times()
+    pg = t.user + t.system + t.children_user + t.children_system
+    for child in pm.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            pg += c.user + c.system
+        except psutil.NoSuchProcess:  # exited between the listing and the read: now in children_*
+            pass
+    return replicas, pg
+
+
+def pg_commits(pg: Postgres, db: str) -> int:
+    out = subprocess.run([str(pg.bindir / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "agentfunnel", "-d", db,
+                          "-Atc", "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+_LAKE_FACTS = """
+import json, sys
+from pathlib import Path
+from agentfunnel.collector.config import load_settings
+from agentfunnel.collector.store import lake as L
+settings = load_settings(Path(sys.argv[1])).store.lake
+con = L.connect_lake(settings)
+out = {"snapshot": L.snapshot(con), "files": L.file_count(con)}
+if sys.argv[2] == "compact":
+    for s in L.complete_schemas(con):
+        L.compact(con, s)
+    out["files_after"] = L.file_count(con)
+print(json.dumps(out))
+"""
+
+_REPORT_TIMES = """
+import json, statistics, sys, time
+from pathlib import Path
+from agentfunnel.collector.config import load_settings
+from agentfunnel.collector.report import Filters, load_report
+store = load_settings(Path(sys.argv[1])).store
+def best(db):
+    load_report(db, Filters())  # warm: the lake attached once per process, files cached
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        load_report(db, Filters())
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+print(json.dumps({"lake": best(store), "file": best(Path(sys.argv[2]))}))
+"""
+
+
+def lake_facts(python: str, config: Path, compact: bool = False) -> dict:
+    out = subprocess.run([python, "-c", _LAKE_FACTS, str(config), "compact" if compact else "-"],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    return json.loads(out.stdout)
+
+
+@dataclass
+class Run:
+    replicas: int
+    spans: int
+    seconds: float
+    cpu_replicas: float
+    cpu_pg: float
+    snapshots: int
+    pg_commits: int
+    files_before: int
+    files_after: int
+    load: tuple[float, float, float]
+
+    @property
+    def cpu_per_span(self) -> float:
+        return (self.cpu_replicas + self.cpu_pg) / self.spans
+
+
+def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, clients: int,
+        keep: list[Path]) -> Run:
     tmp = Path(tempfile.mkdtemp(prefix="agentfunnel-lakebench-"))
-    catalog = pg.createdb(f"bench_{replicas}_{int(time.time())}")
-    configs = [lake_config(tmp / f"r{i}.yaml", catalog, tmp / "data", i, replicas) for i in range(replicas)]
+    db = f"bench_{replicas}_{int(time.time())}"
+    catalog = pg.createdb(db)
+    configs = [lake_config(tmp / f"r{i}.yaml", catalog, tmp / "data", i, replicas, SHIPPING) for i in range(replicas)]
     servers = [ServerProcess(c.with_suffix(".duckdb"), ["--config", str(c), "--grpc-port", str(free_port())],
                              python=python) for c in configs]
     threads = [threading.Thread(target=s.start, kwargs={"timeout": 120}) for s in servers]
@@ -56,29 +167,51 @@ def run(pg: Postgres, python: str, replicas: int, requests: int, clients: int) -
         t.start()
     for t in threads:
         t.join()
-    work: list[tuple[int, bytes, int]] = []
-    for seed in range(requests):
-        for i, part in split(genai_request(512, seed=seed), replicas).items():
+    requests = max(1, round(rate * seconds / SPANS_PER_REQUEST))
+    work: list[tuple[float, int, bytes, int]] = []  # (when, replica, body, spans)
+    for k in range(requests):
+        for i, part in split(genai_request(SPANS_PER_REQUEST, seed=k), replicas).items():
             n = sum(len(ss.spans) for rs in part.resource_spans for ss in rs.scope_spans)
-            work.append((i, part.SerializeToString(), n))
+            work.append((k * SPANS_PER_REQUEST / rate, i, part.SerializeToString(), n))
+    postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
+    pids = [s.proc.pid for s in servers]  # type: ignore[union-attr]
     try:
+        time.sleep(2.0)  # start-up work (migrations, views) settles first
+        before = cpu_seconds(pids, postmaster), pg_commits(pg, db), lake_facts(python, configs[0])["snapshot"]
         t0 = time.perf_counter()
+
+        def send(item: tuple[float, int, bytes, int]) -> None:
+            wait = t0 + item[0] - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            post(servers[item[1]].http_url, item[2])
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=clients * replicas) as pool:
-            list(pool.map(lambda w: post(servers[w[0]].http_url, w[1]), work))
+            list(pool.map(send, work))
+        for _ in range(2):  # everything assembled, scored and shipped; a second round for the owners' polls
+            for s in servers:
+                s.admin_post("/flush", timeout=600)
         elapsed = time.perf_counter() - t0
-        sent = sum(w[2] for w in work)
+        after = cpu_seconds(pids, postmaster), pg_commits(pg, db)
+        facts = lake_facts(python, configs[0], compact=True)
+        sent = sum(w[3] for w in work)
         stored = lake_rows(python, configs[0], {"n": "SELECT count(*) AS n FROM spans"})["n"][0]["n"]
         assert stored == sent, (stored, sent)
-        return sent / elapsed, sent
+        return Run(replicas, sent, elapsed, after[0][0] - before[0][0], after[0][1] - before[0][1],
+                   facts["snapshot"] - before[2], after[1] - before[1], facts["files"], facts["files_after"],
+                   os.getloadavg())
     finally:
         for s in servers:
             s.stop()
+        if replicas == 1:
+            keep.extend([configs[0], configs[0].with_suffix(".duckdb")])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, nargs="*", default=[1, 2, 3])
-    ap.add_argument("--requests", type=int, default=60, help="requests of 512 spans, before splitting")
+    ap.add_argument("--rate", type=float, default=2000.0, help="offered spans per second, for every N")
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long the load is offered")
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients per replica")
     args = ap.parse_args()
     python, why = lake_python()
@@ -87,10 +220,33 @@ def main() -> int:
         print(why or "no PostgreSQL server binaries", file=sys.stderr)
         return 2
     pg = Postgres(bindir).start()
+    keep: list[Path] = []
+    runs: list[Run] = []
     try:
+        print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s; {os.cpu_count()} CPUs", flush=True)
         for n in args.replicas:
-            rate, spans = run(pg, python, n, args.requests, args.clients)
-            print(f"{n} replica(s): {rate:,.0f} spans/s into the lake ({spans} spans)", flush=True)
+            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep)
+            runs.append(r)
+            base = runs[0].cpu_per_span if runs[0].replicas == 1 else None
+            ratio = f", {r.cpu_per_span / base:.2f}x one replica's" if base else ""
+            per_m = 1e6 / r.spans
+            print(f"{n} replica(s): {r.spans} spans in {r.seconds:.1f} s ({r.spans / r.seconds:,.0f}/s); "
+                  f"CPU {r.cpu_replicas:.1f} s replicas + {r.cpu_pg:.1f} s PostgreSQL = "
+                  f"{r.cpu_per_span * 1e6:.0f} us/span{ratio}; catalog: {r.snapshots * per_m:,.0f} DuckLake "
+                  f"commits and {r.pg_commits * per_m:,.0f} PostgreSQL transactions per million spans; Parquet "
+                  f"files per million spans {r.files_before * per_m:,.0f} before compaction, "
+                  f"{r.files_after * per_m:,.0f} after; load average {' '.join(f'{x:.1f}' for x in r.load)}",
+                  flush=True)
+        if keep:
+            out = subprocess.run([python, "-c", _REPORT_TIMES, str(keep[0]), str(keep[1])], capture_output=True,
+                                 text=True, timeout=600)
+            if out.returncode == 0:
+                t = json.loads(out.stdout)
+                print(f"report queries: {t['lake'] * 1000:.0f} ms on the lake, {t['file'] * 1000:.0f} ms on the "
+                      f"replica's own file ({t['lake'] / t['file']:.2f}x); load average "
+                      f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+            else:
+                print(f"report timing failed: {out.stderr[-2000:]}", file=sys.stderr)
     finally:
         pg.stop()
     return 0

@@ -294,7 +294,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"agentfunnel demo: not replacing {where}: {exc}", file=sys.stderr)
         return 2
     print(f"starting agentfunnel on an embedded DuckDB ({settings.store.path}) and {args.sessions} demo sessions "
-          "(plus two evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
+          "(plus three evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
     run = run_demo(settings, seed=args.seed, sessions=args.sessions)
     s = run.summary
     print(f"received {s.spans_exported} spans in {s.traces} traces from {len(s.services.get('grpc', ()))} gRPC and "
@@ -340,9 +340,15 @@ def _session_records(settings: Settings, session_id: str):
     from .store.writer import connect
     from ..scoring import SessionScorer
 
-    con = connect(settings.store.path, read_only=True)
+    tables = SessionTables()
+    if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
+        from .store.lake import ReaderTables, open_reader
+
+        con, tables = open_reader(settings.store.lake), ReaderTables()
+    else:
+        con = connect(settings.store.path, read_only=True)
     try:
-        found = gather_sessions(con, SessionTables(), [session_id], session_keys=tuple(settings.sessions.session_keys))
+        found = gather_sessions(con, tables, [session_id], session_keys=tuple(settings.sessions.session_keys))
     finally:
         con.close()
     session = found.get(session_id)
@@ -355,19 +361,26 @@ def _session_records(settings: Settings, session_id: str):
 def cmd_cases_add(args: argparse.Namespace) -> int:
     """Turn a (failing) production session into a draft case: every production failure becomes a row."""
     from .query import running_server
+    from .store.lake import LakeUnavailable
     from ..scoring.cases import case_from_session, render_case_yaml
 
     settings = _settings(args)
-    if running_server(settings.store.path):
+    lake = settings.store.lake
+    if lake is None and running_server(settings.store.path):
         print("agentfunnel cases add: the database is owned by a running server; run it on a snapshot or "
               "after stopping the server", file=sys.stderr)
         return 1
-    if not settings.store.path.exists():
+    if lake is None and not settings.store.path.exists():
         print(f"agentfunnel cases add: database {settings.store.path} does not exist", file=sys.stderr)
         return 1
-    found = _session_records(settings, args.from_session)
+    try:
+        found = _session_records(settings, args.from_session)
+    except LakeUnavailable as exc:  # the lake cannot be reached, or has no views yet
+        print(f"agentfunnel cases add: {exc}", file=sys.stderr)
+        return 1
     if found is None:
-        print(f"agentfunnel cases add: no session {args.from_session!r} in {settings.store.path}", file=sys.stderr)
+        where = "the lake" if lake is not None else settings.store.path
+        print(f"agentfunnel cases add: no session {args.from_session!r} in {where}", file=sys.stderr)
         return 1
     score, records = found
     text = render_case_yaml(case_from_session(records, score, args.id or f"from-{args.from_session}"), args.from_session)
@@ -389,6 +402,15 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from .wiring import build_session_stage
 
     settings = _settings(args)
+    lake = settings.store.lake
+    if lake is not None and args.session:  # only a session's owner judges it (and writes its judgments)
+        from .store.lake import owner_of
+
+        owner = owner_of(args.session, lake.replicas)
+        if owner != lake.replica:
+            print(f"agentfunnel judge: session {args.session!r} is scored by replica {owner} of {lake.replicas}, "
+                  f"not {lake.replica}: run this with that replica's configuration", file=sys.stderr)
+            return 2
     info = running_server(settings.store.path)
     if info is not None:
         try:
@@ -437,6 +459,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         result = compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
                          max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
                          max_cost=args.max_cost)
+        from .judge_audit import judge_warnings, kappa_gate
+
+        result.gates += kappa_gate(db, args.b, args.min_judge_kappa)
+        warnings = judge_warnings(db, args.b)
+        from .regression import explain_regressions
+
+        result.why = explain_regressions(db, args.a, args.b, result.rows)  # a failing run of B by a passing one of A
     except (QueryError, ValueError) as exc:
         print(f"agentfunnel compare: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
         return 2
@@ -448,6 +477,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(to_json_text(result))
     else:
         print_terminal(result)
+        for w in warnings:
+            print(f"warning: {visible_controls(w)}")
         for label, url in zip(("UI:", "  A:", "  B:"), urls):  # the running server's pages for these experiments
             print(f"{label} {url}")
     if args.html:
@@ -635,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", default=None, help="one session")
     p.add_argument("--experiment", default=None, help="an experiment (or glob)")
     p.set_defaults(func=cmd_judge)
+    from .audit_command import register as register_audit
+
+    register_audit(p, common)  # judge audit export | import | report
     p = sub.add_parser("compare", help="compare two experiments (or globs of them) case by case; gate CI")
     common(p, "read")
     p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")
@@ -643,6 +677,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed (default 0)")
     p.add_argument("--max-p95-cost", type=float, default=None, help="fail when B's p95 cost per run (USD) is above")
     p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
+    p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless B's judge is "
+                   "audited (judge audit) to at least this Cohen's kappa")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
     p.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
@@ -652,6 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, "update")
     p.add_argument("--stale", action="store_true", help="only sessions scored under another configuration")
     p.set_defaults(func=cmd_rescore)
+    from .eval_command import register as register_eval_commands
+
+    register_eval_commands(sub, common, _seconds)  # eval run
     from .data_commands import register as register_data_commands
 
     register_data_commands(sub, common)  # prune, delete, export, snapshot

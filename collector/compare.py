@@ -110,13 +110,14 @@ class Comparison:
     b: Side
     rows: list[dict]
     gates: list[str]  # failed gate descriptions; empty when CI may pass
+    why: dict[str, dict] = field(default_factory=dict)  # regressed case -> its example runs (regression.py)
 
     def to_json(self) -> dict:
         return {"a": {"pattern": self.a.pattern, "reliable": self.a.reliable, "recoverable": self.a.recoverable,
                       "pending": self.a.pending, **self.a.totals},
                 "b": {"pattern": self.b.pattern, "reliable": self.b.reliable, "recoverable": self.b.recoverable,
                       "pending": self.b.pending, **self.b.totals},
-                "cases": self.rows, "failed_gates": self.gates}
+                "cases": self.rows, "failed_gates": self.gates, "why_regressed": self.why}
 
 
 def _escape(pattern: str) -> str:
@@ -220,6 +221,11 @@ def print_terminal(cmp: Comparison) -> None:
         table.add_row(data_text(r["case_id"]), r["a"] or "—", _fmt(r["a_pass_hat_k"]), r["b"] or "—",
                       _fmt(r["b_pass_hat_k"]), _fmt(r["b_pass_at_k"]), Text(r["change"], style=styles.get(r["change"], "")))
     console.print(table)
+    if cmp.why:
+        from .regression import terminal_renderables as why_tables
+
+        for t in why_tables(cmp.why, cmp.a.pattern, cmp.b.pattern):
+            console.print(t)
     if cmp.gates:
         for g in cmp.gates:
             console.print(Text.assemble(("gate failed:", "bold red"), " ", data_text(g)))
@@ -249,8 +255,14 @@ li.ok{{color:#15803d}}</style></head><body>
 <h1>{e(cmp.a.pattern)} → {e(cmp.b.pattern)}</h1>
 <table><tr><th></th><th>runs</th><th>reliable (pass^k)</th><th>recoverable (pass@k)</th><th>cost p50</th><th>cost p95</th><th>cost max</th></tr>{sides}</table>
 <table><tr><th>case</th><th>A passed/n</th><th>A pass^k</th><th>B passed/n</th><th>B pass^k</th><th>B pass@k</th><th>change</th></tr>{rows}</table>
-<h2>Gates</h2><ul>{gates}</ul></body></html>
+<h2>Gates</h2><ul>{gates}</ul>{_why_html(cmp)}</body></html>
 """
+
+
+def _why_html(cmp: Comparison) -> str:
+    from .regression import render_html as why_html
+
+    return why_html(cmp.why, cmp.a.pattern, cmp.b.pattern)
 
 
 def to_json_text(cmp: Comparison) -> str:

@@ -102,6 +102,19 @@ class LakeSettings(_Model):
     replicas: int = Field(ge=1, le=1024, description="How many replicas share the lake (fixes session ownership).")
     poll_interval_seconds: float = Field(
         1.0, gt=0, description="How often a replica looks for traces other replicas assembled for sessions it owns.")
+    ship_interval_seconds: float = Field(
+        2.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
+        "waits before it is shipped to the lake, in one transaction with everything else pending.")
+    ship_batch_rows: int = Field(
+        200_000, gt=0, description="Size threshold: rows committed locally since the last shipment that make the "
+                                   "next one start before ship_interval_seconds.")
+    compact_interval_seconds: float = Field(
+        300.0, ge=0, description="How often the replica merges the small Parquet files of its own schema "
+        "(ducklake_merge_adjacent_files, and rewrites files mostly deleted); replica 0 also expires old snapshots "
+        "and deletes the files nothing reads any more. 0 = never (run DuckLake's maintenance yourself).")
+    snapshot_retention_seconds: float = Field(
+        3600.0, gt=0, description="Snapshots older than this are expired (time travel and the change feed reach "
+        "this far back); an owner down for longer re-reads every session it owns when it restarts.")
 
     @field_validator("replica", mode="before")
     @classmethod
@@ -148,11 +161,23 @@ class StoreSettings(_Model):
         "after a crash (about 0.5 s per 100 MB).",
     )
     admin_port: int = Field(0, ge=0, le=65535, description="Loopback port of the read-only SQL endpoint; 0 picks one.")
+    snapshot_path: Path | None = Field(
+        None, description="Write a consistent read-only copy of the database here every snapshot_interval_seconds "
+        "(as `agentfunnel snapshot` does, replaced whole each time), for tools that open the file themselves.")
+    snapshot_interval_seconds: float = Field(3600.0, gt=0, description="How often the periodic snapshot is written.")
     memory_limit_mb: int = Field(
         512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
         "DuckDB spills to temporary files next to the database.")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
     lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
+
+    @field_validator("snapshot_path")
+    @classmethod
+    def _not_the_database(cls, value: Path | None, info: Any) -> Path | None:
+        db = info.data.get("path")
+        if value is not None and db is not None and value.resolve() == Path(db).resolve():
+            raise ValueError("is the database itself: name another file")
+        return value
 
 
 class SessionSettings(_Model):

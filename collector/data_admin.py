@@ -120,6 +120,29 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         app.router.add_post(f"/{name}", endpoint(work))
 
 
+async def snapshot_forever(server: Any, out: Path, interval: float) -> None:
+    """``store.snapshot_path`` rewritten every ``interval`` seconds (the first one after one interval), as
+    ``agentfunnel snapshot`` writes it: readers of the copy never see half of one."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval)
+
+        def write() -> dict[str, int]:
+            cursor = server.store.reader()
+            try:
+                return write_snapshot(cursor, out)
+            finally:
+                cursor.close()
+
+        try:
+            await loop.run_in_executor(None, write)
+        except Exception:  # noqa: BLE001 - counted and logged; the next one tries again
+            server.metrics.inc("snapshot_errors")
+            log.exception("the periodic snapshot to %s failed", out)
+            continue
+        server.metrics.inc("snapshots_written")
+
+
 async def prune_forever(retention: Retention, interval: float) -> None:
     """The configured time-to-live, applied every ``interval`` seconds (the first pass soon after start)."""
     loop = asyncio.get_running_loop()

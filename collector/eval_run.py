@@ -59,6 +59,7 @@ _TRACE_OVERRIDES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TR
 STDERR_TAIL_BYTES = 4096  # of each run's stderr, kept in its harness span
 KILL_GRACE_SECONDS = 2.0  # between SIGTERM to the run's process group and SIGKILL
 SEND_ATTEMPTS = 5
+SETTLE_SECONDS = 10.0  # past receivers.max_commit_wait_seconds (5): a request in flight is committed or refused by then
 SINCE_SLACK = dt.timedelta(minutes=5)  # clocks of one machine, but spans may be stamped by the agent
 
 
@@ -298,6 +299,9 @@ class Target(Protocol):
 
     def assemble(self, trace_ids: list[str]) -> None: ...
 
+    def settle(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) for requests received but not yet committed: a killed run's last export."""
+
 
 def _literal(value: str) -> str:
     if "\x00" in value:
@@ -370,6 +374,8 @@ class Runner:
             return None  # not started: Ctrl-C came first
         env = run_environment(self.environ, spec, self.target.endpoint)
         result = run_process(self.command, env, self.timeout_s, self.stopping)
+        if result.outcome in ("timeout", "interrupted"):  # killed, perhaps with an export received but uncommitted
+            self.target.settle(SETTLE_SECONDS)
         traces = run_traces(self.target.db, [spec.run_id], result.started_ns).get(spec.run_id, [])
         request = harness_request(spec, result, traces[0] if traces else None, self.timeout_s)
         harness_trace = request.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()

@@ -30,6 +30,7 @@ from ..scoring.assertions import MISSING
 from ..scoring.case_models import Case, case_sha256
 from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
+from ..scoring.judge.rubric import Rubric, load_rubric
 from ..scoring.run_view import build_view
 from ..scoring.stages import CaseRunResult, evaluate_run
 from ..semconv import SpanRecord
@@ -98,6 +99,24 @@ def harness_error(records: Sequence[SpanRecord], harness: tuple[str, str | None]
     return reason or outcome
 
 
+def in_sample(session_id: str, rate: float) -> bool:
+    """Whether a session is in a sample of ``rate``: by a hash of its id, so it stays in (or out) on every re-score."""
+    return int(hashlib.sha256(session_id.encode()).hexdigest()[:8], 16) / 0x1_0000_0000 < rate
+
+
+def production_input(production: Any, records: Sequence[SpanRecord], score: SessionScore) -> JudgeInput:
+    """What the production judge reads: the user's first message as the task, the answer, the returned data, and
+    the configured criteria (hashed into ``case_sha256``, so changed criteria are a new judgment)."""
+    returned = [ReturnedData(tool=r.tool_name or "", result=r.result) for r in records
+                if r.is_tool_call and not r.error and r.result is not None]
+    definition = json.dumps({"production": list(production.criteria), "threshold": production.threshold},
+                            sort_keys=True)
+    return JudgeInput(task=score.input_message or "(the user's request was not captured)", intent_summary="",
+                      final_answer=score.final_answer or "", returned_data=returned,
+                      criteria=list(production.criteria), threshold=production.threshold, case_id=None,
+                      case_sha256=hashlib.sha256(definition.encode()).hexdigest())
+
+
 def needs_judge(case: Any) -> bool:
     return bool(case.completion_criteria) or (case.artifact is not None and case.fit)
 
@@ -149,6 +168,12 @@ class Evaluator:
                     self.suite.describe())
         self.cases = {c.id: c for c in self.suite.cases} if self.suite else {}
         self.judge_settings = judge_settings
+        self.production = judge_settings.production
+        try:  # read at start, so a missing or unreadable rubric is a configuration error, not a failed judgment
+            self.rubric = load_rubric(judge_settings.rubric_file) if judge_settings.rubric_file else None
+            self.production_rubric = load_rubric(self.production.rubric_file) if self.production else None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"judge: cannot read the rubric file: {exc}") from None
         self._judge = judge
         self._judge_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=judge_settings.max_concurrency, thread_name_prefix="agentfunnel-judge")
@@ -163,7 +188,8 @@ class Evaluator:
             if self._judge is None:
                 from ..scoring.judge import AnthropicJudge
 
-                self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables))
+                extra = {"rubric": self.rubric} if self.rubric is not None else {}
+                self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables), **extra)
             return self._judge
 
     def drain(self, timeout: float = 120.0) -> None:
@@ -181,14 +207,29 @@ class Evaluator:
 
     # ------------------------------------------------------------------ inside the scoring pass
     def is_case_run(self, score: SessionScore) -> bool:
-        return (score.case_id or "") in self.cases
+        """A run of a known case, or a production session sampled for the production judge."""
+        return (score.case_id or "") in self.cases or self.sampled(score)
+
+    def sampled(self, score: SessionScore) -> bool:
+        return (self.production is not None and not score.case_id and not score.experiment
+                and in_sample(score.session_id, self.production.sample_rate))
+
+    def _evaluate_production(self, score: SessionScore, records: Sequence[SpanRecord], status: str,
+                             judgment: Judgment | None) -> Evaluated:
+        """A sampled production session: judged by the production rubric and criteria; no pass, no case run."""
+        assert self.production is not None
+        waiting = judgment is None and self.judge.configured
+        if waiting and status == "closed":
+            self._request(score.session_id, production_input(self.production, records, score), self.production_rubric)
+        return Evaluated(None, None, judgment.status if judgment else "pending" if waiting else "missing",
+                         judgment.score if judgment else None, case_run={})
 
     def evaluate(self, score: SessionScore, records: Sequence[SpanRecord], status: str,
                  judgment: Judgment | None) -> Evaluated | None:
         """The case run of a scored session, with the judge's status and score and its ``case_runs`` row."""
         case = self.cases.get(score.case_id or "")
         if case is None:
-            return None
+            return self._evaluate_production(score, records, status, judgment) if self.sampled(score) else None
         records, harness = harness_outcome(records)
         if harness is not None and harness[0] != "ok":  # a run that did not finish is not judged: no pass either way
             judgment = None
@@ -226,18 +267,18 @@ class Evaluator:
                             "(archive_errors)", directory, exc, kind)
 
     # ------------------------------------------------------------------ the judge, off the ingest path
-    def _request(self, session_id: str, inp: JudgeInput) -> None:
+    def _request(self, session_id: str, inp: JudgeInput, rubric: Rubric | None = None) -> None:
         with self._lock:
             if session_id in self._pending:
                 return
             self._pending.add(session_id)
-        fut = self._pool.submit(self._judge_and_store, session_id, inp)
+        fut = self._pool.submit(self._judge_and_store, session_id, inp, rubric)
         with self._lock:
             self._futures.append(fut)
 
-    def _judge_and_store(self, session_id: str, inp: JudgeInput) -> Judgment:
+    def _judge_and_store(self, session_id: str, inp: JudgeInput, rubric: Rubric | None = None) -> Judgment:
         try:
-            judgment = self.judge.judge(inp)
+            judgment = self.judge.judge(inp, rubric)
             self.store.submit_job(lambda con: self.tables.add_judgment(con, judgment_row(session_id, judgment))).result()
             if self.rescore is not None:
                 fut = self.rescore([session_id])

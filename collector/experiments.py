@@ -234,8 +234,8 @@ def render_terminal(e: ExperimentStats, width: int = 120) -> str:
     return buf.getvalue()
 
 
-def html_section(e: ExperimentStats) -> str:
-    """The same numbers as one HTML section; every value escaped."""
+def html_body(e: ExperimentStats) -> str:
+    """The numbers as HTML tables (headline, cases) and the failure mix; every value escaped."""
     esc = html.escape
     kpis = "".join(f'<tr><th>{esc(label)}</th><td class="num">{esc(value)}</td></tr>' for label, value in headline(e))
     if e.controlled_exposure:
@@ -244,9 +244,65 @@ def html_section(e: ExperimentStats) -> str:
         f'<tr><td>{esc(c.case_id)}</td><td class="num">{c.n}</td><td class="num">{c.passes}</td>'
         f'<td class="num">{fmt(c.pass_hat_k)}</td><td class="num">{fmt(c.pass_at_k)}</td>'
         f'<td class="num">{fmt(c.gap)}</td><td>{esc(mix_text(c.failures))}</td></tr>' for c in e.cases)
-    return (f'<section class="card experiment-stats"><h2>Experiment <code>{esc(e.experiment)}</code></h2>'
-            f'<table class="data headline"><tbody>{kpis}</tbody></table>'
+    return (f'<table class="data headline"><tbody>{kpis}</tbody></table>'
             '<table class="data cases"><thead><tr><th>case</th><th class="num">n</th><th class="num">passed</th>'
             '<th class="num">pass^k</th><th class="num">pass@k</th><th class="num">gap</th><th>failures</th></tr>'
             f'</thead><tbody>{rows}</tbody></table>'
-            f'<p class="mix">Failure mix: {esc(mix_text(e.failure_mix))}</p></section>')
+            f'<p class="mix">Failure mix: {esc(mix_text(e.failure_mix))}</p>')
+
+
+def html_section(e: ExperimentStats) -> str:
+    return (f'<section class="card experiment-stats"><h2>Experiment <code>{html.escape(e.experiment)}</code></h2>'
+            f'{html_body(e)}</section>')
+
+
+# The headline numbers drawn over experiments in time order (``report --html`` with more than two).
+TREND_METRICS: tuple[tuple[str, str, Any], ...] = (
+    ("reliable (pass^k)", "", lambda e: e.reliable),
+    ("recoverable (pass@k)", "", lambda e: e.recoverable),
+    ("gap", "", lambda e: e.gap),
+    ("judge avg", "", lambda e: e.judge_avg),
+    ("cost p95", "usd", lambda e: e.cost[1]),
+    ("latency p95 ms", "ms", lambda e: e.latency_ms[1]),
+    ("invalid-call rate", "pct", lambda e: e.invalid_call_rate),
+    ("wasted steps", "", lambda e: float(e.wasted_steps)),
+    ("cap hits", "", lambda e: float(e.cap_hits)),
+)
+
+
+def in_time_order(stats: list[ExperimentStats]) -> list[ExperimentStats]:
+    return sorted(stats, key=lambda e: (e.started is None, str(e.started), e.experiment))
+
+
+def trend_svg(label: str, kind: str, points: list[tuple[str, float | None]]) -> str:
+    """One small line chart: a point per experiment (left to right in time order), its value on hover."""
+    esc = html.escape
+    w, h, pad = 260, 90, 14
+    values = [v for _, v in points if v is not None]
+    top = max(values, default=1.0)
+    bottom = min(values + [0.0])
+    span = (top - bottom) or 1.0
+    step = (w - 2 * pad) / max(1, len(points) - 1)
+    coords = [(pad + i * step, h - pad - (v - bottom) / span * (h - 2 * pad)) if v is not None else None
+              for i, (_, v) in enumerate(points)]
+    line = " ".join(f"{x:.1f},{y:.1f}" for c in coords if c for x, y in [c])
+    dots = "".join(f'<circle cx="{c[0]:.1f}" cy="{c[1]:.1f}" r="3" fill="#4338CA"><title>{esc(name)}: '
+                   f'{esc(fmt(v, kind))}</title></circle>' for (name, v), c in zip(points, coords) if c)
+    shown = [fmt(v, kind) for _, v in points]
+    caption = f"{label}: {shown[0]} → {shown[-1]}" if shown else label
+    return (f'<figure class="trend"><figcaption>{esc(caption)}</figcaption>'
+            f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{esc(label)}" '
+            f'xmlns="http://www.w3.org/2000/svg"><polyline points="{line}" fill="none" stroke="#818CF8" '
+            f'stroke-width="2"/>{dots}</svg></figure>')
+
+
+def trends_html(stats: list[ExperimentStats]) -> str:
+    """Each headline number over the experiments in time order; nothing for two or fewer."""
+    if len(stats) <= 2:
+        return ""
+    ordered = in_time_order(stats)
+    names = " → ".join(html.escape(e.experiment) for e in ordered)
+    charts = "".join(trend_svg(label, kind, [(e.experiment, get(e)) for e in ordered])
+                     for label, kind, get in TREND_METRICS)
+    return (f'<section class="card trends"><h2>Experiments over time</h2><p class="note">{names}</p>'
+            f'<div class="trend-grid">{charts}</div></section>')

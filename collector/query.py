@@ -286,18 +286,32 @@ def _via_server(info: dict[str, Any], query: str, max_rows: int | None) -> Query
     return QueryResult(doc["columns"], doc["types"], doc["rows"])
 
 
-def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
-    """Read every replica through the lake's views; no server is involved (DuckLake has many readers)."""
-    from .store.lake import LakeUnavailable, open_reader
+_LAKE_READERS: dict[tuple[str, str], duckdb.DuckDBPyConnection] = {}  # one attached lake per process, reused
+_LAKE_READERS_LOCK = threading.Lock()
 
+
+def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
+    """Read every replica through the lake's views; no server is involved (DuckLake has many readers).
+
+    The lake is attached once per process (loading the extensions and the catalog costs most of a
+    small query) and each query gets its own cursor, which reads the newest snapshot.
+    """
+    from .store.lake import READERS, LakeUnavailable, open_reader
+
+    key = (lake.catalog, lake.data_path)
+    with _LAKE_READERS_LOCK:
+        con = _LAKE_READERS.get(key)
+        if con is None:
+            try:
+                con = _LAKE_READERS[key] = open_reader(lake)
+            except LakeUnavailable as exc:
+                raise QueryError(str(exc)) from None
+    cur = con.cursor()
     try:
-        con = open_reader(lake)
-    except LakeUnavailable as exc:
-        raise QueryError(str(exc)) from None
-    try:
-        return run_query(con, sql, limits, max_rows)
+        cur.execute(f"USE {READERS}")
+        return run_query(cur, sql, limits, max_rows)
     finally:
-        con.close()
+        cur.close()
 
 
 def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,

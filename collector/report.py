@@ -268,6 +268,7 @@ class ReportData:
     generated_at: str | None = None
     buckets: list[BucketRow] = field(default_factory=list)  # with --bucket: sessions by hour or day
     ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
+    stats: dict[str, Any] = field(default_factory=dict)  # experiment -> experiments.ExperimentStats (all its runs)
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -525,6 +526,10 @@ def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
                 r["kind"], r["name"], int(r["runs"]), int(r["missed"]), float(r["share"]), int(r["judged"]),
                 int(r["judge_missing"]), int(r["judge_error"]), r["example"]))
     data.experiments = list(by_name.values())
+    from .experiments import load_experiment
+
+    # pass^k, pass@k, tails and trajectory per experiment: over all its runs (experiment_summary), not the filters
+    data.stats = {name: load_experiment(db, name) for name in by_name if name is not None}
 
 
 # ---------------------------------------------------------------------------- command

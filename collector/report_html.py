@@ -12,6 +12,7 @@ import re
 
 from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
+from .experiments import html_body, trends_html
 from .ui.links import experiment_url, session_url
 from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                           stage_fix, text, variant_name)
@@ -253,7 +254,7 @@ def _miss_row(m: CriterionMiss, lang: str) -> str:
             f'<td><code title="{esc(m.example)}">{esc(clip_width(m.example, 28))}</code></td></tr>')
 
 
-def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None) -> str:
+def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None, stats: object = None) -> str:
     badge = text("experiment_runs", lang, runs=e.runs, passes=e.passes, rate=pct(e.passes / e.runs)) if e.runs else ""
     name = f'<code>{esc(experiment_name(e.experiment, lang))}</code>'
     if ui_base and e.experiment is not None:
@@ -262,6 +263,8 @@ def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None)
              + (f'<span class="badge">{esc(badge)}</span>' if badge else "") + "</h2>"]
     if e.controls:
         parts.append(f'<p class="muted small">{esc(text("controls", lang, abstained=e.abstained, controls=e.controls))}</p>')
+    if stats is not None:  # pass^k and pass@k per case, failure mix, tails, trajectory (experiments.html_body)
+        parts.append(html_body(stats))  # type: ignore[arg-type]
     if e.stages:
         worst = e.worst_stage()
         head = "".join(f'<th class="num">{esc(text(k, lang))}</th>' for k in
@@ -288,8 +291,9 @@ def evaluation_sections(data: ReportData, lang: str) -> str:
         return ""
     more = (f'<p class="note">{esc(text("more_experiments", lang, n=data.more_experiments))}</p>'
             if data.more_experiments else "")
-    return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>'
-            + "".join(experiment_section(e, lang, data.ui_base) for e in data.experiments) + more)
+    return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>' + trends_html(list(data.stats.values()))
+            + "".join(experiment_section(e, lang, data.ui_base, data.stats.get(e.experiment or ""))
+                      for e in data.experiments) + more)
 
 
 def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
@@ -384,6 +388,8 @@ tr.worst td{{background:#FEF2F2}}
 .mini.miss span{{background:#F87171}}
 .empty{{padding:40px 24px;text-align:center;color:#4B5563;font-size:15px}}
 footer{{color:#9CA3AF;font-size:12px;text-align:center;margin-top:24px}}
+.trend-grid{{display:flex;flex-wrap:wrap;gap:12px}}.trend{{margin:0}}.trend figcaption{{font-size:12px;color:#6B7280}}
+.data.headline{{width:auto;margin-bottom:10px}}.data.cases{{margin-bottom:8px}}
 @media print{{body{{background:#fff}}.card,.kpi{{box-shadow:none;break-inside:avoid}}}}
 """
 

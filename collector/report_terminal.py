@@ -35,6 +35,7 @@ from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                           variant_name)
+from .experiments import terminal_renderables as experiment_stats
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
 from .ui.links import experiment_url, session_url
 
@@ -385,6 +386,8 @@ def evaluation_renderables(data: ReportData, lang: str, width: int = WIDE) -> li
             out.append(_url(experiment_url(data.ui_base, e.experiment)) if e.experiment is not None else Text())
         if e.controls:
             out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
+        if e.experiment in data.stats:  # pass^k and pass@k per case, failure mix, tails, trajectory
+            out += [*experiment_stats(data.stats[e.experiment], width)[1:], Text()]
         if e.stages:
             out += [stages_table(e, lang, width), *look_at(e, lang), Text()]
         if e.misses:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from .config import Settings
-from .data_admin import add_routes as add_data_routes, prune_forever
+from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
 from .query import SECRET_HEADER, QueryError, QueryResult, remove_sidecar, run_query, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
@@ -68,6 +68,7 @@ class Server:
         self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
         self.retention = Retention(settings, self.store, self.metrics, self.sessions, self.pipeline.redactor)
         self._prune_task: asyncio.Task | None = None
+        self._snapshot_task: asyncio.Task | None = None
         self._session_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
@@ -108,6 +109,10 @@ class Server:
         if self.settings.retention.ttl_days() and self.settings.store.lake is None:
             self._prune_task = asyncio.get_running_loop().create_task(
                 prune_forever(self.retention, self.settings.retention.interval_seconds))
+        store = self.settings.store
+        if store.snapshot_path is not None and store.lake is None:
+            self._snapshot_task = asyncio.get_running_loop().create_task(
+                snapshot_forever(self, store.snapshot_path, store.snapshot_interval_seconds))
         grpc_addr = http_addr = None
         if rs.grpc_enabled:
             self.grpc = GrpcReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
@@ -183,6 +188,7 @@ class Server:
         app.router.add_post("/flush", self._flush)
         app.router.add_post("/rescore", self._rescore)
         app.router.add_post("/judge", self._judge)
+        app.router.add_post("/audit/labels", self._audit_labels)
         add_data_routes(app, self, self.retention)  # /prune, /delete, /export, /snapshot
         return app
 
@@ -242,6 +248,20 @@ class Server:
         except NotConfigured as exc:
             return web.json_response({"error": str(exc)}, status=409)
         return web.json_response(summary)
+
+    async def _audit_labels(self, request: web.Request) -> web.Response:
+        """Store judge-audit labels (``agentfunnel judge audit import`` while serving), in the writer's transaction."""
+        from .judge_audit import insert_labels, labels_from_json
+
+        if (refused := self._refused(request)) is not None:
+            return refused
+        try:
+            rows = labels_from_json(await request.json())
+        except (json.JSONDecodeError, ValueError, TypeError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        fut = self.store.submit_job(lambda con: insert_labels(con, rows))
+        stored = await asyncio.wrap_future(fut)
+        return web.json_response({"stored": stored})
 
     async def _flush(self, request: web.Request) -> web.Response:
         """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
@@ -311,8 +331,9 @@ class Server:
         if self._session_task is not None:
             self._session_task.cancel()
         self.retention.stop()  # a pruning pass ends after its current job
-        if self._prune_task is not None:
-            self._prune_task.cancel()
+        for task in (self._prune_task, self._snapshot_task):
+            if task is not None:
+                task.cancel()
         self._decode_pool.shutdown(wait=True)
         self._query_pool.shutdown(wait=True)
         if self.store.con is not None:

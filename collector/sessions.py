@@ -360,9 +360,12 @@ class SessionService:
                 log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
                 break
             done.extend(self._assemble(chunk).result())
-        polled = self.follow_others()  # on a lake: and catch up with what the other replicas assembled
+        polled = self.follow_others()  # on a lake: and catch up with what the other replicas assembled,
         if polled is not None:
             polled.result()
+            shipped = self.store.ship()  # then ship it all, whatever the shipper's thresholds
+            if shipped is not None:
+                shipped.result()
         return done
 
     async def run(self) -> None:

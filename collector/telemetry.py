@@ -61,7 +61,15 @@ DESCRIPTIONS = {
     "rows_pruned": "Rows removed by retention (time-to-live or prune --before), by table.",
     "prune_jobs": "Store jobs that pruned rows (each removes at most retention.max_rows_per_job).",
     "prune_errors": "Pruning passes that failed (logged; the next pass tries again).",
+    "snapshots_written": "Periodic snapshots written (store.snapshot_path).",
+    "snapshot_errors": "Periodic snapshots that failed (logged; the next one tries again).",
     "rows_deleted": "Rows removed on request (agentfunnel delete --user/--session), by table.",
+    "lake_shipments": "Lake: batches shipped from the replica's own file to its schema of the lake (one lake "
+                      "transaction each).",
+    "lake_rows_shipped": "Lake: rows shipped, by table (a trace assembled again ships its rows again, replacing them).",
+    "lake_ship_errors": "Lake: shipments that failed (the batch stays claimed and is shipped again).",
+    "lake_maintenance": "Lake: maintenance rounds done (small files merged; on replica 0 snapshots expired too).",
+    "lake_maintenance_errors": "Lake: maintenance rounds that failed (the next round tries again).",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
@@ -83,6 +91,9 @@ GAUGES = {
     "sql_queries_running": "Read-only SQL queries running now.",
     "http_connections": "Open connections on the OTLP/HTTP port.",
     "admin_connections": "Open connections on the loopback SQL/admin port.",
+    "lake_ship_lag_seconds": "Lake: how long the oldest commit not yet shipped to the lake has waited (0: all "
+                             "shipped). Spans also wait for their trace to be assembled.",
+    "lake_unshipped_rows": "Lake: rows ingested since the last shipment started.",
     "grpc_calls_in_progress": "OTLP/gRPC export calls in progress (reading, decoding or waiting for their commit).",
 }
 

@@ -148,6 +148,16 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
         if state == "failed" and scored:
             exited = name
 
+    unfinished = [n for n, st in stages.items() if st.state in ("failed", "missing", "pending")]
+    if harness_error and unfinished:
+        # a run that did not finish is not judged on what it had no time to do: from where it stopped on,
+        # its stages are not observed (the crash or timeout is its failure class and its fix)
+        after = "timeout" if timed_out else "crash"
+        stopped = list(stages).index(unfinished[0])
+        for name in list(stages)[stopped:]:
+            stages[name] = StageResult("not_observed", {"after": after, "reason": harness_error,
+                                                        "observed": stages[name].state}, stages[name].scored)
+        exited = None
     layers = evaluate_layers(case, view, judgment) if case.artifact is not None and case.fit else None
     crash = _crash(view, score, harness_error, layers)
     hit_cap = bool(score.hit_cap)
@@ -166,14 +176,14 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
     passed = stages_ok and layers_ok and not hit_cap and crash is None
 
     failure_class = None if passed else _failure_class(ctx, stages, layers, crash, hit_cap, exited)
+    fix_hint = None if passed else _fix_hint(ctx, stages, layers, crash, hit_cap, exited, failure_class)
     if failure_class == "crash" and timed_out and harness_error:
-        failure_class = "timeout"
+        failure_class, fix_hint = "timeout", f"the timeout: {harness_error}"
     return CaseRunResult(
         case_id=case.id, case_sha256=case_sha256(case), stages=stages, first_failed_stage=exited, passed=passed,
         probe=case.probe, fit=case.fit, correct_abstention=correct_abstention,
         controlled_exposure=case.candidates_supplied, layers=layers, failure_class=failure_class,
-        fix_hint=None if passed else _fix_hint(ctx, stages, layers, crash, hit_cap, exited, failure_class),
-        hit_cap=hit_cap, crash=crash, timed_out=failure_class == "timeout")
+        fix_hint=fix_hint, hit_cap=hit_cap, crash=crash, timed_out=failure_class == "timeout")
 
 
 def _judge_waits(stages: dict[str, StageResult], layers: Layers | None, exited: str | None, state: str) -> bool:

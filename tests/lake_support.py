@@ -113,10 +113,13 @@ def _has_user(name: str) -> bool:
         return False
 
 
-def lake_config(path: Path, catalog: str, data_path: Path, replica: int, replicas: int, **sessions: Any) -> Path:
+def lake_config(path: Path, catalog: str, data_path: Path, replica: int, replicas: int,
+                lake: dict[str, Any] | None = None, **sessions: Any) -> Path:
+    """A replica's configuration; ``lake`` adds or overrides ``store.lake`` keys (shipping, compaction)."""
     doc = {"store": {"path": str(path.with_suffix(".duckdb")),
                      "lake": {"catalog": catalog, "data_path": str(data_path), "replica": replica,
-                              "replicas": replicas, "poll_interval_seconds": 0.3}},
+                              "replicas": replicas, "poll_interval_seconds": 0.3, "ship_interval_seconds": 0.5,
+                              **(lake or {})}},
            "sessions": {"idle_timeout_seconds": 1.0, "check_interval_seconds": 0.2, "open_refresh_seconds": 0,
                         **sessions}}
     path.write_text(json.dumps(doc))  # JSON is YAML
@@ -163,6 +166,7 @@ class Router:
         self.retry_seconds = retry_seconds
         self.acked: set[tuple[str, str]] = set()
         self.forwarded = [0] * len(replicas)
+        self.delivered: list[set[tuple[str, str]]] = [set() for _ in replicas]  # spans each replica answered for
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=16)
         router = self
@@ -213,11 +217,15 @@ class Router:
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
 
-    def _send(self, index: int, body: bytes) -> bool:
+    def _send(self, index: int, part: ExportTraceServiceRequest) -> bool:
         deadline = time.monotonic() + self.retry_seconds
+        body = part.SerializeToString()
         while True:
             if self._post(self.replicas[index], body):
+                ids = {(s.trace_id.hex(), s.span_id.hex()) for rs in part.resource_spans for ss in rs.scope_spans
+                       for s in ss.spans}
                 with self._lock:
+                    self.delivered[index] |= ids
                     self.forwarded[index] += 1
                 return True
             if time.monotonic() > deadline:
@@ -229,7 +237,7 @@ class Router:
         if self.reference and not self._post(self.reference, body):
             return False
         parts = split(req, len(self.replicas))
-        futures = [self._pool.submit(self._send, i, p.SerializeToString()) for i, p in parts.items()]
+        futures = [self._pool.submit(self._send, i, p) for i, p in parts.items()]
         ok = all(f.result() for f in futures)
         if ok:
             ids = {(s.trace_id.hex(), s.span_id.hex()) for rs in req.resource_spans for ss in rs.scope_spans

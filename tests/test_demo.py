@@ -30,7 +30,7 @@ def test_demo_prints_a_funnel_report_and_leaves_a_database_to_query(tmp_path):
     assert counts[0] > counts[-1] > 0  # visibly a funnel
     assert html.read_text().startswith("<!DOCTYPE html>")
     experiments = read_db(db, "SELECT experiment, count(*) AS n FROM sessions WHERE experiment IS NOT NULL GROUP BY ALL")
-    assert {e["experiment"]: e["n"] for e in experiments} == {"baseline": 20, "fix-1": 20}
+    assert {e["experiment"]: e["n"] for e in experiments} == {"baseline": 20, "fix-1": 20, "fix-2": 20}
 
     # every `agentfunnel sql` example in the README runs as written against the demo's file
     examples = readme_sql_examples()
@@ -91,10 +91,68 @@ def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_reg
             failed_first = sum(1 for r in fit if r["first_failed_stage"] == stage)
             assert _row(section, stage_label(stage))[2] == str(failed_first), (experiment, stage)
 
+    # per experiment: pass^k and pass@k per case, their means and gap, the failure mix, the tails: experiment_summary's
+    summary = read_db(db, "SELECT * FROM experiment_summary ORDER BY experiment, case_id")
+    tails = {r["experiment"]: r for r in read_db(
+        db, "SELECT s.experiment, quantile_cont(s.cost_usd, 0.95) AS cost_p95, max(s.duration_ms) AS latency_max, "
+            "sum(s.wasted_steps) AS wasted FROM sessions s LEFT JOIN case_runs r USING (session_id) WHERE "
+            "s.case_id IS NOT NULL AND NOT coalesce(r.probe, false) GROUP BY ALL")}
+    failure_columns = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output")
+    for experiment in EXPERIMENTS:
+        section = out[out.index(f"Experiment {experiment} · "):]
+        section = section[:section.index("Where runs fail first")]
+        rows = [r for r in summary if r["experiment"] == experiment]
+        for r in rows:
+            assert _row(section, r["case_id"])[:5] == [str(r["n"]), str(r["passes"]), f"{r['pass_hat_k']:.2f}",
+                                                       f"{r['pass_at_k']:.2f}", f"{r['pass_at_k'] - r['pass_hat_k']:.2f}"]
+        reliable = sum(r["pass_hat_k"] for r in rows) / len(rows)
+        recoverable = sum(r["pass_at_k"] for r in rows) / len(rows)
+        assert _row(section, "reliable (pass^k)") == [f"{reliable:.2f}"]
+        assert _row(section, "recoverable (pass@k)") == [f"{recoverable:.2f}"]
+        assert _row(section, "gap") == [f"{recoverable - reliable:.2f}"]
+        mix = {c: sum(r[c] for r in rows) for c in failure_columns if sum(r[c] for r in rows)}
+        line = next(line for line in section.splitlines() if line.startswith("Failure mix: "))
+        assert dict((w.rsplit(" ", 1)[0], int(w.rsplit(" ", 1)[1])) for w in line[13:].split(", ")) == mix
+        cost = _row(section, "cost p50 / p95 / max")
+        assert cost[2] == f"${tails[experiment]['cost_p95']:.4f}"
+        assert _row(section, "latency ms p50 / p95 / max")[4] == f"{tails[experiment]['latency_max']:.0f}"
+        assert _row(section, "wasted steps") == [str(tails[experiment]["wasted"])]
+    # the HTML report draws each headline number over the three experiments, in the order they ran
+    from test_evaluation import html_tables
+
+    html = tmp_path / "report.html"
+    run_cli("report", "--db", str(db), "--html", str(html))
+    page = html.read_text()
+    trends = page[page.index('<section class="card trends">'):]
+    trends = trends[:trends.index("</section>")]
+    assert "baseline → fix-1 → fix-2" in trends and trends.count("<svg") == 9
+    first = trends[trends.index("reliable (pass^k)"):trends.index("recoverable (pass@k)")]
+    means = {e: sum(r["pass_hat_k"] for r in summary if r["experiment"] == e) / 4 for e in EXPERIMENTS}
+    assert [t.split(": ")[0] for t in first.split("<title>")[1:]] == list(EXPERIMENTS)
+    assert [t.split(": ")[1].split("<")[0] for t in first.split("<title>")[1:]] == [f"{means[e]:.2f}" for e in EXPERIMENTS]
+    cases = html_tables(page)["data cases"]
+    assert len([r for r in cases if r and r[0] != "case"]) == len(summary)
+
     result = run_cli("compare", "--db", str(db), "baseline", "fix-1", "--format", "json", check=False)
     assert result.returncode == 1, result.stderr
-    changes = {c["case_id"]: c["change"] for c in json.loads(result.stdout)["cases"]}
+    doc = json.loads(result.stdout)
+    changes = {c["case_id"]: c["change"] for c in doc["cases"]}
     assert changes["book-kyoto-hotel"] == "regressed"
+    # why: a failing run of fix-1 next to a passing run of baseline, with their calls and where B's left the funnel
+    why = doc["why_regressed"]
+    assert list(why) == ["book-kyoto-hotel"]
+    a, b = why["book-kyoto-hotel"]["a"], why["book-kyoto-hotel"]["b"]
+    assert (a["passed"], a["experiment"], b["passed"], b["experiment"]) == (True, "baseline", False, "fix-1")
+    for ex in (a, b):
+        stored = read_db(db, f"SELECT tool_name, error FROM tool_calls WHERE session_id = '{ex['session_id']}' "
+                             "ORDER BY start_time, span_id")
+        assert [(c["tool"], c["error"]) for c in ex["calls"]] == [(c["tool_name"], c["error"]) for c in stored]
+    run_b = read_db(db, f"SELECT r.first_failed_stage, s.failure_class FROM case_runs r JOIN sessions s USING (session_id) "
+                        f"WHERE session_id = '{b['session_id']}'")[0]
+    assert (b["first_failed_stage"], b["failure_class"]) == (run_b["first_failed_stage"], run_b["failure_class"])
+    assert any(c["error"] and "YYYY-MM-DD" in c["error"] for c in b["calls"])  # fix-1's date format
+    table = run_cli("compare", "--db", str(db), "baseline", "fix-1", check=False).stdout
+    assert "Why book-kyoto-hotel regressed" in table and "a failing run" in table
     assert [c for c, change in changes.items() if change == "regressed"] == ["book-kyoto-hotel"]
 
 

@@ -20,13 +20,13 @@ CONVERSATION = "json_extract_string(attributes, '$.\"gen_ai.conversation.id\"')"
 def test_population_arrives_over_grpc_and_http(server):
     summary = run_population(server.grpc, server.http_url, sessions=40)
     assert summary.production_sessions == 40
-    assert summary.by_experiment == {"baseline": 20, "fix-1": 20}
+    assert summary.by_experiment == {"baseline": 20, "fix-1": 20, "fix-2": 20}
     assert summary.spans_failed == 0 and summary.spans_exported == summary.spans
 
     totals = sql(server.db, f"select count(*) as spans, count(distinct trace_id) as traces, "
                             f"count(distinct {CONVERSATION}) as conversations from spans")[0]
     assert totals == {"spans": summary.spans, "traces": summary.traces, "conversations": summary.sessions}
-    assert summary.sessions == 80
+    assert summary.sessions == 100  # 40 production, 3 experiments x 4 cases x 5 runs
 
     # each exporter carries its own services, so seeing both sets proves both transports delivered
     grpc, http = set(summary.services["grpc"]), set(summary.services["http"])
@@ -43,7 +43,7 @@ def test_population_arrives_over_grpc_and_http(server):
                max(n) as most_turns
         from spans, (select {CONVERSATION} as c, count(distinct trace_id) as n from spans group by 1) t
         where parent_span_id is null and t.c = {CONVERSATION}""")[0]
-    assert roots["runs"] == 40
+    assert roots["runs"] == 60
     assert roots["capped"] >= 1
     assert roots["declared_shop"] >= 1
     assert roots["most_turns"] >= 2  # multi-turn conversations share one conversation id

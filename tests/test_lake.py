@@ -9,16 +9,28 @@ ordinary ``agentfunnel serve`` on a DuckDB file: the lake must say what it says.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
+import urllib.request
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from agentfunnel.collector.config import ConfigError, load_settings
+import duckdb
+
+from agentfunnel.collector.config import ConfigError, LakeSettings, load_settings
 from agentfunnel.collector.demo.agents import run_population
-from agentfunnel.collector.store.lake import owner_of, reader_views
+from agentfunnel.collector.store import shipper as shipper_module
+from agentfunnel.collector.store.lake import LAKE_MIGRATIONS, LOCAL_MIGRATIONS, lake_ddl, owner_of, reader_views
+from agentfunnel.collector.store.schema import MIGRATIONS, migrate
+from agentfunnel.collector.store.session_tables import LakeSessionTables, insert_rows
+from agentfunnel.collector.store.shipper import Shipper
+from agentfunnel.collector.telemetry import Metrics
 
 from conftest import ServerProcess
 from lake_support import (Postgres, Router, file_rows, free_port, lake_config, lake_python, lake_rows, lake_sql,
@@ -81,6 +93,199 @@ def test_readers_views_cover_every_table_and_view() -> None:
     assert "criterion_results AS" in text and last.startswith("VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL)")
 
 
+# ---------------------------------------------------------------------------- the shipper, on a plain DuckDB "lake"
+# The shipper's SQL is plain DuckDB: a file attached as ``lake`` with the replica's schema stands in for DuckLake,
+# so its bookkeeping (batch ids, ranges, replacing, resuming after a crash) is tested in milliseconds.
+
+T0 = datetime(2026, 5, 1, 12, 0, 0)
+
+
+def _replica_file(tmp: Path, name: str = "r0") -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(tmp / f"{name}.duckdb"))
+    migrate(con, LOCAL_MIGRATIONS)
+    con.execute(f"ATTACH '{tmp / 'lakefile.duckdb'}' AS lake")
+    con.execute("CREATE SCHEMA IF NOT EXISTS lake.r0")
+    con.execute("USE lake.r0")
+    migrate(con, MIGRATIONS + LAKE_MIGRATIONS, ddl=lake_ddl)
+    con.execute(f"USE {name}.main")
+    return con
+
+
+def _tables() -> LakeSessionTables:
+    return LakeSessionTables(LakeSettings(catalog="postgres:dbname=x", data_path="/tmp/x", replica=0, replicas=1))
+
+
+def _spans(con: duckdb.DuckDBPyConnection, trace: str, ids: list[str], at: datetime) -> None:
+    insert_rows(con, "spans", [{"trace_id": trace, "span_id": i, "name": "chat", "received_at": at,
+                                "start_time": at} for i in ids])
+
+
+def _assembled(con: duckdb.DuckDBPyConnection, tables: LakeSessionTables, trace: str, session: str,
+               since: datetime, again: bool = False) -> None:
+    """What an assembly job writes for one trace: stamps, its tool calls, its index row (noted for shipping)."""
+    ids = [r[0] for r in con.execute("SELECT span_id FROM spans WHERE trace_id = ?", [trace]).fetchall()]
+    con.execute("BEGIN TRANSACTION")
+    tables.write_assembled(con, since, [{"trace_id": trace, "span_id": ids[0], "session_id": session,
+                                         "start_time": since}],
+                           [{"trace_id": trace, "span_id": i, "session_id": session, "dialect": "otel"} for i in ids],
+                           [{"trace_id": trace, "first_received": since, "span_count": len(ids),
+                             "session_ids": [session]}], reassembled=[trace] if again else [])
+    con.execute("COMMIT")
+
+
+def _lake(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
+    return con.execute(sql).fetchall()
+
+
+def test_shipper_ships_raw_rows_by_range_and_traces_once_assembled(tmp_path: Path) -> None:
+    con, tables, metrics = _replica_file(tmp_path), _tables(), Metrics()
+    shipper = Shipper("lake.r0", metrics)
+    insert_rows(con, "logs", [{"record_id": "l1", "received_at": T0}])
+    _spans(con, "t1", ["a", "b"], T0)
+    first = shipper.ship(con, T0)
+    assert first is not None and first.rows == {"logs": 1, "metrics": 0}  # the spans wait for their trace
+    assert _lake(con, "SELECT count(*) FROM lake.r0.spans") == [(0,)]
+    _assembled(con, tables, "t1", "s1", T0)
+    insert_rows(con, "logs", [{"record_id": "l2", "received_at": T0 + timedelta(seconds=1)}])
+    second = shipper.ship(con, T0 + timedelta(seconds=1))
+    assert second is not None and second.batch_id != first.batch_id and second.seq == first.seq + 1
+    assert second.rows == {"spans": 2, "tool_calls": 1, "trace_index": 1, "logs": 1, "metrics": 0}
+    assert _lake(con, "SELECT span_id, session_id, dialect FROM lake.r0.spans ORDER BY ALL") == [
+        ("a", "s1", "otel"), ("b", "s1", "otel")]  # stamped: the lake never updates a span
+    assert _lake(con, "SELECT record_id FROM lake.r0.logs ORDER BY ALL") == [("l1",), ("l2",)]
+    assert shipper.ship(con, T0 + timedelta(seconds=1)) is None  # nothing new: no lake transaction at all
+    # the ledger: the same batches in the lake and in the file, the outbox empty
+    assert _lake(con, "SELECT batch_id FROM lake.r0.lake_shipments ORDER BY seq") == [(first.batch_id,), (second.batch_id,)]
+    assert _lake(con, "SELECT count(*) FROM lake_shipments WHERE shipped_at IS NULL") == [(0,)]
+    assert _lake(con, "SELECT count(*) FROM lake_outbox") == [(0,)]
+    assert metrics.get("lake_shipments") == 2 and metrics.get("lake_rows_shipped", "spans") == 2
+
+
+def test_a_trace_assembled_again_replaces_its_rows_in_the_lake(tmp_path: Path) -> None:
+    con, tables = _replica_file(tmp_path), _tables()
+    shipper = Shipper("lake.r0", Metrics())
+    _spans(con, "t1", ["a"], T0)
+    _assembled(con, tables, "t1", "provisional", T0)
+    shipper.ship(con, T0)
+    _spans(con, "t1", ["z"], T0 + timedelta(seconds=5))  # a late span: the trace is reassembled into another session
+    _assembled(con, tables, "t1", "conv-1", T0, again=True)
+    shipper.ship(con, T0 + timedelta(seconds=5))
+    assert _lake(con, "SELECT span_id, session_id FROM lake.r0.spans ORDER BY ALL") == [("a", "conv-1"), ("z", "conv-1")]
+    assert _lake(con, "SELECT trace_id, session_ids FROM lake.r0.trace_index") == [("t1", ["conv-1"])]
+    assert _lake(con, "SELECT count(*) FROM lake.r0.tool_calls") == [(1,)]
+
+
+def test_sessions_are_replaced_by_id_and_dropped_ones_deleted(tmp_path: Path) -> None:
+    con, tables = _replica_file(tmp_path), _tables()
+    shipper = Shipper("lake.r0", Metrics())
+
+    def score(version: int, stored: list[str], rows: list[str]) -> None:
+        con.execute("BEGIN TRANSACTION")
+        tables.replace_sessions(con, ["s1", "s2"], [{"session_id": s, "version": version} for s in rows], [], [], [],
+                                stored=stored)
+        con.execute("COMMIT")
+
+    score(1, [], ["s1", "s2"])
+    shipper.ship(con, None)
+    score(2, ["s1", "s2"], ["s1"])  # s2 merged away
+    shipper.ship(con, None)
+    assert _lake(con, "SELECT session_id, version FROM lake.r0.sessions") == [("s1", 2)]
+    con.execute("BEGIN TRANSACTION")
+    tables.write_funnel_steps(con, [{"variant": "shop", "step": "search", "step_index": 0}])
+    tables.add_judgment(con, {"session_id": "s1", "input_hash": "h"})
+    con.execute("COMMIT")
+    shipped = shipper.ship(con, None)
+    assert shipped is not None and shipped.rows == {"judgments": 1, "funnel_steps": 1}
+
+
+class _Killed(Exception):
+    """Stands for kill -9 at that point."""
+
+
+def test_killed_after_the_lake_commit_the_batch_is_not_shipped_twice(tmp_path: Path, monkeypatch) -> None:
+    con, tables = _replica_file(tmp_path), _tables()
+    _spans(con, "t1", ["a", "b"], T0)
+    _assembled(con, tables, "t1", "s1", T0)
+    insert_rows(con, "logs", [{"record_id": "l1", "received_at": T0}])
+    real = shipper_module._in_transaction
+    calls = []
+
+    def die_on_finish(c, statements):
+        calls.append(statements[0][0])
+        if statements[0][0].startswith("DELETE FROM lake_outbox"):
+            raise _Killed
+        return real(c, statements)
+
+    monkeypatch.setattr(shipper_module, "_in_transaction", die_on_finish)
+    with pytest.raises(_Killed):
+        Shipper("lake.r0", Metrics()).ship(con, T0)
+    monkeypatch.setattr(shipper_module, "_in_transaction", real)
+    assert _lake(con, "SELECT count(*) FROM lake.r0.spans") == [(2,)]  # in the lake, not yet marked here
+    con.close()
+    con = _replica_file(tmp_path)  # the restarted process: a new shipper over the same file
+    again = Shipper("lake.r0", Metrics()).ship(con, T0)
+    assert again is not None and again.resumed and again.already_there
+    assert _lake(con, "SELECT count(*) FROM lake.r0.spans") == [(2,)]
+    assert _lake(con, "SELECT count(*) FROM lake.r0.logs") == [(1,)]
+    assert _lake(con, "SELECT count(*) FROM lake_outbox") == [(0,)]
+    assert Shipper("lake.r0", Metrics()).ship(con, T0) is None
+
+
+def test_killed_before_the_lake_commit_the_same_batch_ships_once_later(tmp_path: Path, monkeypatch) -> None:
+    con, tables = _replica_file(tmp_path), _tables()
+    _spans(con, "t1", ["a"], T0)
+    _assembled(con, tables, "t1", "s1", T0)
+    shipper = Shipper("lake.r0", Metrics())
+    real_copy = Shipper._copy
+
+    def die_mid_copy(self, c, claim):
+        real_copy(self, c, claim)  # every row written, the batch id too: then the transaction never commits
+        raise _Killed
+
+    monkeypatch.setattr(Shipper, "_copy", die_mid_copy)
+    with pytest.raises(_Killed):
+        shipper.ship(con, T0)
+    monkeypatch.setattr(Shipper, "_copy", real_copy)
+    assert _lake(con, "SELECT count(*) FROM lake.r0.spans") == [(0,)]
+    assert shipper.due() is False  # it waits retry_seconds, then tries the claimed batch again
+    _spans(con, "t2", ["x"], T0 + timedelta(seconds=1))  # committed meanwhile: not part of the claimed batch
+    _assembled(con, tables, "t2", "s2", T0 + timedelta(seconds=1))
+    resumed = shipper.ship(con, T0 + timedelta(seconds=1))
+    assert resumed is not None and resumed.resumed and not resumed.already_there and resumed.rows["spans"] == 1
+    following = shipper.ship(con, T0 + timedelta(seconds=1))
+    assert following is not None and following.rows["spans"] == 1
+    assert _lake(con, "SELECT trace_id, span_id FROM lake.r0.spans ORDER BY ALL") == [("t1", "a"), ("t2", "x")]
+
+
+def test_a_new_file_never_reuses_a_batch_id_the_lake_has(tmp_path: Path) -> None:
+    con = _replica_file(tmp_path)
+    insert_rows(con, "logs", [{"record_id": "l1", "received_at": T0}])
+    Shipper("lake.r0", Metrics()).ship(con, T0)
+    con.close()
+    fresh = _replica_file(tmp_path, "r0b")  # the replica lost its file: same lake, new ledger
+    insert_rows(fresh, "logs", [{"record_id": "l2", "received_at": T0}])
+    shipped = Shipper("lake.r0", Metrics()).ship(fresh, T0)
+    assert shipped is not None and shipped.rows["logs"] == 1
+    assert _lake(fresh, "SELECT count(*) FROM lake.r0.logs") == [(2,)]
+
+
+def test_shipping_thresholds_age_and_size() -> None:
+    now = [100.0]
+    metrics = Metrics()
+    shipper = Shipper("lake.r0", metrics, interval_seconds=2.0, batch_rows=1000, clock=lambda: now[0])
+    assert not shipper.due()  # just started: whatever is left is shipped after the interval
+    now[0] += 2.0
+    assert shipper.due()
+    shipper._pending_since = None  # as after a shipment
+    assert not shipper.due() and shipper.lag_seconds() == 0.0
+    shipper.note(10)
+    now[0] += 1.0
+    assert not shipper.due() and shipper.lag_seconds() == 1.0
+    shipper.note(990)  # the size threshold
+    assert shipper.due()
+    assert metrics.snapshot()["lake_unshipped_rows"] == 1000
+
+
 # ---------------------------------------------------------------------------- the scale test
 
 
@@ -93,13 +298,17 @@ def postgres():
     pg.stop()
 
 
+VICTIM = 1  # killed mid-stream; it ships only when flushed or stopping, so it dies with acknowledged spans unshipped
+LAZY = {"ship_interval_seconds": 3600, "ship_batch_rows": 10**9}
+
+
 class Cluster:
     """Three lake replicas on fixed ports, a reference single process and the router in front."""
 
     def __init__(self, tmp: Path, postgres: Postgres, name: str) -> None:
-        catalog = postgres.createdb(name)
-        self.configs = [lake_config(tmp / f"r{i}.yaml", catalog, tmp / "lakedata", i, REPLICAS)
-                        for i in range(REPLICAS)]
+        self.tmp = tmp
+        self.catalog = postgres.createdb(name)
+        self.configs = self._configs(REPLICAS)
         self.ports = [(free_port(), free_port()) for _ in range(REPLICAS)]
         self.replicas = [self._replica(i) for i in range(REPLICAS)]
         threads = [threading.Thread(target=r.start, kwargs={"timeout": 60}) for r in self.replicas]
@@ -113,6 +322,32 @@ class Cluster:
             t.join()
         assert all(r.http for r in self.replicas), [r.logs()[-2000:] for r in self.replicas]
         self.router = Router([r.http_url for r in self.replicas], self.reference.http_url).start()
+
+    def _configs(self, n: int) -> list[Path]:
+        # compaction every 5 s runs alongside shipping, as it does in production every few minutes
+        return [lake_config(self.tmp / f"r{i}.yaml", self.catalog, self.tmp / "lakedata", i, n,
+                            {"compact_interval_seconds": 5, **(LAZY if i == VICTIM else {})}) for i in range(n)]
+
+    def resize(self, n: int) -> None:
+        """N to n replicas as deploy/README says: every replica restarted with the new count (the Collector's list
+        too), then `agentfunnel rescore` on each, through its server."""
+        for r in self.replicas:
+            r.stop()
+        self.configs = self._configs(n)
+        self.ports += [(free_port(), free_port()) for _ in range(n - len(self.ports))]
+        self.replicas = [self._replica(i) for i in range(n)]
+        self._each(lambda r: r.start(timeout=60))
+        self.router.replicas = [r.http_url for r in self.replicas]
+        self.router.forwarded += [0] * (n - len(self.router.forwarded))
+        self.router.delivered += [set() for _ in range(n - len(self.router.delivered))]
+        self._each(lambda r: r.admin_post("/rescore"))
+
+    def _each(self, fn: Any) -> None:
+        threads = [threading.Thread(target=fn, args=(r,)) for r in self.replicas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def _replica(self, i: int) -> ServerProcess:
         grpc_port, http_port = self.ports[i]
@@ -152,6 +387,11 @@ class Cluster:
                 r.stop()
 
 
+def _metrics(server: ServerProcess) -> dict[str, Any]:
+    with urllib.request.urlopen(server.admin + "/metrics", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, postgres: Postgres, request):
     c = Cluster(tmp_path, postgres, request.node.name.replace("test_", "")[:40])
@@ -185,12 +425,14 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
     # `agentfunnel sql --config` reads the lake like a file
     assert cluster.lake("SELECT count(*) AS n FROM sessions")[0]["n"] == len(found["owners"]) > 0
 
-    # 2. more sessions while one replica is killed (SIGKILL) mid-stream and restarted on its ports
+    # 2. more sessions while one replica is killed (SIGKILL) mid-stream, between its local commits and their
+    #    shipment, and restarted on its ports
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "90")  # the agents wait for the restart, as a Collector queue would
-    victim = 1
+    victim = VICTIM
     before = cluster.router.forwarded[victim]
     killed = threading.Event()
     at_kill: list[int] = []
+    committed_at_kill: set[tuple[str, str]] = set()  # what the victim had answered for (committed in its file)
 
     def kill_mid_run() -> None:
         deadline = time.monotonic() + 60
@@ -198,6 +440,8 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
             time.sleep(0.005)
         at_kill.append(cluster.router.forwarded[victim])
         cluster.replicas[victim].kill()
+        with cluster.router._lock:
+            committed_at_kill.update(cluster.router.delivered[victim])
         killed.set()
         time.sleep(0.5)
         cluster.replicas[victim] = cluster._replica(victim).start(timeout=60)
@@ -213,12 +457,91 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
             break
         cluster.drive(seed=seed, sessions=5)
     assert cluster.router.forwarded[victim] > at_kill[0] + 1, "nothing reached the replica after its restart"
+    shipped = {(r["trace_id"], r["span_id"]) for r in cluster.lake(f"SELECT trace_id, span_id FROM lake.r{victim}.spans")}
+    waiting = committed_at_kill - shipped
+    assert waiting, "the victim had shipped everything it acknowledged before it was killed"
     cluster.settle()
-    stored = lake_rows(LAKE_PYTHON, cluster.configs[0], {  # type: ignore[arg-type]
-        "raw": " UNION ALL ".join(f"SELECT trace_id, span_id FROM lake.r{i}.spans" for i in range(REPLICAS))})["raw"]
+    raw_spans = " UNION ALL ".join(f"SELECT trace_id, span_id FROM lake.r{i}.spans" for i in range(REPLICAS))
+    stored = lake_rows(LAKE_PYTHON, cluster.configs[0], {"raw": raw_spans})["raw"]  # type: ignore[arg-type]
     keys = [(r["trace_id"], r["span_id"]) for r in stored]
     assert len(keys) == len(set(keys)), "a span was stored twice"
     missing = cluster.router.acked - set(keys)
     assert not missing, f"{len(missing)} acknowledged spans are not in the lake"
-    # 3. sessions, tool calls, spans and the funnel views equal the single process's
+    assert not waiting - set(keys), "a span committed but not shipped when its replica was killed never arrived"
+
+    # 3. resize 3 -> 4 replicas: sessions move to their new owners, each session row is written once, by its owner
+    moved_before = {r["session_id"] for r in cluster.lake("SELECT session_id FROM sessions")
+                    if owner_of(r["session_id"], REPLICAS) != owner_of(r["session_id"], REPLICAS + 1)}
+    cluster.resize(REPLICAS + 1)
+    cluster.drive(seed=40, sessions=10)
+    cluster.settle()
+    n = REPLICAS + 1
+    found = lake_rows(LAKE_PYTHON, cluster.configs[0], {  # type: ignore[arg-type]
+        "rows": " UNION ALL ".join(f"SELECT session_id, {i} AS replica FROM lake.r{i}.sessions" for i in range(n)),
+        "calls": " UNION ALL ".join(f"SELECT session_id, span_id FROM lake.r{i}.call_scores" for i in range(n)),
+        "raw": raw_spans.replace(f"lake.r{REPLICAS - 1}.spans", f"lake.r{REPLICAS - 1}.spans UNION ALL SELECT "
+                                 f"trace_id, span_id FROM lake.r{REPLICAS}.spans"),
+        "files": "SELECT count(*) AS n FROM __ducklake_metadata_lake.ducklake_data_file WHERE end_snapshot IS NULL",
+        "shipments": "SELECT count(*) AS n FROM (" + " UNION ALL ".join(
+            f"SELECT batch_id FROM lake.r{i}.lake_shipments" for i in range(n)) + ")"})
+    sessions = [r["session_id"] for r in found["rows"]]
+    assert len(sessions) == len(set(sessions)), "a session was scored by two replicas"
+    assert all(r["replica"] == owner_of(r["session_id"], n) for r in found["rows"])
+    assert moved_before and moved_before <= set(sessions), "no session moved to a new owner"
+    calls = [(r["session_id"], r["span_id"]) for r in found["calls"]]
+    assert len(calls) == len(set(calls))
+    keys = [(r["trace_id"], r["span_id"]) for r in found["raw"]]
+    assert len(keys) == len(set(keys)) and not cluster.router.acked - set(keys)
+    # compaction ran beside the shipments (each of which wrote a file per table it touched): fewer files than shipments
+    assert all(_metrics(r).get("lake_maintenance", 0) >= 1 for r in cluster.replicas)
+    assert found["files"][0]["n"] < found["shipments"][0]["n"], (found["files"], found["shipments"])
+    # 4. sessions, tool calls, spans and the funnel views equal the single process's
     cluster.assert_same_as_reference()
+
+
+# ---------------------------------------------------------------------------- judge, cases add and report on the lake
+
+
+def _lake_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([LAKE_PYTHON, "-m", "agentfunnel.collector.cli", *args], capture_output=True, text=True,
+                          timeout=120)  # type: ignore[list-item]
+    if check and proc.returncode != 0:
+        raise AssertionError(f"agentfunnel {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@needs_lake
+def test_judge_cases_add_and_report_work_against_the_lake(tmp_path: Path, postgres: Postgres) -> None:
+    """Offline, on a replica's file and the lake: ingest a case run (its judge out of credit), judge it again on its
+    owner, draft a case from it and report, all reading the lake."""
+    from test_evaluation import ALL_MET, JUDGE_STATE, NO_CREDIT, _config, _run_file
+    from test_stages import FULL_ANSWER
+    from test_judge import FakeMessagesAPI, verdict_reply
+
+    api = FakeMessagesAPI()
+    try:
+        catalog = postgres.createdb("judge_on_lake")
+        extra = yaml.safe_load(Path(_config(tmp_path, {"api_key": "test-key", "base_url": api.url,
+                                                       "max_retries": 0})).read_text())
+        owner = owner_of("fx-1", 2)
+        configs = []
+        for i in range(2):
+            cfg = lake_config(tmp_path / f"r{i}.yaml", catalog, tmp_path / "lakedata", i, 2)
+            cfg.write_text(json.dumps({**json.loads(cfg.read_text()), **extra}))
+            configs.append(str(cfg))
+        api.push(NO_CREDIT)
+        _lake_cli("ingest", "--config", configs[owner], str(_run_file(tmp_path, FULL_ANSWER)))
+        refused = _lake_cli("judge", "--config", configs[1 - owner], "--session", "fx-1", check=False)
+        assert refused.returncode == 2 and f"scored by replica {owner} of 2" in refused.stderr
+        api.push(verdict_reply(ALL_MET))
+        out = _lake_cli("judge", "--config", configs[owner], "--session", "fx-1").stdout
+        assert out.startswith("judged 1 run(s)") and len(api.requests) == 2
+        state = lake_sql(LAKE_PYTHON, Path(configs[1 - owner]), JUDGE_STATE)  # type: ignore[arg-type]
+        assert state == [{"judge_status": "complete", "judge_score": 1.0, "passed": True, "completion": "passed"}]
+        draft = tmp_path / "draft.yaml"
+        _lake_cli("cases", "add", "--config", configs[1 - owner], "--from-session", "fx-1", "--out", str(draft))
+        assert "get_rate" in draft.read_text()
+        report = _lake_cli("report", "--config", configs[1 - owner]).stdout
+        assert "fx-exp" in report
+    finally:
+        api.close()

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import duckdb
 import pyarrow.dataset as pads
@@ -33,7 +34,8 @@ def srv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("retention")
     config = tmp / "agentfunnel.toml"
     config.write_text("[sessions]\nidle_timeout_seconds = 0.3\ncheck_interval_seconds = 0.1\nopen_refresh_seconds = 0\n"
-                      "[retention]\nraw_days = 30\nderived_days = 30\ninterval_seconds = 0.3\nmax_rows_per_job = 7\n")
+                      "[retention]\nraw_days = 30\nderived_days = 30\ninterval_seconds = 0.3\nmax_rows_per_job = 7\n"
+                      f"[store]\nsnapshot_path = '{tmp / 'periodic.duckdb'}'\nsnapshot_interval_seconds = 0.5\n")
     server = ServerProcess(tmp / "af.duckdb", ["--config", str(config)]).start()
     yield server
     server.stop()
@@ -209,6 +211,26 @@ def test_export_matches_sql_and_a_snapshot_opens_while_the_server_writes(srv, tm
             con.close()
     finally:
         ingest.stop()
+
+
+def test_the_periodic_snapshot_is_rewritten_while_the_server_writes(srv):
+    """``store.snapshot_path``: a copy any DuckDB opens, replaced whole every interval, with what was committed."""
+    _send(srv, "periodic-0", "someone", time.time_ns())
+    srv.admin_post("/flush")
+    stored = _query(srv, "SELECT count(*) FROM spans")[0][0]
+    written = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read()).get("snapshots_written", 0)
+    deadline = time.monotonic() + 30
+    while json.loads(urllib.request.urlopen(srv.admin + "/metrics").read()).get("snapshots_written", 0) < written + 2:
+        assert time.monotonic() < deadline, "no periodic snapshot was written"
+        time.sleep(0.2)
+    con = duckdb.connect(str(srv.db.with_name("periodic.duckdb")), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM spans").fetchall()[0][0] >= stored > 0
+        assert con.execute("SELECT count(*) FROM sessions WHERE session_id = 'periodic-0'").fetchall()[0][0] == 1
+    finally:
+        con.close()
+    with pytest.raises(ConfigError, match="store.snapshot_path: .*is the database itself"):
+        load_settings(None, {("store", "path"): Path("a.duckdb"), ("store", "snapshot_path"): Path("a.duckdb")})
 
 
 def test_what_a_lake_cannot_do_is_refused_and_bad_settings_are_named(tmp_path, capsys):

@@ -1,8 +1,8 @@
-"""Evaluation runs: four cases, two experiments, five runs each, with seeded run-to-run variation.
+"""Evaluation runs: four cases, three experiments, five runs each, with seeded run-to-run variation.
 
 Each case has one passing plan and the failure modes an experiment shows. How many runs pass
 is fixed per (experiment, case) so the comparison always reads the same way (``fix-1`` is more
-reliable on three cases and regresses on ``book-kyoto-hotel``); which runs fail, and how, comes
+reliable on three cases and regresses on ``book-kyoto-hotel``, which ``fix-2`` repairs); which runs fail, and how, comes
 from the seed, so pass^k and pass@k differ wherever a case passes sometimes.
 """
 
@@ -18,9 +18,10 @@ from .scripts import (WANTS, ScriptFn, answer_only, proc_quote_turn, rfq_flow, s
                         shop_cart_claims_purchase, shop_payment_required, shop_purchase, stay_flow)
 from .tools import LodgingServer, ProcurementServer, ShopServer, ToolServer
 
-EXPERIMENTS = ("baseline", "fix-1")
+EXPERIMENTS = ("baseline", "fix-1", "fix-2")  # in time order: the report charts each headline number over them
 RUNS_PER_CASE = 5
-EXPERIMENT_VERSIONS = {"baseline": "1.4.0", "fix-1": "1.4.1"}
+EXPERIMENT_VERSIONS = {"baseline": "1.4.0", "fix-1": "1.4.1", "fix-2": "1.4.2"}
+FIRST_TWO = EXPERIMENTS[:2]  # drawn from the demo's own stream; later ones from a stream each (see plan_runs)
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,10 @@ CASES: tuple[Case, ...] = (
                             ((BUY, shop_cart_claims_purchase),), ("cart_no_url",)),
                        Plan("bad_cart_args", "invalid_tool_call", "search_only", ((BUY, buy_bad_args),))),
           "fix-1": (Plan("payment_required", "tool_error", "checkout_reached", ((BUY, shop_payment_required),),
+                         ("payment_required",)),),
+          "fix-2": (Plan("payment_required", "tool_error", "checkout_reached", ((BUY, shop_payment_required),),
                          ("payment_required",)),)},
-         {"baseline": 2, "fix-1": 4}, want=WANTS[0]),
+         {"baseline": 2, "fix-1": 4, "fix-2": 4}, want=WANTS[0]),
     Case("quote-m6-bolts", "procure", "procurement", lambda r, q: ProcurementServer(r, q),
          Plan("po", None, "po_submitted", ((BOLTS1, rfq_flow), (BOLTS2, proc_quote_turn))),
          {"baseline": (Plan("wrong_rfq_id", "tool_error", "rfq_submitted",
@@ -122,21 +125,24 @@ CASES: tuple[Case, ...] = (
                             ((BOLTS1, rfq_flow), (BOLTS2, quote_no_po))),
                        Plan("made_up_tool", "invalid_tool_call", "rfq_submitted",
                             ((BOLTS1, rfq_flow), (BOLTS2, quote_made_up_tool)))),
-          "fix-1": ()},
-         {"baseline": 3, "fix-1": 5}),
+          "fix-1": (), "fix-2": ()},
+         {"baseline": 3, "fix-1": 5, "fix-2": 5}),
     Case("book-kyoto-hotel", "stays-ucp", "lodging", lambda r, q: LodgingServer(r, q),
          Plan("booked", None, "purchase_completed", ((KYOTO, kyoto_book),)),
          {"baseline": (Plan("hold_only", "wrong_output", "cart_created", ((KYOTO, kyoto_hold),)),),
           # the regression: fix-1 reformatted dates for the tool description and broke them
-          "fix-1": (Plan("date_format", "tool_error", "search_only", ((KYOTO, kyoto_bad_dates),)),)},
-         {"baseline": 4, "fix-1": 2}),
+          "fix-1": (Plan("date_format", "tool_error", "search_only", ((KYOTO, kyoto_bad_dates),)),),
+          # fix-2 puts the date format back: the regression is gone
+          "fix-2": (Plan("hold_only", "wrong_output", "cart_created", ((KYOTO, kyoto_hold),)),)},
+         {"baseline": 4, "fix-1": 2, "fix-2": 4}),
     Case("refund-policy", "shop-ucp", "shopping", lambda r, q: ShopServer(r, q),
          Plan("answers", None, "info_provided", ((REFUND, answer_only(REFUND_ANSWER)),)),
          {"baseline": (Plan("acts_instead", "wrong_output", "cart_created", ((REFUND, refund_acts),),
                             ("cart_no_url",)),),
           "fix-1": (Plan("acts_instead", "wrong_output", "cart_created", ((REFUND, refund_acts),),
-                         ("cart_no_url",)),)},
-         {"baseline": 3, "fix-1": 4}),
+                         ("cart_no_url",)),),
+          "fix-2": ()},
+         {"baseline": 3, "fix-1": 4, "fix-2": 5}),
 )
 
 
@@ -160,11 +166,13 @@ def plan_runs(rng: random.Random) -> list[RunPlan]:
     """Every (experiment, case, run): which runs pass and how the others fail, from the seed."""
     runs = []
     for experiment in EXPERIMENTS:
+        # an experiment added later draws from a stream of its own, so the earlier ones stay as they were
+        r = rng if experiment in FIRST_TWO else random.Random(f"{hash(rng.getstate())}/{experiment}")
         for case in CASES:
             passes = case.passes[experiment]
             outcome = [True] * passes + [False] * (RUNS_PER_CASE - passes)
-            rng.shuffle(outcome)
+            r.shuffle(outcome)
             for i, ok in enumerate(outcome, 1):
-                plan = case.passing if ok else rng.choice(case.failures[experiment])
+                plan = case.passing if ok else r.choice(case.failures[experiment])
                 runs.append(RunPlan(case, experiment, i, plan))
     return runs

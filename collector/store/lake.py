@@ -11,6 +11,11 @@ two owners may both have written one).
 Each session has one owner, ``owner_of(session_id, replicas)``; only it writes the session's rows
 (sessions, case runs, judgments and the per-call step results in ``call_scores``). The extensions
 are loaded from their PyPI wheels (the ``lake`` extra): nothing is downloaded at run time.
+
+A replica does not commit to the lake as it ingests: its writer connection is its own DuckDB file
+(``store.path``, the single-process store, where requests are acknowledged and the session stage
+runs) with the lake attached as ``lake``; ``shipper`` copies what it committed to ``lake.r<i>``
+in large transactions, and the session stage reads the other replicas' rows from the lake.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from ..config import LakeSettings
+from ..config import LakeSettings, StoreSettings
 from .schema import MIGRATIONS, Migration, migrate
-from .session_tables import Sources
-from .writer import lock_down
+from .session_tables import SessionTables, Sources
+from .shipper import OUTBOX_MIGRATIONS, SHIPMENT_MIGRATIONS
+from .writer import connect, lock_down
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,10 @@ LAKE_MIGRATIONS: list[Migration] = [
     );
     CREATE TABLE lake_progress (snapshot_id BIGINT, updated_at TIMESTAMP);
     """),
+    *SHIPMENT_MIGRATIONS,
 ]
+# the replica's own file: the single-process store, the lake's tables above, and the shipper's outbox
+LOCAL_MIGRATIONS: list[Migration] = MIGRATIONS + LAKE_MIGRATIONS + OUTBOX_MIGRATIONS
 
 
 class LakeUnavailable(RuntimeError):
@@ -104,23 +113,35 @@ def data_directory(lake: LakeSettings) -> str:
 
 def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as ``lake``; extensions from the wheels only."""
-    paths = [extension_path(n) for n in EXTENSIONS]
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
                                              "autoload_known_extensions": "false"})
     try:
         con.execute("SET TimeZone = 'UTC'")
+        attach_lake(con, lake, read_only)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def attach_lake(con: duckdb.DuckDBPyConnection, lake: LakeSettings, read_only: bool = False) -> None:
+    """Attach the lake to ``con`` as ``lake``, loading the extensions from their wheels."""
+    paths = [extension_path(n) for n in EXTENSIONS]
+    try:
         con.execute("SET enable_progress_bar = false")  # never mixed into a command's output
         for p in paths:
             con.execute(f"LOAD {_quote(str(p))}")
-        # Replicas commit to one catalog all the time: a commit that lost the race retries at once
-        # (its appends never conflict), not after DuckLake's default 100 ms sleep.
+        # A commit that lost the race for the catalog retries at once (appends never conflict), not
+        # after DuckLake's default 100 ms sleep.
         con.execute(f"SET ducklake_retry_wait_ms = {LAKE_RETRY_WAIT_MS}")
         con.execute(f"SET ducklake_max_retry_count = {LAKE_MAX_RETRIES}")
         con.execute(f"SET ducklake_retry_backoff = {LAKE_RETRY_BACKOFF}")  # the 40th wait is about 2.5 s
         data = data_directory(lake)
         if "://" not in data:
             Path(data).mkdir(parents=True, exist_ok=True)
-        options = f"DATA_PATH {_quote(data)}" + (", READ_ONLY" if read_only else "")
+        # Writers never inline small inserts in the catalog: flushing inlined rows conflicts with concurrent
+        # inserts (and has failed inside DuckLake 1.5.5); tiny files are merged with the others instead.
+        options = f"DATA_PATH {_quote(data)}" + (", READ_ONLY" if read_only else ", DATA_INLINING_ROW_LIMIT 0")
         for attempt in range(5):
             try:
                 con.execute(f"ATTACH {_quote('ducklake:' + lake.catalog)} AS {CATALOG} ({options})")
@@ -130,9 +151,7 @@ def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPy
                     raise
                 time.sleep(0.2 * (attempt + 1))
     except duckdb.Error as exc:
-        con.close()
         raise LakeUnavailable(f"cannot attach the lake ({lake.catalog.split(' password=')[0]}): {exc}") from None
-    return con
 
 
 def retry_conflicts(fn: Callable[[], T], attempts: int = 20) -> T:
@@ -180,7 +199,7 @@ _DEDUPE: dict[str, str] = {
     "case_runs": f"PARTITION BY session_id {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
-_PRIVATE = {"_agentfunnel_migrations", "lake_progress"}
+_PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments"}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
@@ -277,18 +296,39 @@ def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
     return retry_conflicts(run)
 
 
-def open_replica(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
-    """Attach the lake, migrate this replica's schema, (re)build the readers' views; USE our schema."""
-    con = connect_lake(lake)
-    try:
-        _migrate_schema(con, schema_of(lake.replica))
-        build_readers(con)
-        con.execute(f"USE {CATALOG}.{schema_of(lake.replica)}")
-        lock_down(con, (data_directory(lake),))
-    except BaseException:
-        con.close()
-        raise
-    return con
+def local_catalog(con: duckdb.DuckDBPyConnection) -> str:
+    """The replica's own file as SQL names it (its catalog, quoted)."""
+    return '"' + str(con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""') + '"'
+
+
+def open_replica(con: duckdb.DuckDBPyConnection, lake: LakeSettings) -> None:
+    """Make the replica's own file ``con`` a replica: migrate it (the single-process store, the lake's tables,
+    the outbox), attach the lake, migrate this replica's schema there, (re)build the readers' views.
+
+    Unqualified names stay the file's: the session stage runs there, and the shipper copies to the lake.
+    """
+    if local_catalog(con) == f'"{CATALOG}"':
+        raise LakeUnavailable(f"store.path must not be named {CATALOG}.duckdb on a lake: DuckDB names a file by its "
+                              f"stem, and the lake is attached as {CATALOG!r}")
+    migrate(con, LOCAL_MIGRATIONS)
+    local = local_catalog(con)
+    attach_lake(con, lake)
+    _migrate_schema(con, schema_of(lake.replica))
+    build_readers(con)
+    con.execute(f"USE {local}.main")
+    lock_down(con, (data_directory(lake),))
+
+
+def replica_sources(con: duckdb.DuckDBPyConnection, replica: int) -> Sources:
+    """Where a replica's session stage reads whole sessions: its own file, and every other replica's schema."""
+    local = local_catalog(con)
+    others = [s for s in complete_schemas(con) if s != schema_of(replica)]
+
+    def union(table: str) -> str:
+        parts = [f"SELECT * FROM {local}.main.{table}", *(f"SELECT * FROM {CATALOG}.{s}.{table}" for s in others)]
+        return parts[0].removeprefix("SELECT * FROM ") if len(parts) == 1 else "(" + " UNION ALL BY NAME ".join(parts) + ")"
+
+    return Sources(spans=union("spans"), logs=union("logs"), trace_index=union("trace_index"))
 
 
 def open_reader(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
@@ -307,10 +347,16 @@ def snapshot(con: duckdb.DuckDBPyConnection) -> int:
     return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])
 
 
-def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, after: int, upto: int) -> list[tuple[str, list[str]]]:
-    """(trace_id, session_ids) of traces other replicas (re)assembled in snapshots ``after``+1..``upto``."""
+def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, after: int,
+                        upto: int) -> list[tuple[str, list[str]]] | None:
+    """(trace_id, session_ids) of traces other replicas (re)assembled in snapshots ``after``+1..``upto``;
+    None when snapshots of that range were expired (the feed cannot say: every trace may be new)."""
     if upto <= after:
         return []
+    oldest = con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{CATALOG}')").fetchone()[0]
+    if oldest is not None and oldest > after + 1 and after > 0:
+        return None
+    after = max(after, (oldest or 1) - 1)
     out: list[tuple[str, list[str]]] = []
     for schema in complete_schemas(con):
         if schema == schema_of(lake.replica):
@@ -329,3 +375,59 @@ def progress(con: duckdb.DuckDBPyConnection) -> int:
 def set_progress(con: duckdb.DuckDBPyConnection, snapshot_id: int, now: Any) -> None:
     con.execute("DELETE FROM lake_progress")
     con.execute("INSERT INTO lake_progress VALUES (?, ?)", [snapshot_id, now])
+
+
+# ---------------------------------------------------------------------------- maintenance
+
+
+def compact(con: duckdb.DuckDBPyConnection, schema: str) -> None:
+    """Merge the small Parquet files of one replica's schema, and rewrite files that are mostly deleted rows.
+
+    Run by the replica that writes the schema, on a cursor of its own beside its shipments: the
+    shipments only append to and delete from its tables, which DuckLake lets merging run beside
+    (a conflict fails one of them, and it is tried again later).
+    """
+    meta = f"__ducklake_metadata_{CATALOG}"
+    # only the tables with something to do: each call is a catalog transaction even when it does nothing
+    for table, files, deletes in con.execute(f"""
+            SELECT t.table_name,
+                   (SELECT count(*) FROM {meta}.ducklake_data_file f WHERE f.table_id = t.table_id AND f.end_snapshot IS NULL),
+                   (SELECT count(*) FROM {meta}.ducklake_delete_file d WHERE d.table_id = t.table_id
+                    AND d.end_snapshot IS NULL)
+            FROM {meta}.ducklake_table t JOIN {meta}.ducklake_schema s ON s.schema_id = t.schema_id
+            WHERE s.schema_name = ? AND s.end_snapshot IS NULL AND t.end_snapshot IS NULL""", [schema]).fetchall():
+        if deletes:
+            _maintain(con, f"ducklake_rewrite_data_files('{CATALOG}', '{table}', schema => '{schema}', "
+                           "delete_threshold => 0.5)")
+        if files > 1:
+            _maintain(con, f"ducklake_merge_adjacent_files('{CATALOG}', '{table}', schema => '{schema}')")
+
+
+def expire(con: duckdb.DuckDBPyConnection, retention_seconds: float) -> None:
+    """Expire snapshots older than the retention, and delete the files only they used (for the whole lake)."""
+    older = f"now()::TIMESTAMP - to_seconds({float(retention_seconds)})"
+    _maintain(con, f"ducklake_expire_snapshots('{CATALOG}', older_than => {older})")
+    _maintain(con, f"ducklake_cleanup_old_files('{CATALOG}', older_than => {older})")
+
+
+def _maintain(con: duckdb.DuckDBPyConnection, call: str) -> None:
+    try:
+        con.execute(f"SELECT count(*) FROM {call}").fetchall()
+    except duckdb.Error:
+        try:
+            con.execute("ROLLBACK")  # a failed maintenance call can leave its transaction open, aborted
+        except duckdb.Error:
+            pass
+        raise
+
+
+def file_count(con: duckdb.DuckDBPyConnection) -> int:
+    """Parquet data files the lake's current snapshot reads (every schema)."""
+    return int(con.execute(f"SELECT count(*) FROM __ducklake_metadata_{CATALOG}.ducklake_data_file "
+                           "WHERE end_snapshot IS NULL").fetchone()[0])
+
+
+class ReaderTables(SessionTables):
+    """The session stage's reads on a lake reader (``open_reader``): whole sessions from every replica."""
+
+    session_sources = EVERY_REPLICA

@@ -684,3 +684,23 @@ MIGRATIONS.append((
     FROM agg;
     """,
 ))
+
+# Judge audit (``agentfunnel judge audit``): people's labels of the judge's calls, one row per label
+# imported (who and when); ``item_id`` names the judgment's criterion (or its verdict) they label.
+MIGRATIONS.append((
+    "0012_judge_labels",
+    """
+    CREATE TABLE judge_labels (
+        item_id VARCHAR,
+        session_id VARCHAR,
+        input_hash VARCHAR,
+        criterion VARCHAR,
+        experiment VARCHAR,
+        label BOOLEAN,
+        labeler VARCHAR,
+        labeled_at TIMESTAMP,
+        imported_at TIMESTAMP,
+        note VARCHAR
+    );
+    """,
+))

@@ -13,6 +13,7 @@ another replica) and follows what the other replicas assembled.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from ...semconv import SpanView
 from ..config import LakeSettings, StoreSettings
 
 Row = Mapping[str, Any]
+log = logging.getLogger(__name__)
 
 _ARROW_OF_DUCKDB = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BOOLEAN": pa.bool_(), "INTEGER": pa.int32(),
@@ -283,41 +285,122 @@ class SessionTables:
 
 
 class LakeSessionTables(SessionTables):
-    """The stage's SQL for one replica of a lake: its own schema for writes, every replica's for reads."""
+    """The stage's SQL for one replica of a lake: its own file for writes, every replica's rows for reads.
+
+    The replica's file is the single-process store; what the stage writes there is also noted in
+    ``lake_outbox`` (in the same transaction), so the shipper copies it to the replica's schema.
+    Whole sessions are read from the file and the other replicas' schemas.
+    """
 
     def __init__(self, lake: LakeSettings) -> None:
-        from .lake import EVERY_REPLICA
-
         self.lake = lake
-        self.session_sources = EVERY_REPLICA
+        self._sources: Sources | None = None
+        self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
         self.poll_interval_seconds = lake.poll_interval_seconds
+
+    @property
+    def session_sources(self) -> Sources:  # type: ignore[override]
+        if self._sources is None:
+            raise RuntimeError("the replica's sources are read on its first job (traces_of, unassembled)")
+        return self._sources
+
+    def _refresh(self, con: duckdb.DuckDBPyConnection, again: bool = False) -> None:
+        """The file and every other complete schema (read again on every poll: replicas join)."""
+        if self._sources is None or again:
+            from .lake import local_catalog, replica_sources
+
+            self._sources = replica_sources(con, self.lake.replica)
+            self._local = local_catalog(con)
 
     def owns(self, session_id: str) -> bool:
         from .lake import owner_of
 
         return owner_of(session_id, self.lake.replicas) == self.lake.replica
 
+    # ------------------------------------------------------------------ writes, noted for the shipper
+    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+        self._refresh(con)
+        return super().unassembled(con)
+
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
+                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = ()) -> None:
+        from .shipper import mark
+
+        super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled)
+        again = set(reassembled)  # assembled before: the lake may hold their rows
+        mark(con, "trace", sorted({r["trace_id"] for r in index} | again), since, lambda t: t in again)
+
+    def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
+                         call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
+                         stored: Collection[str] | None = None) -> None:
+        from .shipper import mark
+
+        super().replace_sessions(con, replaced, sessions, call_steps, case_runs, cased, stored)
+        had = set(replaced) if stored is None else set(stored)  # a session never stored here was never shipped
+        mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
+        mark(con, "case_run", sorted(set(cased)))
+
+    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
+        from .shipper import mark
+
+        super().write_funnel_steps(con, rows)
+        mark(con, "funnel_steps", [""])
+
+    def add_judgment(self, con: duckdb.DuckDBPyConnection, row: Row) -> None:
+        from .shipper import mark
+
+        super().add_judgment(con, row)
+        mark(con, "judgment", [row["session_id"]])
+
+    def cached_judgment(self, con: duckdb.DuckDBPyConnection, input_hash: str) -> str | None:
+        """Also a judgment made here and not shipped yet (``con`` reads the lake)."""
+        if self._local is not None:
+            row = con.execute(f"SELECT judgment FROM {self._local}.main.judgments WHERE input_hash = ? AND status IN "
+                              "('complete', 'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()
+            if row:
+                return row[0]
+        return super().cached_judgment(con, input_hash)
+
     def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
         """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
         con.execute(f"DELETE FROM call_scores WHERE session_id {_IN}", [session_ids])
         insert_rows(con, "call_scores", rows)
 
+    # ------------------------------------------------------------------ reads across replicas
+    def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
+        self._refresh(con)
+        return super().traces_of(con, session_ids)
+
+    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
+        self._refresh(con)
+        return super()._with_slices(con, sessions)
+
     def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
         """Every session this replica owns, wherever its traces are; rows of sessions it no longer owns
-        (after a change of ``replicas``) are dropped."""
-        ids = [r[0] for r in con.execute(
-            f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index}").fetchall()]
-        mine = {s for s in ids if self.owns(s)}
+        (after a change of ``replicas``) are dropped, here and, shipped, in the lake."""
+        from .shipper import mark
+
+        self._refresh(con, again=True)
+        mine = self._owned_everywhere(con)
+        gone: set[str] = set()
         for table in ("sessions", "case_runs", "call_scores"):
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
-            gone = [s for s in stored if not self.owns(s)]
-            if gone:
-                con.execute(f"DELETE FROM {table} WHERE session_id {_IN}", [gone])
+            dropped = [s for s in stored if not self.owns(s)]
+            if dropped:
+                con.execute(f"DELETE FROM {table} WHERE session_id {_IN}", [dropped])
+                gone.update(dropped)
+        mark(con, "session", sorted(gone))
+        mark(con, "case_run", sorted(gone))
         if stale_for is not None:
             mine -= {r[0] for r in con.execute("SELECT session_id FROM sessions WHERE config_hash = ?",
                                                 [stale_for]).fetchall()}
         return sorted(mine)
+
+    def _owned_everywhere(self, con: duckdb.DuckDBPyConnection) -> set[str]:
+        ids = [r[0] for r in con.execute(
+            f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index}").fetchall()]
+        return {s for s in ids if self.owns(s)}
 
     def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
         """Owned sessions whose traces other replicas (re)assembled since the last call.
@@ -325,14 +408,20 @@ class LakeSessionTables(SessionTables):
         Reads DuckLake's change feed of the other replicas' ``trace_index`` from the snapshot
         recorded in ``lake_progress``, and records the new one in the same transaction (a restart
         resumes there). A session this replica scored before that lost a trace (a provisional
-        session merged away) is included, and so removed.
+        session merged away) is included, and so removed. When the snapshots since then were
+        expired (the replica was down longer than ``snapshot_retention_seconds``), every session
+        it owns is.
         """
         from . import lake as lakestore
 
+        self._refresh(con, again=True)
         after, upto = lakestore.progress(con), lakestore.snapshot(con)
         changed = lakestore.assembled_elsewhere(con, self.lake, after, upto)
         ids: set[str] = set()
-        if changed:
+        if changed is None:
+            log.warning("the lake's snapshots since %d were expired: re-scoring every session this replica owns", after)
+            ids = self._owned_everywhere(con)
+        elif changed:
             ids = {sid for _, sids in changed for sid in sids if self.owns(sid)}
             ids |= {sid for (sid,) in con.execute(
                 "SELECT session_id FROM sessions WHERE list_has_any(trace_ids, ?::VARCHAR[])",

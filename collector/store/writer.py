@@ -33,6 +33,7 @@ from ..telemetry import Metrics
 from .dedupe import DedupeWindow
 from .metrics_table import metrics_arrow_table
 from .schema import migrate
+from .shipper import Shipper
 
 log = logging.getLogger(__name__)
 INGEST_GRACE_SECONDS = 0.02  # how long a job that used up its share waits for the next request
@@ -63,6 +64,7 @@ class _Item:
     nbytes: int
     job: Callable[[duckdb.DuckDBPyConnection], Any] | None = None
     queued_at: float = 0.0
+    transaction: bool = True  # False: the job runs its own transactions (shipping to a lake)
 
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -155,6 +157,10 @@ class Store:
         self._closed = False
         self.con: duckdb.DuckDBPyConnection | None = None
         self.dedupe = DedupeWindow(settings.dedupe_window_seconds, settings.dedupe_max_keys)
+        self.shipper: Shipper | None = None  # on a lake: copies what is committed here to the replica's schema
+        self._last_received = datetime.min  # received_at strictly increases from commit to commit
+        self._shipping_stop = threading.Event()
+        self._shipping: threading.Thread | None = None
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
         self._jobs_waiting = 0
@@ -163,23 +169,72 @@ class Store:
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> "Store":
-        if self.settings.lake is not None:  # the shared lake: our own schema in it
-            from .lake import open_replica
-
-            self.con = open_replica(self.settings.lake)
-        else:
-            path = self.settings.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.con = connect(path)
+        path = self.settings.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.con = connect(path)
+        try:
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
             self.con.execute(f"SET memory_limit = '{self.settings.memory_limit_mb}MB'")
             self.con.execute(f"SET threads = {self.settings.threads}")
-            migrate(self.con)
-            lock_down(self.con)
+            if self.settings.lake is not None:  # the shared lake: attached, written by the shipper
+                self._open_lake()
+            else:
+                migrate(self.con)
+                lock_down(self.con)
+        except BaseException:
+            self.con.close()
+            self.con = None
+            raise
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
         self._thread.start()
+        if self.shipper is not None:
+            self._shipping = threading.Thread(target=self._ship_forever, name="agentfunnel-shipper", daemon=True)
+            self._shipping.start()
         return self
+
+    def _open_lake(self) -> None:
+        from . import lake as lakestore
+
+        lake = self.settings.lake
+        assert self.con is not None and lake is not None
+        lakestore.open_replica(self.con, lake)
+        self.shipper = Shipper(f"{lakestore.CATALOG}.{lakestore.schema_of(lake.replica)}", self.metrics,
+                               lake.ship_interval_seconds, lake.ship_batch_rows)
+        newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "
+                                  "SELECT max(received_at) FROM logs UNION ALL SELECT max(received_at) FROM metrics)"
+                                  ).fetchone()[0]
+        self._last_received = newest or datetime.min
+
+    def _ship_forever(self) -> None:
+        """The shipper's thread: shipments go to the writer thread as jobs; compaction runs here, on a cursor."""
+        from . import lake as lakestore
+
+        lake = self.settings.lake
+        assert self.shipper is not None and self.con is not None and lake is not None
+        cursor = self.con.cursor()
+
+        def maintain() -> None:
+            lakestore.compact(cursor, lakestore.schema_of(lake.replica))
+            if lake.replica == 0:  # one replica expires snapshots for the whole lake
+                lakestore.expire(cursor, lake.snapshot_retention_seconds)
+            self.metrics.inc("lake_maintenance")
+
+        try:
+            self.shipper.run(lambda fn: self.submit_job(fn, transaction=False), self._ship_now, self._shipping_stop,
+                             maintain, lake.compact_interval_seconds)
+        finally:
+            cursor.close()
+
+    def _ship_now(self, con: duckdb.DuckDBPyConnection) -> Any:
+        assert self.shipper is not None
+        return self.shipper.ship(con, None if self._last_received == datetime.min else self._last_received)
+
+    def ship(self) -> Future | None:
+        """On a lake: ship everything committed so far (a flush); the future resolves once it is in the lake."""
+        if self.shipper is None:
+            return None
+        return self.submit_job(self._ship_now, transaction=False)
 
     def _seed_dedupe(self) -> None:
         assert self.con is not None
@@ -200,13 +255,20 @@ class Store:
             if self._closed:
                 return
             self._closed = True
+        self._shipping_stop.set()
+        if self._shipping is not None:
+            self._shipping.join()
         self._queue.put(None)
         if self._thread:
             self._thread.join()
         if self.con is not None:
             try:
-                if self.settings.lake is None:  # on a lake CHECKPOINT is maintenance, run from one place
-                    self.con.execute("CHECKPOINT")
+                if self.shipper is not None:  # what is left goes now (or, if the lake is down, at the next start)
+                    try:
+                        self._ship_now(self.con)
+                    except Exception as exc:  # noqa: BLE001 - it is committed here and shipped later
+                        log.warning("could not ship to the lake before stopping (shipped at the next start): %s", exc)
+                self.con.execute("CHECKPOINT")
             finally:
                 self.con.close()
                 self.con = None
@@ -246,7 +308,7 @@ class Store:
         self._queue.put(_Item(batch, fut, nbytes))
         return fut
 
-    def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any]) -> Future:
+    def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], transaction: bool = True) -> Future:
         """Run ``job(con)`` on the writer thread inside its own transaction; the future gets its return value.
 
         Jobs (session assembly, rescoring) share the single write connection with ingest, so they
@@ -258,7 +320,7 @@ class Store:
             if self._closed:
                 raise RetryableError("the store is shutting down")
             self._jobs_waiting += 1
-        self._queue.put(_Item(None, fut, 0, job, time.monotonic()))
+        self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction))
         return fut
 
     # ------------------------------------------------------------------ writer thread
@@ -335,9 +397,14 @@ class Store:
         assert self.con is not None and item.job is not None
         con = self.con
         try:
-            con.execute("BEGIN TRANSACTION")
-            result = item.job(con)
-            con.execute("COMMIT")
+            if not item.transaction:
+                result = item.job(con)
+            else:
+                con.execute("BEGIN TRANSACTION")
+                result = item.job(con)
+                con.execute("COMMIT")
+                if self.shipper is not None:
+                    self.shipper.note(0)
         except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
             log.exception("store job failed")
             try:
@@ -384,7 +451,8 @@ class Store:
     def _write(self, items: list[_Item]) -> list[CommitResult]:
         assert self.con is not None
         con = self.con
-        received_at = _utcnow()
+        # strictly increasing, even if the clock steps back: on a lake the shipper names rows by a range of it
+        received_at = self._last_received = max(_utcnow(), self._last_received + timedelta(microseconds=1))
         span_parts: list[tuple[SpanBatch, list[bool] | None]] = []
         log_parts: list[tuple[LogBatch, list[bool] | None]] = []
         metric_parts: list[tuple[MetricBatch, list[bool] | None]] = []
@@ -451,6 +519,8 @@ class Store:
                 con.unregister(f"_new_{table}")
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
+        if self.shipper is not None:
+            self.shipper.note(sum(t.num_rows for t in tables.values()))
         evicted = self.dedupe.evicted_by_size
         if evicted:
             self.metrics.inc("dedupe_evictions", evicted)

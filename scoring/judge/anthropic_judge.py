@@ -110,19 +110,22 @@ class AnthropicJudge:
         with self._lock:
             return {**self._counts, "spent_usd": self._spent}
 
-    def input_hash(self, inp: JudgeInput) -> str:
+    def input_hash(self, inp: JudgeInput, rubric: Rubric | None = None) -> str:
         """The cache key: everything that can change the stored judgment, and nothing else."""
         s = self.settings
+        rubric = rubric or self.rubric
         return sha256_text(canonical_json({
             "answer_sha256": answer_sha256(inp), "reference_sha256": reference_sha256(inp),
             "threshold": inp.threshold, "backend": self.backend, "base_url": self.base_url, "model": s.model,
-            "temperature": s.temperature, "max_tokens": s.max_tokens, "rubric_id": self.rubric.id,
-            "rubric_version": self.rubric.version, "rubric_sha256": self.rubric.sha256,
+            "temperature": s.temperature, "max_tokens": s.max_tokens, "rubric_id": rubric.id,
+            "rubric_version": rubric.version, "rubric_sha256": rubric.sha256,
             "prompt_version": PROMPT_VERSION,
         }))
 
-    def judge(self, inp: JudgeInput) -> Judgment:
-        key = self.input_hash(inp)
+    def judge(self, inp: JudgeInput, rubric: Rubric | None = None) -> Judgment:
+        """Judge ``inp`` by ``rubric`` (default: the judge's own), under the judge's one spend limit."""
+        rubric = rubric or self.rubric
+        key = self.input_hash(inp, rubric)
         hit = self._cache_get(key, inp)
         if hit is not None:
             return hit
@@ -133,11 +136,12 @@ class AnthropicJudge:
                 if hit is not None:
                     return hit
                 try:
-                    judgment = self._judge_uncached(inp, key)
+                    judgment = self._judge_uncached(inp, key, rubric)
                 except Exception as exc:  # a bug here must not take the scoring run down with it
                     log.exception("judge failed unexpectedly for case %s", inp.case_id)
                     judgment = Judgment(status="error", passed=False, score=0.0,
-                                        error=f"internal error: {type(exc).__name__}: {exc}", **self._base(inp, key))
+                                        error=f"internal error: {type(exc).__name__}: {exc}",
+                                        **self._base(inp, key, rubric))
                 self._count(judgment.status)
                 if judgment.status in ("complete", "incomplete") and self._cache is not None:
                     try:
@@ -182,10 +186,11 @@ class AnthropicJudge:
         # the verdict is the stored one; which case asked for it is the caller's
         return hit.model_copy(update={"cached": True, "case_id": inp.case_id, "case_sha256": inp.case_sha256})
 
-    def _base(self, inp: JudgeInput, key: str) -> dict[str, Any]:
+    def _base(self, inp: JudgeInput, key: str, rubric: Rubric | None = None) -> dict[str, Any]:
         s = self.settings
-        return dict(judge_model=s.model, backend=self.backend, base_url=self.base_url, rubric_id=self.rubric.id,
-                    rubric_version=self.rubric.version, rubric_sha256=self.rubric.sha256,
+        rubric = rubric or self.rubric
+        return dict(judge_model=s.model, backend=self.backend, base_url=self.base_url, rubric_id=rubric.id,
+                    rubric_version=rubric.version, rubric_sha256=rubric.sha256,
                     prompt_version=PROMPT_VERSION, temperature=float(s.temperature), threshold=inp.threshold,
                     case_id=inp.case_id, case_sha256=inp.case_sha256, answer_sha256=answer_sha256(inp),
                     reference_sha256=reference_sha256(inp), input_hash=key, created_at=self._clock.now())
@@ -210,9 +215,9 @@ class AnthropicJudge:
             self._reserved -= estimate
             self._spent += cost
 
-    def _judge_uncached(self, inp: JudgeInput, key: str) -> Judgment:
-        base = self._base(inp, key)
-        prompt = build_prompt(inp, self.rubric)
+    def _judge_uncached(self, inp: JudgeInput, key: str, rubric: Rubric | None = None) -> Judgment:
+        base = self._base(inp, key, rubric)
+        prompt = build_prompt(inp, rubric or self.rubric)
         usage: tuple[int, int] | None = None
         attempts, request_id = 0, None
         try:

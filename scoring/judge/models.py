@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ENV_API_KEY = "ANTHROPIC_API_KEY"
@@ -25,6 +26,17 @@ JudgmentStatus = Literal["complete", "incomplete", "missing", "error"]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProductionJudging(_Model):
+    """Production sessions have no case: they are judged only with a rubric of their own and a sampling rate,
+    against these criteria (if any), under the judge's one spend limit."""
+
+    sample_rate: float = Field(gt=0, le=1, description="share of closed production sessions judged (by a hash of "
+                               "the session id, so a session is in or out for good)")
+    rubric_file: Path = Field(description="the rubric production answers are graded by (a text file)")
+    criteria: list[str] = Field(default_factory=list, description="conditions every production answer should meet")
+    threshold: float = Field(default=0.7, ge=0, le=1, description="inclusive: score >= threshold passes")
 
 
 class JudgeSettings(_Model):
@@ -48,6 +60,18 @@ class JudgeSettings(_Model):
     output_price_per_mtok: float = Field(default=15.0, ge=0)
     temperature: Literal[0] = 0  # fixed: a judge that samples is a judge that disagrees with itself
     max_tokens: int = Field(default=2048, ge=256)
+    rubric_file: Path | None = Field(default=None, description="a text file whose rubric replaces the built-in "
+                                     "score levels; versioned by its hash in every judgment's provenance")
+    production: ProductionJudging | None = Field(default=None, description="judge a sample of production "
+                                                 "sessions too (off unless configured)")
+
+    @model_validator(mode="after")
+    def _files(self) -> "JudgeSettings":
+        for name, path in (("rubric_file", self.rubric_file),
+                           ("production.rubric_file", self.production.rubric_file if self.production else None)):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: {path} is not a file")
+        return self
 
     def resolved_api_key(self) -> str | None:
         return self.api_key or os.environ.get(ENV_API_KEY) or None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .models import JudgeInput, Verdict
@@ -40,8 +41,11 @@ class Rubric:
     id: str
     version: str
     levels: tuple[ScoreLevel, ...]
+    body: str | None = None  # a rubric read from a file (``load_rubric``): its text, in place of the levels
 
     def text(self) -> str:
+        if self.body is not None:
+            return f"Rubric {self.id} v{self.version}:\n{self.body}"
         lines = [f"Rubric {self.id} v{self.version}. Score levels:"]
         lines += [f"- {lv.score:.2f}: {lv.meaning}" for lv in sorted(self.levels, key=lambda lv: -lv.score)]
         return "\n".join(lines)
@@ -64,6 +68,22 @@ COMPLETION_RUBRIC = Rubric(
         ScoreLevel(0.0, "No usable answer: empty, off-task, a refusal, or wrong on the central fact."),
     ),
 )
+
+
+RUBRIC_FILE_MAX_BYTES = 64 * 1024
+
+
+def load_rubric(path: str | Path) -> Rubric:
+    """A rubric whose text is the file's: id ``file:<name>``, versioned by the text's hash (so is the
+    judgment's provenance, ``rubric_sha256``, and the cache key: an edited file is a new rubric)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if len(raw) > RUBRIC_FILE_MAX_BYTES:
+        raise ValueError(f"{path}: a rubric file may hold at most {RUBRIC_FILE_MAX_BYTES} bytes")
+    text = raw.decode("utf-8").strip()
+    if not text:
+        raise ValueError(f"{path}: the rubric file is empty")
+    return Rubric(id=f"file:{path.name}", version=hashlib.sha256(text.encode()).hexdigest()[:12], levels=(), body=text)
 
 
 def _escape(value: Any) -> str:
