@@ -56,3 +56,15 @@ def test_allocation_keeps_the_mix_and_the_one_offs():
     assert len(small) == 40
     assert {s.name for s in SCENARIOS if s.always} <= {s.name for s in small}
     assert [s.name for s in small] == [s.name for s in allocate(40, random.Random(7))]
+
+
+def test_evaluation_plans_are_the_same_in_every_process():
+    """Two demos with one seed run the same plans: nothing in the draw depends on the process (hash(None) did)."""
+    import subprocess
+    import sys
+
+    script = ("import random; from agentfunnel.collector.demo.cases import plan_runs; "
+              "print([(r.run_id, r.plan.name) for r in plan_runs(random.Random(7))])")
+    first, second = (subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+                     for _ in range(2))
+    assert first == second and "fix-2-book-kyoto-hotel-1" in first

@@ -166,8 +166,10 @@ def plan_runs(rng: random.Random) -> list[RunPlan]:
     """Every (experiment, case, run): which runs pass and how the others fail, from the seed."""
     runs = []
     for experiment in EXPERIMENTS:
-        # an experiment added later draws from a stream of its own, so the earlier ones stay as they were
-        r = rng if experiment in FIRST_TWO else random.Random(f"{hash(rng.getstate())}/{experiment}")
+        # an experiment added later draws from a stream of its own, so the earlier ones stay as they were;
+        # seeded from the state's text (a str seed is hashed with SHA-512), never hash(): the state holds
+        # None, whose hash differs per process before Python 3.12, and the demo must read the same everywhere
+        r = rng if experiment in FIRST_TWO else random.Random(f"{rng.getstate()!r}/{experiment}")
         for case in CASES:
             passes = case.passes[experiment]
             outcome = [True] * passes + [False] * (RUNS_PER_CASE - passes)
