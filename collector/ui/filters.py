@@ -177,13 +177,8 @@ class SessionFilters:
                     alternatives.append(f"(variant = $r_v{i} AND steps[-1] IN ({in_list(f'r_s{i}_', later, params)}))")
                     params[f"r_v{i}"] = variant
             conds.append("(" + " OR ".join(alternatives) + ")" if alternatives else "FALSE")
-        if self.agent_version:
-            # no sessions column holds it: the agent (root) spans carry it, read within the time filters
-            span_time = " AND start_time >= $f_since::TIMESTAMP" if self.since else ""
-            span_time += " AND start_time < $f_until::TIMESTAMP" if self.until else ""
-            conds.append("session_id IN (SELECT session_id FROM spans WHERE parent_span_id IS NULL" + span_time +
-                         " AND (json_extract_string(attributes, '$.\"gen_ai.agent.version\"') = $f_agent_version"
-                         " OR json_extract_string(resource_attributes, '$.\"service.version\"') = $f_agent_version))")
+        if self.agent_version:  # the version of the session's latest trace (its agent span or service)
+            conds.append("agent_version = $f_agent_version")
             params["f_agent_version"] = self.agent_version
         if hits is not None:
             conds.append(f"session_id IN ({in_list('h', list(hits), params)})")

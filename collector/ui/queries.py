@@ -10,7 +10,6 @@ its tool calls by trace ids and start time. Pages are pure functions of what the
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import threading
 import time
@@ -165,12 +164,11 @@ class SearchResult:
 @dataclass
 class ListRows:
     rows: list[Row]
-    total: int | None
+    total: int
     more: bool
     steps: list[Row]
     options: dict[str, list[str]] = field(default_factory=dict)
     search: SearchResult | None = None
-    version_since: str | None = None  # the agent version filter read spans from this time on
 
 
 def _like(q: str) -> str:
@@ -229,26 +227,14 @@ def search(r: Reader, q: str, since: str | None, until: str | None, budget_s: fl
     return SearchResult(hits, None, False)
 
 
-AGENT_VERSION_DEFAULT_WINDOW = dt.timedelta(days=7)  # without a time range, agent versions are read this far back
-
-
 def session_list(r: Reader, f: SessionFilters, with_options: bool = True) -> ListRows:
     """One page of the list: the page's ids by the sort (a top-N over two columns), then their rows by key."""
     if "sessions" not in tables(r):
         return ListRows([], 0, False, [])
     steps = funnel_steps(r)
     found = search(r, f.q, f.since, f.until) if f.q else None
-    note = None
-    if f.agent_version and not (f.since or f.until):
-        hi = (r.one("SELECT max(last_seen) AS hi FROM sessions") or {}).get("hi")
-        if hi:
-            since = (dt.datetime.fromisoformat(hi) - AGENT_VERSION_DEFAULT_WINDOW).isoformat(sep=" ", timespec="seconds")
-            f = dataclasses.replace(f, since=since)
-            note = since
     where, params = f.where(steps_by_variant(steps), found.hits if found else None)
-    ids = r.rows(f"SELECT session_id, count(*) OVER () AS total FROM sessions WHERE {where} ORDER BY {f.order_by()}"
-                 " LIMIT $limit OFFSET $offset" if f.agent_version else
-                 f"SELECT session_id FROM sessions WHERE {where} ORDER BY {f.order_by()} LIMIT $limit OFFSET $offset",
+    ids = r.rows(f"SELECT session_id FROM sessions WHERE {where} ORDER BY {f.order_by()} LIMIT $limit OFFSET $offset",
                  {**params, "limit": PAGE_SIZE + 1, "offset": f.offset})
     more = len(ids) > PAGE_SIZE
     ids = ids[:PAGE_SIZE]
@@ -259,12 +245,9 @@ def session_list(r: Reader, f: SessionFilters, with_options: bool = True) -> Lis
             f"SELECT {LIST_COLUMNS} FROM sessions WHERE session_id IN ({in_list('i', [i['session_id'] for i in ids], p)})",
             p)}
         rows = [got[i["session_id"]] for i in ids if i["session_id"] in got]
-    if f.agent_version:
-        total = int(ids[0]["total"]) if ids else (0 if f.offset == 0 else None)
-    else:
-        total_row = r.one(f"SELECT count(*) AS n FROM sessions WHERE {where}", params)
-        total = int(total_row["n"]) if total_row else 0
-    out = ListRows(rows, total, more, steps, search=found, version_since=note)
+    total_row = r.one(f"SELECT count(*) AS n FROM sessions WHERE {where}", params)
+    total = int(total_row["n"]) if total_row else 0
+    out = ListRows(rows, total, more, steps, search=found)
     if with_options:
         out.options = filter_options(r)
     return out

@@ -64,8 +64,6 @@ WORDS: dict[str, dict[str, str]] = {
         "or a drop-off reason to list its sessions.",
         "overview_note": "", "agent_ver_note": "", "prev_step": "from previous", "of_all": "of all",
         "bad_filter": "Bad filter", "variant_col": "Variant",
-        "version_since": "Agent versions are read from the agent spans of the last seven days (since {t}); set a time "
-        "range to look elsewhere.",
     },
     "ja": {
         "ui_title": "agentfunnel", "overview": "概要", "session_list": "セッション", "experiments": "実験",
@@ -125,8 +123,6 @@ WORDS: dict[str, dict[str, str]] = {
         "クリックすると該当するセッションを一覧します。",
         "overview_note": "", "agent_ver_note": "", "prev_step": "前ステップから", "of_all": "全体比",
         "bad_filter": "条件が正しくありません", "variant_col": "種別",
-        "version_since": "エージェントのバージョンは直近 7 日間 ({t} 以降) のエージェントスパンから読み取ります。"
-        "他の期間は期間を指定してください。",
     },
 }
 
