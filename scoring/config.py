@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -155,6 +156,18 @@ COMMERCE_STEPS = ("search", "details", "cart", "checkout", "rfq", "quote", "po")
 DEFAULT_ACTION_PATTERNS = ("create_*", "update_*", "delete_*", "remove_*", "send_*", "post_*", "submit_*",
                            "write_*", "set_*", "add_*", "cancel_*", "close_*", "merge_*", "assign_*", "publish_*",
                            "book_*", "pay_*", "transfer_*", "approve_*", "reply_*")
+
+
+def builtin_tables_digest(vocabulary: Sequence[Vocabulary] = VOCABULARY) -> str:
+    """What the code itself decides with, beside the settings: the vocabulary and the built-in variants
+    and hints. Part of every config hash, so `rescore --stale` also finds sessions an older release scored."""
+    tables = ([(v.family, v.variant, sorted(v.steps.items())) for v in vocabulary], sorted(BUILTIN_VARIANTS.items()),
+              sorted((k, sorted(v.items())) for k, v in STEP_LABELS.items()), LODGING_HINTS, PROCUREMENT_STEPS,
+              COMMERCE_STEPS, DEFAULT_ACTION_PATTERNS)
+    return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
+
+
+BUILTIN_TABLES_DIGEST = builtin_tables_digest()
 
 
 class EvidenceSettings(_Model):
@@ -323,8 +336,11 @@ class ScoringConfig(_Model):
     use_default_prices: bool = True
 
     def config_hash(self) -> str:
-        """Stored with every session, so ``agentfunnel rescore`` knows what a config change touches."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Stored with every session, so ``agentfunnel rescore`` knows what a config change touches: the
+        settings and the built-in tables they extend (a release that maps a tool name anew makes the
+        sessions it scored stale too)."""
+        canonical = json.dumps({"settings": self.model_dump(mode="json"), "builtin": BUILTIN_TABLES_DIGEST},
+                               sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

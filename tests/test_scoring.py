@@ -201,6 +201,22 @@ def test_configured_variant_and_user_variants():
     assert SessionScorer(cfg).config_hash != SessionScorer().config_hash
 
 
+def test_a_change_to_the_builtin_vocabulary_changes_the_config_hash(monkeypatch):
+    """`rescore --stale` finds what an older release scored: the built-in tables are part of the hash."""
+    import dataclasses
+
+    from agentfunnel.scoring import config as config_module
+    from agentfunnel.scoring.config import VOCABULARY, ScoringConfig, builtin_tables_digest
+
+    first = VOCABULARY[0]
+    remapped = dataclasses.replace(first, steps={**first.steps, "search": (*first.steps["search"], "find_goods")})
+    assert builtin_tables_digest() == builtin_tables_digest(VOCABULARY)
+    assert builtin_tables_digest((remapped, *VOCABULARY[1:])) != builtin_tables_digest()
+    before = ScoringConfig().config_hash()
+    monkeypatch.setattr(config_module, "BUILTIN_TABLES_DIGEST", builtin_tables_digest((remapped, *VOCABULARY[1:])))
+    assert ScoringConfig().config_hash() != before
+
+
 @pytest.mark.parametrize("bad,message", [
     ({"patterns": {"serch": ["x"]}}, "funnel.patterns.serch: unknown step"),
     ({"agents": {"a": "retail"}}, "funnel.agents.a: unknown variant 'retail'"),
