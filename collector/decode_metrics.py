@@ -17,11 +17,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from .batches import ResourceContext
-# decode.py's own helpers, shared on purpose: one reading of AnyValues, resources, paths and ranges for every signal
-from .decode import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, _as_int, _field,
-                     _InValue, _json_attrs, _json_id, _json_list, _json_obj, _json_resource, _json_scope, _json_str,
-                     _json_time, _JsonShapeError, _JsonValueError, _load_json, _not_a_request, _pb_attrs, _pb_resource,
-                     _ranged, _refusal, _shape, _show)
+from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, InValue,
+                          JsonShapeError, JsonValueError, as_int, json_attrs, json_field, json_id, json_list, json_obj,
+                          json_ranged, json_refusal, json_resource, json_scope, json_str, json_time, load_json,
+                          not_a_request, pb_attrs, pb_resource, shape_error, show_value)
 from .metric_batches import MetricBatch, MetricHeader, RawExemplar
 
 UINT64_MAX = (1 << 64) - 1
@@ -49,7 +48,7 @@ def _pb_number(point: Any) -> float | int | None:
 
 def _pb_exemplars(point: Any) -> list[RawExemplar]:
     return [RawExemplar(e.time_unix_nano, None if (v := _pb_number(e)) is None else float(v), e.trace_id, e.span_id,
-                        _pb_attrs(e.filtered_attributes)) for e in point.exemplars]
+                        pb_attrs(e.filtered_attributes)) for e in point.exemplars]
 
 
 def _pb_values(kind: str, p: Any) -> dict[str, Any]:
@@ -77,10 +76,10 @@ def decode_metrics_protobuf(body: bytes) -> MetricBatch:
     try:
         request = ExportMetricsServiceRequest.FromString(body)
     except (DecodeError, ValueError) as exc:
-        raise _not_a_request(body, "ExportMetricsServiceRequest", exc) from None
+        raise not_a_request(body, "ExportMetricsServiceRequest", exc) from None
     batch = MetricBatch(payload_bytes=len(body))
     for ri, rm in enumerate(request.resource_metrics):
-        resource = _pb_resource(rm.resource)
+        resource = pb_resource(rm.resource)
         for si, sm in enumerate(rm.scope_metrics):
             ctx = resource.with_scope(sm.scope.name, sm.scope.version)
             for mi, metric in enumerate(sm.metrics):
@@ -91,7 +90,7 @@ def decode_metrics_protobuf(body: bytes) -> MetricBatch:
                 wm = f"resourceMetrics[{ri}].scopeMetrics[{si}].metrics[{mi}].{JSON_NAMES[kind]}"
                 for pi, p in enumerate(getattr(metric, kind).data_points):
                     exemplars = _pb_exemplars(p) if kind != "summary" else []  # summaries have none
-                    batch.add(f"{wm}.dataPoints[{pi}]", ctx, header, _pb_attrs(p.attributes), p.start_time_unix_nano,
+                    batch.add(f"{wm}.dataPoints[{pi}]", ctx, header, pb_attrs(p.attributes), p.start_time_unix_nano,
                               p.time_unix_nano, p.flags, _pb_values(kind, p), exemplars)
     return batch
 
@@ -113,10 +112,10 @@ def _json_double(value: Any, name: str, optional: bool = False) -> float | None:
             try:
                 return float(value)
             except ValueError:
-                raise _InValue(_JsonShapeError, f"must be a number, got {_show(value)}").at(name) from None
+                raise InValue(JsonShapeError, f"must be a number, got {show_value(value)}").at(name) from None
         return special
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _InValue(_JsonShapeError, f"must be a number, got {_show(value)}").at(name)
+        raise InValue(JsonShapeError, f"must be a number, got {show_value(value)}").at(name)
     try:
         return float(value)
     except OverflowError:
@@ -127,12 +126,12 @@ def _json_number(obj: dict[str, Any]) -> tuple[float | None, int | None]:
     """``asDouble`` or ``asInt`` of a data point or exemplar: the value as a double, and the integer when it was one."""
     has_int, has_double = "asInt" in obj or "as_int" in obj, "asDouble" in obj or "as_double" in obj
     if has_int and has_double:
-        raise _InValue(_JsonShapeError, "is sent together with asDouble (a value is one or the other)").at("asInt")
+        raise InValue(JsonShapeError, "is sent together with asDouble (a value is one or the other)").at("asInt")
     if has_int:
-        n = _ranged(_field(obj, "asInt", "as_int"), "asInt", INT64_MIN, INT64_MAX, "outside int64")
+        n = json_ranged(json_field(obj, "asInt", "as_int"), "asInt", INT64_MIN, INT64_MAX, "outside int64")
         return float(n), n
     if has_double:
-        return _json_double(_field(obj, "asDouble", "as_double"), "asDouble"), None
+        return _json_double(json_field(obj, "asDouble", "as_double"), "asDouble"), None
     return None, None
 
 
@@ -140,8 +139,8 @@ def _json_counts(value: Any, name: str) -> list[int]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _InValue(_JsonShapeError, f"must be an array, got {_show(value)}").at(name)
-    return [_ranged(v, f"{name}[{i}]", 0, UINT64_MAX, "outside uint64") for i, v in enumerate(value)]
+        raise InValue(JsonShapeError, f"must be an array, got {show_value(value)}").at(name)
+    return [json_ranged(v, f"{name}[{i}]", 0, UINT64_MAX, "outside uint64") for i, v in enumerate(value)]
 
 
 def _json_buckets(obj: dict[str, Any], name: str) -> tuple[int, list[int]]:
@@ -149,11 +148,11 @@ def _json_buckets(obj: dict[str, Any], name: str) -> tuple[int, list[int]]:
     if buckets is None:
         return 0, []
     if not isinstance(buckets, dict):
-        raise _InValue(_JsonShapeError, f"must be an object, got {_show(buckets)}").at(name)
+        raise InValue(JsonShapeError, f"must be an object, got {show_value(buckets)}").at(name)
     try:
-        return (_ranged(buckets.get("offset"), "offset", INT32_MIN, INT32_MAX, "outside int32"),
-                _json_counts(_field(buckets, "bucketCounts", "bucket_counts"), "bucketCounts"))
-    except _InValue as exc:
+        return (json_ranged(buckets.get("offset"), "offset", INT32_MIN, INT32_MAX, "outside int32"),
+                _json_counts(json_field(buckets, "bucketCounts", "bucket_counts"), "bucketCounts"))
+    except InValue as exc:
         raise exc.at(f"{name}.") from None
 
 
@@ -162,28 +161,28 @@ def _json_values(kind: str, p: dict[str, Any]) -> dict[str, Any]:
     if kind in ("gauge", "sum"):
         value, int_value = _json_number(p)
         return {"value": value, "int_value": int_value}
-    out: dict[str, Any] = {"count": _ranged(p.get("count"), "count", 0, UINT64_MAX, "outside uint64"),
+    out: dict[str, Any] = {"count": json_ranged(p.get("count"), "count", 0, UINT64_MAX, "outside uint64"),
                            "sum": _json_double(p.get("sum"), "sum", optional=kind != "summary")}
     if kind != "summary":
         out["min"] = _json_double(p.get("min"), "min", optional=True)
         out["max"] = _json_double(p.get("max"), "max", optional=True)
     if kind == "histogram":
-        bounds = _field(p, "explicitBounds", "explicit_bounds")
+        bounds = json_field(p, "explicitBounds", "explicit_bounds")
         if bounds is not None and not isinstance(bounds, list):
-            raise _InValue(_JsonShapeError, f"must be an array, got {_show(bounds)}").at("explicitBounds")
-        out["bucket_counts"] = _json_counts(_field(p, "bucketCounts", "bucket_counts"), "bucketCounts")
+            raise InValue(JsonShapeError, f"must be an array, got {show_value(bounds)}").at("explicitBounds")
+        out["bucket_counts"] = _json_counts(json_field(p, "bucketCounts", "bucket_counts"), "bucketCounts")
         out["explicit_bounds"] = [_json_double(b, f"explicitBounds[{i}]") for i, b in enumerate(bounds or [])]
     elif kind == "exponential_histogram":
-        out["scale"] = _ranged(p.get("scale"), "scale", INT32_MIN, INT32_MAX, "outside int32")
-        out["zero_count"] = _ranged(_field(p, "zeroCount", "zero_count"), "zeroCount", 0, UINT64_MAX, "outside uint64")
-        out["zero_threshold"] = _json_double(_field(p, "zeroThreshold", "zero_threshold"), "zeroThreshold")
+        out["scale"] = json_ranged(p.get("scale"), "scale", INT32_MIN, INT32_MAX, "outside int32")
+        out["zero_count"] = json_ranged(json_field(p, "zeroCount", "zero_count"), "zeroCount", 0, UINT64_MAX, "outside uint64")
+        out["zero_threshold"] = _json_double(json_field(p, "zeroThreshold", "zero_threshold"), "zeroThreshold")
         out["positive_offset"], out["positive_bucket_counts"] = _json_buckets(p, "positive")
         out["negative_offset"], out["negative_bucket_counts"] = _json_buckets(p, "negative")
     elif kind == "summary":
         quantiles = []
         for qi, q in enumerate(_point_list(p, "quantileValues", "quantile_values")):
             if not isinstance(q, dict):
-                raise _InValue(_JsonShapeError, "must be an object").at(f"quantileValues[{qi}]")
+                raise InValue(JsonShapeError, "must be an object").at(f"quantileValues[{qi}]")
             quantiles.append({"quantile": _json_double(q.get("quantile"), f"quantileValues[{qi}].quantile"),
                               "value": _json_double(q.get("value"), f"quantileValues[{qi}].value")})
         out["quantiles"] = quantiles or None
@@ -191,12 +190,12 @@ def _json_values(kind: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _point_list(obj: dict[str, Any], camel: str, snake: str) -> list[Any]:
-    """A list inside a data point: a wrong type is an ``_InValue`` so its path is rendered in full."""
-    value = _field(obj, camel, snake)
+    """A list inside a data point: a wrong type is an ``InValue`` so its path is rendered in full."""
+    value = json_field(obj, camel, snake)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _InValue(_JsonShapeError, f"must be an array, got {_show(value)}").at(camel)
+        raise InValue(JsonShapeError, f"must be an array, got {show_value(value)}").at(camel)
     return value
 
 
@@ -205,24 +204,24 @@ def _json_exemplars(p: dict[str, Any], depth: int) -> list[RawExemplar]:
     for i, e in enumerate(_point_list(p, "exemplars", "exemplars")):
         where = f"exemplars[{i}]"
         if not isinstance(e, dict):
-            raise _InValue(_JsonShapeError, "must be an object").at(where)
+            raise InValue(JsonShapeError, "must be an object").at(where)
         try:
             value, _ = _json_number(e)
             out.append(RawExemplar(
-                _json_time(_field(e, "timeUnixNano", "time_unix_nano"), "timeUnixNano"), value,
-                _json_exemplar_id(_field(e, "traceId", "trace_id"), "traceId"),
-                _json_exemplar_id(_field(e, "spanId", "span_id"), "spanId"),
-                _json_attrs(_field(e, "filteredAttributes", "filtered_attributes"), "filteredAttributes", depth)))
-        except _InValue as exc:
+                json_time(json_field(e, "timeUnixNano", "time_unix_nano"), "timeUnixNano"), value,
+                _json_exemplar_id(json_field(e, "traceId", "trace_id"), "traceId"),
+                _json_exemplar_id(json_field(e, "spanId", "span_id"), "spanId"),
+                json_attrs(json_field(e, "filteredAttributes", "filtered_attributes"), "filteredAttributes", depth)))
+        except InValue as exc:
             raise exc.at(where + ".") from None
     return out
 
 
 def _json_exemplar_id(value: Any, name: str) -> bytes:
     try:
-        return _json_id(value, name)
-    except _JsonShapeError as exc:
-        raise _InValue(_JsonShapeError, str(exc).removeprefix(name + " ")).at(name) from None
+        return json_id(value, name)
+    except JsonShapeError as exc:
+        raise InValue(JsonShapeError, str(exc).removeprefix(name + " ")).at(name) from None
 
 
 def _json_header(metric: dict[str, Any], wm: str) -> tuple[MetricHeader, str, list[Any]] | None:
@@ -231,26 +230,26 @@ def _json_header(metric: dict[str, Any], wm: str) -> tuple[MetricHeader, str, li
     if not present:
         return None
     if len(present) > 1:
-        raise _JsonShapeError(f"{wm} has more than one kind of data ({', '.join(JSON_NAMES[k] for k in present)})")
+        raise JsonShapeError(f"{wm} has more than one kind of data ({', '.join(JSON_NAMES[k] for k in present)})")
     kind = present[0]
     camel = JSON_NAMES[kind]
-    data = _json_obj(_field(metric, camel, kind), f"{wm}.{camel}")
+    data = json_obj(json_field(metric, camel, kind), f"{wm}.{camel}")
     temporality = None
     if kind in ("sum", "histogram", "exponential_histogram"):
-        raw = _field(data, "aggregationTemporality", "aggregation_temporality")
-        temporality = TEMPORALITY_NAMES[raw] if isinstance(raw, str) and raw in TEMPORALITY_NAMES else _as_int(raw)
+        raw = json_field(data, "aggregationTemporality", "aggregation_temporality")
+        temporality = TEMPORALITY_NAMES[raw] if isinstance(raw, str) and raw in TEMPORALITY_NAMES else as_int(raw)
         if temporality is None:  # a number out of range is refused with its points, in MetricBatch.add
-            raise _JsonShapeError(f"{wm}.{camel}.aggregationTemporality must be an integer or an "
-                                  f"AGGREGATION_TEMPORALITY_* name, got {_show(raw)}")
+            raise JsonShapeError(f"{wm}.{camel}.aggregationTemporality must be an integer or an "
+                                  f"AGGREGATION_TEMPORALITY_* name, got {show_value(raw)}")
     monotonic = None
     if kind == "sum":
-        monotonic = _field(data, "isMonotonic", "is_monotonic", False)
+        monotonic = json_field(data, "isMonotonic", "is_monotonic", False)
         if not isinstance(monotonic, bool):
-            raise _JsonShapeError(f"{wm}.sum.isMonotonic must be true or false, got {_show(monotonic)}")
-    header = MetricHeader(_json_str(metric.get("name"), wm + ".name"),
-                          _json_str(metric.get("description"), wm + ".description"),
-                          _json_str(metric.get("unit"), wm + ".unit"), kind, temporality, monotonic)
-    return header, camel, _json_list(data, "dataPoints", "data_points", f"{wm}.{camel}")
+            raise JsonShapeError(f"{wm}.sum.isMonotonic must be true or false, got {show_value(monotonic)}")
+    header = MetricHeader(json_str(metric.get("name"), wm + ".name"),
+                          json_str(metric.get("description"), wm + ".description"),
+                          json_str(metric.get("unit"), wm + ".unit"), kind, temporality, monotonic)
+    return header, camel, json_list(data, "dataPoints", "data_points", f"{wm}.{camel}")
 
 
 def metrics_from_json_doc(doc: dict[str, Any], batch: MetricBatch, max_value_depth: int | None = None) -> None:
@@ -261,17 +260,17 @@ def metrics_from_json_doc(doc: dict[str, Any], batch: MetricBatch, max_value_dep
     """
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth
     try:
-        for ri, rm in enumerate(_json_list(doc, "resourceMetrics", "resource_metrics", "request")):
+        for ri, rm in enumerate(json_list(doc, "resourceMetrics", "resource_metrics", "request")):
             w = f"resourceMetrics[{ri}]"
-            rm = _json_obj(rm, w)
-            resource, refused = _json_resource(rm, w, limit)
-            for si, sm in enumerate(_json_list(rm, "scopeMetrics", "scope_metrics", w)):
+            rm = json_obj(rm, w)
+            resource, refused = json_resource(rm, w, limit)
+            for si, sm in enumerate(json_list(rm, "scopeMetrics", "scope_metrics", w)):
                 ws = f"{w}.scopeMetrics[{si}]"
-                sm = _json_obj(sm, ws)
-                ctx: ResourceContext | None = resource.with_scope(*_json_scope(sm, ws)) if resource else None
-                for mi, metric in enumerate(_json_list(sm, "metrics", "metrics", ws)):
+                sm = json_obj(sm, ws)
+                ctx: ResourceContext | None = resource.with_scope(*json_scope(sm, ws)) if resource else None
+                for mi, metric in enumerate(json_list(sm, "metrics", "metrics", ws)):
                     wm = f"{ws}.metrics[{mi}]"
-                    found = _json_header(_json_obj(metric, wm), wm)
+                    found = _json_header(json_obj(metric, wm), wm)
                     if found is None:
                         continue
                     header, camel, points = found
@@ -280,29 +279,29 @@ def metrics_from_json_doc(doc: dict[str, Any], batch: MetricBatch, max_value_dep
                         if ctx is None:
                             batch.rejected.add(wp, refused)
                             continue
-                        p = _json_obj(p, wp)
+                        p = json_obj(p, wp)
                         try:
                             fields = (
-                                _json_attrs(p.get("attributes"), "attributes", limit),
-                                _json_time(_field(p, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
-                                _json_time(_field(p, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
-                                _ranged(p.get("flags"), "flags", 0, UINT32_MAX, "outside uint32"),
+                                json_attrs(p.get("attributes"), "attributes", limit),
+                                json_time(json_field(p, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
+                                json_time(json_field(p, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
+                                json_ranged(p.get("flags"), "flags", 0, UINT32_MAX, "outside uint32"),
                                 _json_values(header.metric_type, p),
                                 _json_exemplars(p, limit) if header.metric_type != "summary" else [],
                             )
-                        except _InValue as exc:
-                            if exc.kind is not _JsonValueError:
-                                raise _shape(exc, wp, limit) from None
+                        except InValue as exc:
+                            if exc.kind is not JsonValueError:
+                                raise shape_error(exc, wp, limit) from None
                             batch.rejected.add(wp, exc.render(limit))
                             continue
                         batch.add(wp, ctx, header, *fields)
-    except _JsonShapeError as exc:
-        raise _refusal(exc) from None
+    except JsonShapeError as exc:
+        raise json_refusal(exc) from None
 
 
 def decode_metrics_json(body: bytes, max_value_depth: int | None = None) -> MetricBatch:
     """Decode an OTLP/JSON ExportMetricsServiceRequest."""
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth
     batch = MetricBatch(payload_bytes=len(body))
-    metrics_from_json_doc(_load_json(body, "metrics", limit), batch, limit)
+    metrics_from_json_doc(load_json(body, "metrics", limit), batch, limit)
     return batch

@@ -84,6 +84,9 @@ class SessionService:
         # get each committed span batch once it is prepared, its records with it
         self.session_listeners = tuple(session_listeners)
         self._failures_logged: dict[str, None] = {}  # session ids, oldest first
+        # held while traces are taken from the tracker and their jobs submitted, so a flush that takes
+        # the rest knows every trace taken before it is in a job ahead of its barrier
+        self._taking = threading.Lock()
         metrics.gauge("open_traces", lambda: len(self.tracker))
 
     def recover(self) -> int:
@@ -110,7 +113,8 @@ class SessionService:
             return
         evicted = self.tracker.observe(trace_ids, utcnow() - RECEIVED_SLACK)
         if evicted:
-            self._assemble(self.tracker.take(evicted))
+            with self._taking:
+                self._assemble(self.tracker.take(evicted))
 
     # ------------------------------------------------------------------ jobs (writer thread)
     def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime]) -> tuple[list[AssembledTrace], set[str]]:
@@ -350,7 +354,8 @@ class SessionService:
         """
         deadline = None if within_seconds is None else time.monotonic() + within_seconds
         self.preparer.drain(within_seconds)  # what is committed is held before it is assembled
-        traces = self.tracker.take()
+        with self._taking:
+            traces = self.tracker.take()
         done: list[AssembledTrace] = []
         chunks = self._chunks(traces)
         for i, chunk in enumerate(chunks):
@@ -360,6 +365,8 @@ class SessionService:
                 log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
                 break
             done.extend(self._assemble(chunk).result())
+        else:  # and the jobs of traces taken just before (gone idle, evicted): jobs run in order
+            self.store.submit_job(lambda con: None).result()
         polled = self.follow_others()  # on a lake: and catch up with what the other replicas assembled,
         if polled is not None:
             polled.result()
@@ -376,8 +383,9 @@ class SessionService:
         poll_interval = self.tables.poll_interval_seconds
         while True:
             await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
-            idle = self.tracker.take(idle_only=True)
-            futures = [self._assemble(idle)] if idle else []
+            with self._taking:
+                idle = self.tracker.take(idle_only=True)
+                futures = [self._assemble(idle)] if idle else []
             if poll_interval is not None and loop.time() >= next_poll:
                 next_poll = loop.time() + poll_interval
                 polled = self.follow_others()

@@ -19,7 +19,7 @@ import socket
 import grpc
 import pytest
 
-from agentfunnel.collector import decode
+from agentfunnel.collector import decode, otlp_values
 from agentfunnel.collector.config import ReceiverSettings
 from agentfunnel.collector.forward.encode import encode_traces, rows_of
 from conftest import ServerProcess, sql
@@ -168,15 +168,15 @@ def test_protobuf_nested_10000_deep_is_a_400_and_invalid_argument(srv):
 
 def test_the_default_depth_is_what_protobuf_can_carry():
     """At the default, a JSON value accepted can be sent on as protobuf (the forwarder does) and decoded there."""
-    assert ReceiverSettings().max_value_depth == decode.DEFAULT_MAX_VALUE_DEPTH == 31
-    value = kvlist_text(decode.DEFAULT_MAX_VALUE_DEPTH)
+    assert ReceiverSettings().max_value_depth == otlp_values.DEFAULT_MAX_VALUE_DEPTH == 31
+    value = kvlist_text(otlp_values.DEFAULT_MAX_VALUE_DEPTH)
     doc = json.dumps(traces(span("at-default", events=[{"name": "e", "attributes": [{"key": "d", "value": "HERE"}]}])))
     batch = decode.decode_traces_json(doc.replace('"HERE"', value).encode(), max_value_depth=31)
     assert len(batch) == 1
     request = encode_traces(rows_of(batch)).SerializeToString()
     assert len(decode.decode_traces_protobuf(request)) == 1  # _wire: 100 nested messages
     assert len(decode.decode_traces_protobuf_reference(request)) == 1  # upb: the same
-    with pytest.raises(decode.NestingTooDeep):
+    with pytest.raises(otlp_values.NestingTooDeep):
         decode.decode_traces_json(doc.replace('"HERE"', kvlist_text(32)).encode(), max_value_depth=31)
 
 

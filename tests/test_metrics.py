@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from agentfunnel.collector.batches import ResourceContext
 from agentfunnel.collector.config import StoreSettings
-from agentfunnel.collector.decode import NestingTooDeep
+from agentfunnel.collector.otlp_values import NestingTooDeep
 from agentfunnel.collector.decode_metrics import decode_metrics_json, decode_metrics_protobuf
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.collector.metric_batches import (METRIC_COLUMNS, MetricBatch, MetricHeader, bound_metric_values,
