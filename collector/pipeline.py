@@ -87,6 +87,7 @@ class Admission:
         self._rate = 0.0  # bytes answered per second, moving average over busy windows
         self._window_start = clock()
         self._window_bytes = 0
+        self._idle_since: float | None = self._window_start  # nothing in flight since: that time is no one's wait
         metrics.gauge("bytes_in_flight", lambda: self._in_flight)
         metrics.gauge("predicted_wait_ms", lambda: int(self.predicted_wait() * 1000))
 
@@ -130,6 +131,8 @@ class Admission:
                 nbytes = self._in_flight
             self._in_flight -= nbytes
             self._measure(nbytes)
+            if not self._in_flight:
+                self._idle_since = self.clock()
 
     def predicted_wait(self) -> float:
         with self._lock:
@@ -140,7 +143,9 @@ class Admission:
         return self._in_flight / self._rate if self._rate > 0 and self._in_flight else 0.0
 
     def _measure(self, nbytes: int) -> None:
-        """The answer rate, over windows in which requests were waiting (an idle server has no rate to lose)."""
+        """The answer rate, over the time requests were in flight: idle time (before the first request,
+        between bursts) is left out of the window, or a server that waited for its first client would
+        read a rate near zero and refuse the first burst as hopelessly behind."""
         now = self.clock()
         self._window_bytes += nbytes
         elapsed = now - self._window_start
@@ -149,12 +154,12 @@ class Admission:
         rate = self._window_bytes / elapsed
         self._rate = rate if not self._rate else 0.7 * self._rate + 0.3 * rate
         self._window_start, self._window_bytes = now, 0
-        if not self._in_flight:  # idle from here: the next window starts with the next request
-            self._window_start = float("inf")
 
     def _wake(self) -> None:
-        if self._window_start == float("inf"):
-            self._window_start, self._window_bytes = self.clock(), 0
+        """The first request after an idle spell: the window resumes, without the spell."""
+        if self._idle_since is not None:
+            self._window_start += self.clock() - self._idle_since
+            self._idle_since = None
 
 
 class Pipeline:

@@ -51,6 +51,22 @@ def test_a_request_is_pushed_back_when_those_in_flight_would_take_too_long():
     assert Admission(10**9, 1.0, Metrics(), clock=clock).predicted_wait() == 0.0  # no bound, no prediction
 
 
+def test_time_with_nothing_in_flight_never_lowers_the_rate():
+    """A server that waited a minute for its first client, or between bursts, does not read itself as slow."""
+    clock = Clock()
+    admission = Admission(10**9, 1.0, Metrics(), max_wait_s=2.0, clock=clock)
+    clock.now += 60  # started, no client yet
+    for _ in range(2):
+        for _ in range(4):  # answered at 1 MB/s while busy
+            admission.acquire(500_000, "http")
+            clock.now += 0.5
+            admission.release(500_000)
+        clock.now += 30  # a quiet spell between the bursts
+    admission.acquire(1_000_000, "http")
+    admission.acquire(500_000, "http")  # 1.5 MB ahead at 1 MB/s: admitted, about 1.5 s
+    assert admission.predicted_wait() == pytest.approx(1.5, rel=0.05)
+
+
 def _body(n: int, seed: int) -> bytes:
     tid = os.urandom(16)
     spans = [{"trace_id": tid, "span_id": os.urandom(8), "name": f"chat {seed}-{i}",
