@@ -103,6 +103,41 @@ def run_cli(*args: str, check: bool = True, input: str | None = None, timeout: f
     return proc
 
 
+SHARED_DEMO_SESSIONS = 30
+
+
+@dataclass(frozen=True)
+class DemoDatabase:
+    db: Path
+    stdout: str  # what `agentfunnel demo` printed (its report)
+
+
+def shared_demo(tmp_path_factory: pytest.TempPathFactory, into: str) -> DemoDatabase:
+    """A copy of one `agentfunnel demo --sessions 30` database, made once per test run for every file and
+    xdist worker that only reads a demo's data (each demo takes seconds; the command itself is tested in
+    test_demo.py). Workers share the run's temporary root; a lock makes the first one build it."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    built = root / "shared-demo"
+    with open(root / "shared-demo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "done").exists():
+            shutil.rmtree(built, ignore_errors=True)
+            built.mkdir()
+            out = run_cli("demo", "--db", str(built / "demo.duckdb"), "--sessions", str(SHARED_DEMO_SESSIONS),
+                          timeout=300).stdout
+            (built / "stdout.txt").write_text(out, encoding="utf-8")
+            (built / "done").touch()
+    copy = tmp_path_factory.mktemp(into) / "demo.duckdb"
+    shutil.copyfile(built / "demo.duckdb", copy)
+    if (built / "demo.duckdb.wal").exists():
+        shutil.copyfile(built / "demo.duckdb.wal", copy.with_name("demo.duckdb.wal"))
+    return DemoDatabase(copy, (built / "stdout.txt").read_text(encoding="utf-8"))
+
+
 def sql(db: Path, query: str) -> list[dict[str, Any]]:
     """Rows as dicts, through the real ``agentfunnel sql`` command (server or file)."""
     out = run_cli("sql", "--db", str(db), "--format", "json", query).stdout

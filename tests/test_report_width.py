@@ -21,7 +21,7 @@ from rich.cells import cell_len
 from agentfunnel.collector.report import Filters, load_report
 from agentfunnel.collector.report_text import TEXT, clip_width
 from agentfunnel.collector.terminal import visible_controls
-from conftest import FIXTURES, agentfunnel_cmd, read_db, run_cli
+from conftest import FIXTURES, agentfunnel_cmd, read_db, run_cli, shared_demo
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 NARROW = (80, 100)
@@ -41,9 +41,7 @@ def ingested(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("width") / "demo.duckdb"
-    run_cli("demo", "--db", str(db), "--sessions", "20", timeout=300)
-    return db
+    return shared_demo(tmp_path_factory, "width").db
 
 
 @pytest.fixture(params=["ingested", "demo"])

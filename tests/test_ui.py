@@ -28,7 +28,7 @@ from agentfunnel.collector.ui.filters import FilterError, SessionFilters
 from agentfunnel.collector.ui.model import call_views, overview_view
 from agentfunnel.collector.ui.pages import Context, overview_page, session_page, sessions_page
 from agentfunnel.collector.ui.queries import Reader
-from conftest import agentfunnel_cmd, run_cli
+from conftest import agentfunnel_cmd, run_cli, shared_demo
 
 HOSTILE_ID = 'x"><script>alert("id")</script>'
 HOSTILE_ARG = '<img src=x onerror=alert(1)>'
@@ -38,9 +38,7 @@ HOSTILE_TOOL = "<svg onload=alert(3)>"
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory) -> Path:
-    db = tmp_path_factory.mktemp("ui") / "demo.duckdb"
-    run_cli("demo", "--db", str(db), "--sessions", "30", timeout=300)
-    return db
+    return shared_demo(tmp_path_factory, "ui").db
 
 
 _CONNECTIONS: dict[Path, object] = {}

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from conftest import agentfunnel_cmd, read_db, run_cli
+from conftest import agentfunnel_cmd, read_db, shared_demo
 from otlp_build import to_otlp_json_bytes, trace_request
 from test_ui import HOSTILE_ANSWER, HOSTILE_ARG, HOSTILE_ID, build_hostile_db
 
@@ -78,8 +78,7 @@ def shots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    db = tmp_path_factory.mktemp("ui-browser") / "demo.duckdb"
-    run_cli("demo", "--db", str(db), "--sessions", "30", timeout=300)
+    db = shared_demo(tmp_path_factory, "ui-browser").db
     ui = UIProcess(db)
     yield db, ui.url
     ui.stop()
