@@ -263,7 +263,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     settings = _settings(args)
     db = settings.store if settings.store.lake else settings.store.path
     _wait_for_judgments("report", db, None, args.wait)
-    return run_report(db, args.lang, args.html, args.variant, args.agent, args.since, model=args.model,
+    return run_report(db, args.lang, args.html, args.variant, args.agent, args.since,
+                      stage_questions=args.stage_questions, model=args.model,
                       agent_version=args.agent_version, provider=args.provider, server=args.server,
                       experiment=args.experiment, until=args.until, bucket=args.bucket)
 
@@ -458,7 +459,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             _wait_for_judgments("compare", db, [args.a, args.b], args.wait)
         result = compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
                          max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
-                         max_cost=args.max_cost)
+                         max_cost=args.max_cost, max_p99_cost=args.max_p99_cost)
         from .judge_audit import judge_warnings, kappa_gate
 
         result.gates += kappa_gate(db, args.b, args.min_judge_kappa)
@@ -635,6 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server", default=None, metavar="NAME", help="only sessions that called this MCP server")
     p.add_argument("--experiment", default=None, metavar="NAME", help="only runs of this experiment (or glob)")
     p.add_argument("--bucket", choices=["hour", "day"], default=None, help="also show the sessions by hour or day")
+    p.add_argument("--stage-questions", action="store_true",
+                   help="also show what each of the seven stages asks and checks (the HTML report always does)")
     p.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
                    help="first wait up to this long for pending judgments (default 0: say how many are pending)")
     p.set_defaults(func=cmd_report)
@@ -676,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when B's mean pass^k is below this")
     p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed (default 0)")
     p.add_argument("--max-p95-cost", type=float, default=None, help="fail when B's p95 cost per run (USD) is above")
+    p.add_argument("--max-p99-cost", type=float, default=None, help="fail when B's p99 cost per run (USD) is above")
     p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
     p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless B's judge is "
                    "audited (judge audit) to at least this Cohen's kappa")

@@ -35,14 +35,24 @@ WITH runs AS (
 SELECT case_id, n, c, c / n AS pass_rate, pass_at_k(n, c, n) AS pass_at_k, pass_hat_k(n, c, n) AS pass_hat_k
 FROM per_case ORDER BY case_id
 """
+# the tails over every run of the side (a glob pools experiments, so not the per-experiment experiment_tails view)
 _TOTALS_SQL = """
 SELECT count(*) AS runs, count(DISTINCT s.experiment) AS experiments,
-       quantile_cont(s.cost_usd, 0.5) AS cost_p50, quantile_cont(s.cost_usd, 0.95) AS cost_p95, max(s.cost_usd) AS cost_max,
+       quantile_cont(s.cost_usd, 0.5) AS cost_p50, quantile_cont(s.cost_usd, 0.95) AS cost_p95,
+       quantile_cont(s.cost_usd, 0.99) AS cost_p99, max(s.cost_usd) AS cost_max,
        quantile_cont(s.duration_ms, 0.5) AS latency_p50_ms, quantile_cont(s.duration_ms, 0.95) AS latency_p95_ms,
-       max(s.duration_ms) AS latency_max_ms, avg(s.judge_score) AS judge_avg
+       quantile_cont(s.duration_ms, 0.99) AS latency_p99_ms, max(s.duration_ms) AS latency_max_ms,
+       quantile_cont(s.tool_call_count, 0.5) AS steps_p50, quantile_cont(s.tool_call_count, 0.95) AS steps_p95,
+       quantile_cont(s.tool_call_count, 0.99) AS steps_p99, max(s.tool_call_count) AS steps_max,
+       avg(s.judge_score) AS judge_avg
 FROM sessions s LEFT JOIN case_runs r USING (session_id)
 WHERE s.experiment GLOB '{pattern}' AND s.case_id IS NOT NULL AND s.passed IS NOT NULL AND NOT coalesce(r.probe, false)
 """
+# (label, the totals' keys at p50, p95, p99 and max, format): the tails side by side, in the table and HTML
+TAILS = (("cost (USD)", ("cost_p50", "cost_p95", "cost_p99", "cost_max"), "usd"),
+         ("latency ms", ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms"), "ms"),
+         ("steps (tool calls)", ("steps_p50", "steps_p95", "steps_p99", "steps_max"), "steps"))
+TAILS_TITLE = "Tails per run: p50 / p95 / p99 / max"
 
 
 _PENDING_SQL = """
@@ -138,7 +148,8 @@ def load_side(db: Path | StoreSettings, pattern: str) -> Side:
 
 
 def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float | None = None, max_regressions: int = 0,
-            max_p95_cost: float | None = None, max_cost: float | None = None) -> Comparison:
+            max_p95_cost: float | None = None, max_cost: float | None = None,
+            max_p99_cost: float | None = None) -> Comparison:
     side_a, side_b = load_side(db, a), load_side(db, b)
     rows = []
     for case in sorted(set(side_a.cases) | set(side_b.cases)):
@@ -156,7 +167,8 @@ def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float |
     regressed = [r["case_id"] for r in rows if r["change"] == "regressed"]
     if len(regressed) > max_regressions:
         gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
-    gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost)
+    gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost,
+                        max_p99_cost=max_p99_cost)
     if side_a.pending:
         gates.append(pending_gate(side_a, "A"))
     if side_b.pending:
@@ -170,15 +182,19 @@ def pending_gate(side: Side, label: str) -> str:
 
 
 def side_gates(side: Side, *, min_pass_hat_k: float | None = None, max_p95_cost: float | None = None,
-               max_cost: float | None = None) -> list[str]:
-    """The gates on one experiment's own numbers (``compare``'s B, ``eval run``'s experiment): failed ones."""
+               max_cost: float | None = None, max_p99_cost: float | None = None) -> list[str]:
+    """The gates on one experiment's own numbers (``compare``'s B, ``eval run``'s experiment): failed ones.
+
+    A cost gate on runs whose cost is unknown (no priced model) has nothing to compare and does not fail."""
     gates = []
     b = side.pattern
     if min_pass_hat_k is not None and (side.reliable or 0.0) < min_pass_hat_k:
         gates.append(f"pass^k of {b} is {side.reliable or 0:.2f}, below {min_pass_hat_k:.2f}")
-    p95, top = side.totals.get("cost_p95"), side.totals.get("cost_max")
+    p95, p99, top = side.totals.get("cost_p95"), side.totals.get("cost_p99"), side.totals.get("cost_max")
     if max_p95_cost is not None and p95 is not None and p95 > max_p95_cost:
         gates.append(f"p95 cost of {b} is ${p95:.4f}, above ${max_p95_cost:.4f}")
+    if max_p99_cost is not None and p99 is not None and p99 > max_p99_cost:
+        gates.append(f"p99 cost of {b} is ${p99:.4f}, above ${max_p99_cost:.4f}")
     if max_cost is not None and top is not None and top > max_cost:
         gates.append(f"max cost of {b} is ${top:.4f}, above ${max_cost:.4f}")
     if not side.cases:
@@ -192,6 +208,13 @@ def _fmt(v: float | None, money: bool = False) -> str:
     return f"${v:.4f}" if money else f"{v:.2f}"
 
 
+def _tail(side: Side, keys: Sequence[str], kind: str) -> str:
+    """One metric's p50 / p95 / p99 / max: dollars, whole milliseconds, steps to one decimal."""
+    values = [side.totals.get(k) for k in keys]
+    return " / ".join("—" if v is None else _fmt(v, True) if kind == "usd" else f"{v:.0f}" if kind == "ms"
+                      else f"{v:.1f}".removesuffix(".0") for v in values)
+
+
 def print_terminal(cmp: Comparison) -> None:
     """Case ids, experiment names and gate messages come from telemetry: printed as inert text."""
     from rich.console import Console
@@ -202,17 +225,20 @@ def print_terminal(cmp: Comparison) -> None:
 
     console = Console(markup=False, emoji=False, highlight=False)
     head = Table(title="Experiments", title_justify="left")
-    for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap", "cost p50", "cost p95", "cost max",
-                "latency p95 ms"):
+    for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap"):
         head.add_column(col, justify="right" if col else "left")
     for label, side in (("A " + cmp.a.pattern, cmp.a), ("B " + cmp.b.pattern, cmp.b)):
         rel, rec = side.reliable, side.recoverable
         head.add_row(data_text(label), str(side.totals.get("runs") or 0), _fmt(rel), _fmt(rec),
-                     _fmt(rec - rel if rel is not None and rec is not None else None),
-                     _fmt(side.totals.get("cost_p50"), True), _fmt(side.totals.get("cost_p95"), True),
-                     _fmt(side.totals.get("cost_max"), True),
-                     f"{side.totals['latency_p95_ms']:.0f}" if side.totals.get("latency_p95_ms") is not None else "—")
+                     _fmt(rec - rel if rel is not None and rec is not None else None))
     console.print(head)
+    tails = Table(title=TAILS_TITLE, title_justify="left")
+    tails.add_column("")
+    for side in (cmp.a, cmp.b):
+        tails.add_column(data_text(("A " if side is cmp.a else "B ") + side.pattern), justify="right")
+    for label, keys, kind in TAILS:
+        tails.add_row(label, _tail(cmp.a, keys, kind), _tail(cmp.b, keys, kind))
+    console.print(tails)
     table = Table(title="Cases (n runs each side; pass^k is the headline)", title_justify="left")
     for col in ("case", "A passed/n", "A pass^k", "B passed/n", "B pass^k", "B pass@k", "change"):
         table.add_column(col, justify="left" if col in ("case", "change") else "right")
@@ -241,9 +267,10 @@ def render_html(cmp: Comparison) -> str:
         f"<td>{_fmt(r['b_pass_at_k'])}</td><td>{e(r['change'])}</td></tr>" for r in cmp.rows)
     sides = "".join(
         f"<tr><td>{e(label)}</td><td>{s.totals.get('runs') or 0}</td><td>{_fmt(s.reliable)}</td>"
-        f"<td>{_fmt(s.recoverable)}</td><td>{_fmt(s.totals.get('cost_p50'), True)}</td>"
-        f"<td>{_fmt(s.totals.get('cost_p95'), True)}</td><td>{_fmt(s.totals.get('cost_max'), True)}</td></tr>"
+        f"<td>{_fmt(s.recoverable)}</td></tr>"
         for label, s in (("A " + cmp.a.pattern, cmp.a), ("B " + cmp.b.pattern, cmp.b)))
+    tails = "".join(f"<tr><td>{e(label)}</td><td>{e(_tail(cmp.a, keys, kind))}</td><td>{e(_tail(cmp.b, keys, kind))}</td>"
+                    "</tr>" for label, keys, kind in TAILS)
     gates = "".join(f"<li>{e(g)}</li>" for g in cmp.gates) or "<li class='ok'>all gates passed</li>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>agentfunnel compare</title>
@@ -253,7 +280,8 @@ table{{border-collapse:collapse;background:#fff;margin:1rem 0}}td,th{{padding:.4
 td:first-child,th:first-child{{text-align:left}}tr.regressed td{{color:#b91c1c;font-weight:600}}tr.improved td{{color:#15803d}}
 li.ok{{color:#15803d}}</style></head><body>
 <h1>{e(cmp.a.pattern)} → {e(cmp.b.pattern)}</h1>
-<table><tr><th></th><th>runs</th><th>reliable (pass^k)</th><th>recoverable (pass@k)</th><th>cost p50</th><th>cost p95</th><th>cost max</th></tr>{sides}</table>
+<table><tr><th></th><th>runs</th><th>reliable (pass^k)</th><th>recoverable (pass@k)</th></tr>{sides}</table>
+<table class="tails"><caption>{e(TAILS_TITLE)}</caption><tr><th></th><th>A {e(cmp.a.pattern)}</th><th>B {e(cmp.b.pattern)}</th></tr>{tails}</table>
 <table><tr><th>case</th><th>A passed/n</th><th>A pass^k</th><th>B passed/n</th><th>B pass^k</th><th>B pass@k</th><th>change</th></tr>{rows}</table>
 <h2>Gates</h2><ul>{gates}</ul>{_why_html(cmp)}</body></html>
 """
@@ -269,5 +297,5 @@ def to_json_text(cmp: Comparison) -> str:
     return json.dumps(cmp.to_json(), default=str, indent=2)
 
 
-__all__ = ["compare", "load_side", "pending_gate", "pending_judgments", "side_gates", "print_terminal", "render_html", "to_json_text", "wait_for_judgments",
+__all__ = ["TAILS", "TAILS_TITLE", "compare", "load_side", "pending_gate", "pending_judgments", "side_gates", "print_terminal", "render_html", "to_json_text", "wait_for_judgments",
            "Comparison", "Side", "asdict"]

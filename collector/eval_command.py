@@ -210,7 +210,8 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
             console.print(stages_table(e, "en", console.width))
             for line in look_at(e, "en"):
                 console.print(line)
-    gates_kw = dict(min_pass_hat_k=args.min_pass_hat_k, max_p95_cost=args.max_p95_cost, max_cost=args.max_cost)
+    gates_kw = dict(min_pass_hat_k=args.min_pass_hat_k, max_p95_cost=args.max_p95_cost, max_p99_cost=args.max_p99_cost,
+                    max_cost=args.max_cost)
     if args.baseline:
         cmp = compare(db, args.baseline, args.experiment, max_regressions=args.max_regressions, **gates_kw)
         gates = cmp.gates
@@ -272,6 +273,7 @@ def register(sub: Any, common: Any, seconds: Any) -> None:
     p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when the mean pass^k is below this")
     p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed vs --baseline (default 0)")
     p.add_argument("--max-p95-cost", type=float, default=None, help="fail when the p95 cost per run (USD) is above")
+    p.add_argument("--max-p99-cost", type=float, default=None, help="fail when the p99 cost per run (USD) is above")
     p.add_argument("--max-cost", type=float, default=None, help="fail when the most expensive run (USD) is above")
     p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless the judge is "
                    "audited (judge audit) to at least this Cohen's kappa")

@@ -179,7 +179,19 @@ class Evaluator:
         self._pool = ThreadPoolExecutor(max_workers=judge_settings.max_concurrency, thread_name_prefix="agentfunnel-judge")
         self._pending: set[str] = set()
         self._futures: list[Future] = []
+        self._verdicts: list[tuple[str, Judgment]] = []  # judged, waiting for the job that stores them
+        self._verdicts_done: Future | None = None  # that job's waiters' future
         self._lock = threading.Lock()
+        if self.judge_configured and (self.production is not None or any(map(needs_judge, self.cases.values()))):
+            self._pool.submit(lambda: self.judge)  # the SDK's import, before the first run closes
+
+    @property
+    def judge_configured(self) -> bool:
+        """Whether runs can be judged, without making the judge: asked inside scoring jobs, on the writer
+        thread, which must never wait seconds for the SDK's import."""
+        with self._judge_lock:
+            made = self._judge
+        return made.configured if made is not None else self.judge_settings.resolved_api_key() is not None
 
     @property
     def judge(self) -> AnthropicJudge:
@@ -218,7 +230,7 @@ class Evaluator:
                              judgment: Judgment | None) -> Evaluated:
         """A sampled production session: judged by the production rubric and criteria; no pass, no case run."""
         assert self.production is not None
-        waiting = judgment is None and self.judge.configured
+        waiting = judgment is None and self.judge_configured
         if waiting and status == "closed":
             self._request(score.session_id, production_input(self.production, records, score), self.production_rubric)
         return Evaluated(None, None, judgment.status if judgment else "pending" if waiting else "missing",
@@ -233,7 +245,7 @@ class Evaluator:
         records, harness = harness_outcome(records)
         if harness is not None and harness[0] != "ok":  # a run that did not finish is not judged: no pass either way
             judgment = None
-        waiting = needs_judge(case) and judgment is None and harness_ok(harness) and self.judge.configured
+        waiting = needs_judge(case) and judgment is None and harness_ok(harness) and self.judge_configured
         if waiting and status == "closed":
             self._request(score.session_id, judge_input(case, records, score))
         result = evaluate_run(case, records, score, PENDING if waiting else judgment,
@@ -279,11 +291,7 @@ class Evaluator:
     def _judge_and_store(self, session_id: str, inp: JudgeInput, rubric: Rubric | None = None) -> Judgment:
         try:
             judgment = self.judge.judge(inp, rubric)
-            self.store.submit_job(lambda con: self.tables.add_judgment(con, judgment_row(session_id, judgment))).result()
-            if self.rescore is not None:
-                fut = self.rescore([session_id])
-                if isinstance(fut, Future):
-                    fut.result()
+            self._store_verdict(session_id, judgment).result()
             return judgment
         except Exception:  # noqa: BLE001 - a failed judge call leaves the run at "missing", never a pass
             log.exception("judging %s failed", session_id)
@@ -291,6 +299,63 @@ class Evaluator:
         finally:
             with self._lock:
                 self._pending.discard(session_id)
+
+    def _store_verdict(self, session_id: str, judgment: Judgment) -> Future:
+        """Store a judgment and re-score its session, done once the new score is written. Judgments that
+        arrive while the writer is busy share one job to store them and one to re-score their sessions
+        (a job each per judgment kept the writer's queue long when many return at once)."""
+        with self._lock:
+            self._verdicts.append((session_id, judgment))
+            done, first = self._verdicts_done, self._verdicts_done is None
+            if done is None:
+                done = self._verdicts_done = Future()
+        if first:
+            try:
+                stored = self.store.submit_job(self._store_verdicts)
+            except Exception as exc:  # noqa: BLE001 - the store is closing: these judgments are not kept
+                self._give_up_verdicts(done, exc)
+            else:
+                stored.add_done_callback(lambda f: self._rescore_verdicts(f, done))
+        return done
+
+    def _store_verdicts(self, con: Any) -> list[str]:
+        with self._lock:
+            verdicts, self._verdicts, self._verdicts_done = self._verdicts, [], None
+        for session_id, judgment in verdicts:
+            self.tables.add_judgment(con, judgment_row(session_id, judgment))
+        return list(dict.fromkeys(sid for sid, _ in verdicts))
+
+    def _give_up_verdicts(self, done: Future, exc: BaseException) -> None:
+        with self._lock:
+            if self._verdicts_done is done:  # never taken by a job
+                self._verdicts, self._verdicts_done = [], None
+        if not done.done():
+            done.set_exception(exc)
+
+    def _rescore_verdicts(self, stored: Future, done: Future) -> None:
+        """(As the storing job ends.) Re-score the judged sessions, then let their judges go."""
+        if stored.cancelled() or stored.exception() is not None:
+            self._give_up_verdicts(done, stored.exception() if not stored.cancelled()
+                                   else RuntimeError("the store stopped before the judgments were stored"))
+            return
+        try:
+            rescored = self.rescore(stored.result()) if self.rescore is not None else None
+        except Exception as exc:  # noqa: BLE001 - the store is closing: the judgments are stored, the scores not yet
+            self._give_up_verdicts(done, exc)
+            return
+        if not isinstance(rescored, Future):
+            done.set_result(None)
+            return
+
+        def rescored_done(f: Future) -> None:
+            if f.cancelled():
+                done.set_exception(RuntimeError("re-scoring the judged sessions was cancelled"))
+            elif f.exception() is not None:
+                done.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                done.set_result(None)
+
+        rescored.add_done_callback(rescored_done)
 
     def check_configured(self) -> None:
         """Raise NotConfigured unless runs can be judged now (before any work is done)."""

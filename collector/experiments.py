@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..scoring import labels
 from .config import StoreSettings
 from .query import query
+from .report_text import failure_class_name, text
 
 # The failure classes, in precedence order (scoring.stages), with the summary view's column for each.
 FAILURE_COLUMNS = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output",
@@ -159,6 +161,8 @@ def load_experiment(db: Path | StoreSettings, pattern: str) -> ExperimentStats:
 
 
 FAILURE_ORDER = {FAILURE_NAMES.get(c, c): i for i, c in enumerate(FAILURE_COLUMNS)}
+CASE_COLUMNS = ("case", "n", "passed", "pass_hat_k", "pass_at_k", "gap", "failures")  # the cases table's columns
+NUM = ' class="num"'
 
 
 # ---------------------------------------------------------------------------- formatting
@@ -177,22 +181,23 @@ def fmt(v: float | None, kind: str = "") -> str:
     return f"{v:.2f}"
 
 
-def headline(e: ExperimentStats) -> list[tuple[str, str]]:
+def headline(e: ExperimentStats, lang: str = "en") -> list[tuple[str, str]]:
     """The experiment's headline numbers as (label, value), in the order both renderers show them."""
-    return [("runs", str(e.runs)), ("reliable (pass^k)", fmt(e.reliable)), ("recoverable (pass@k)", fmt(e.recoverable)),
-            ("gap", fmt(e.gap)), ("judge avg", fmt(e.judge_avg)), ("judge unavailable", str(e.judge_unavailable)),
-            ("cost p50 / p95 / max", " / ".join(fmt(v, "usd") for v in e.cost)),
-            ("latency ms p50 / p95 / max", " / ".join(fmt(v, "ms") for v in e.latency_ms)),
-            ("invalid-call rate", fmt(e.invalid_call_rate, "pct")), ("wasted steps", str(e.wasted_steps)),
-            ("cycles p50 / max", f"{fmt(e.cycles_p50)} / {e.cycles_max if e.cycles_max is not None else '—'}"),
-            ("cap hits", str(e.cap_hits))]
+    rows = [("runs", str(e.runs)), ("reliable", fmt(e.reliable)), ("recoverable", fmt(e.recoverable)),
+            ("gap", fmt(e.gap)), ("judge_avg", fmt(e.judge_avg)), ("judge_unavailable", str(e.judge_unavailable)),
+            ("cost", " / ".join(fmt(v, "usd") for v in e.cost)),
+            ("latency", " / ".join(fmt(v, "ms") for v in e.latency_ms)),
+            ("invalid_call_rate", fmt(e.invalid_call_rate, "pct")), ("wasted_steps", str(e.wasted_steps)),
+            ("cycles", f"{fmt(e.cycles_p50)} / {e.cycles_max if e.cycles_max is not None else '—'}"),
+            ("cap_hits", str(e.cap_hits))]
+    return [(text("stats_" + key, lang), value) for key, value in rows]
 
 
-def mix_text(mix: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in mix.items()) or "none"
+def mix_text(mix: dict[str, int], lang: str = "en") -> str:
+    return ", ".join(f"{failure_class_name(k, lang)} {v}" for k, v in mix.items()) or text("stats_none", lang)
 
 
-def terminal_renderables(e: ExperimentStats, width: int = 120) -> list[Any]:
+def terminal_renderables(e: ExperimentStats, width: int = 120, lang: str = "en") -> list[Any]:
     """Rich renderables: the headline, the cases (n, passes, pass^k, pass@k, gap, failures) and the mix.
 
     Case ids and experiment names are telemetry or user text: shown through ``data_text`` (no markup, controls
@@ -206,20 +211,20 @@ def terminal_renderables(e: ExperimentStats, width: int = 120) -> list[Any]:
     head = Table(title=None, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
     head.add_column("")
     head.add_column("", justify="right")
-    for label, value in headline(e):
+    for label, value in headline(e, lang):
         head.add_row(label, value)
     if e.controlled_exposure:
-        head.add_row("Discovery", "controlled exposure (candidates supplied)")
-    cases = Table(title="Cases (pass^k: all k runs passed; pass@k: some run passed; k = n)", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("case", "n", "passed", "pass^k", "pass@k", "gap", "failures"):
-        cases.add_column(col, justify="left" if col in ("case", "failures") else "right",
+        head.add_row(labels.stage_label("discovery", lang), text("stats_exposure", lang))
+    cases = Table(title=text("stats_cases", lang), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in CASE_COLUMNS:
+        cases.add_column(text("stats_" + col, lang), justify="left" if col in ("case", "failures") else "right",
                          overflow="fold" if col in ("case", "failures") else "ellipsis")
     for c in e.cases:
         cases.add_row(data_text(c.case_id), str(c.n), str(c.passes), fmt(c.pass_hat_k), fmt(c.pass_at_k), fmt(c.gap),
-                      data_text(mix_text(c.failures)))
-    title = data_text(f"Experiment {e.experiment}", style="bold")
-    return [title, head, cases, Text.assemble(("Failure mix: ", "bold"), data_text(mix_text(e.failure_mix)))]
+                      data_text(mix_text(c.failures, lang)))
+    title = data_text(text("stats_experiment", lang, name=e.experiment), style="bold")
+    return [title, head, cases, Text.assemble((text("stats_failure_mix", lang), "bold"),
+                                              data_text(mix_text(e.failure_mix, lang)))]
 
 
 def render_terminal(e: ExperimentStats, width: int = 120) -> str:
@@ -234,21 +239,24 @@ def render_terminal(e: ExperimentStats, width: int = 120) -> str:
     return buf.getvalue()
 
 
-def html_body(e: ExperimentStats) -> str:
+def html_body(e: ExperimentStats, lang: str = "en") -> str:
     """The numbers as HTML tables (headline, cases) and the failure mix; every value escaped."""
     esc = html.escape
-    kpis = "".join(f'<tr><th>{esc(label)}</th><td class="num">{esc(value)}</td></tr>' for label, value in headline(e))
+    kpis = "".join(f'<tr><th>{esc(label)}</th><td class="num">{esc(value)}</td></tr>'
+                   for label, value in headline(e, lang))
     if e.controlled_exposure:
-        kpis += '<tr><th>Discovery</th><td>controlled exposure (candidates supplied)</td></tr>'
+        kpis += (f'<tr><th>{esc(labels.stage_label("discovery", lang))}</th>'
+                 f'<td>{esc(text("stats_exposure", lang))}</td></tr>')
     rows = "".join(
         f'<tr><td>{esc(c.case_id)}</td><td class="num">{c.n}</td><td class="num">{c.passes}</td>'
         f'<td class="num">{fmt(c.pass_hat_k)}</td><td class="num">{fmt(c.pass_at_k)}</td>'
-        f'<td class="num">{fmt(c.gap)}</td><td>{esc(mix_text(c.failures))}</td></tr>' for c in e.cases)
+        f'<td class="num">{fmt(c.gap)}</td><td>{esc(mix_text(c.failures, lang))}</td></tr>' for c in e.cases)
+    heads = "".join(f'<th{"" if col in ("case", "failures") else NUM}>{esc(text("stats_" + col, lang))}</th>'
+                    for col in CASE_COLUMNS)
     return (f'<table class="data headline"><tbody>{kpis}</tbody></table>'
-            '<table class="data cases"><thead><tr><th>case</th><th class="num">n</th><th class="num">passed</th>'
-            '<th class="num">pass^k</th><th class="num">pass@k</th><th class="num">gap</th><th>failures</th></tr>'
+            f'<table class="data cases"><thead><tr>{heads}</tr>'
             f'</thead><tbody>{rows}</tbody></table>'
-            f'<p class="mix">Failure mix: {esc(mix_text(e.failure_mix))}</p>')
+            f'<p class="mix">{esc(text("stats_failure_mix", lang))}{esc(mix_text(e.failure_mix, lang))}</p>')
 
 
 def html_section(e: ExperimentStats) -> str:
@@ -256,17 +264,18 @@ def html_section(e: ExperimentStats) -> str:
             f'{html_body(e)}</section>')
 
 
-# The headline numbers drawn over experiments in time order (``report --html`` with more than two).
+# The headline numbers drawn over experiments in time order (``report --html`` with more than two); labels
+# are report_text's ``stats_*`` words.
 TREND_METRICS: tuple[tuple[str, str, Any], ...] = (
-    ("reliable (pass^k)", "", lambda e: e.reliable),
-    ("recoverable (pass@k)", "", lambda e: e.recoverable),
+    ("reliable", "", lambda e: e.reliable),
+    ("recoverable", "", lambda e: e.recoverable),
     ("gap", "", lambda e: e.gap),
-    ("judge avg", "", lambda e: e.judge_avg),
-    ("cost p95", "usd", lambda e: e.cost[1]),
-    ("latency p95 ms", "ms", lambda e: e.latency_ms[1]),
-    ("invalid-call rate", "pct", lambda e: e.invalid_call_rate),
-    ("wasted steps", "", lambda e: float(e.wasted_steps)),
-    ("cap hits", "", lambda e: float(e.cap_hits)),
+    ("judge_avg", "", lambda e: e.judge_avg),
+    ("cost_p95", "usd", lambda e: e.cost[1]),
+    ("latency_p95", "ms", lambda e: e.latency_ms[1]),
+    ("invalid_call_rate", "pct", lambda e: e.invalid_call_rate),
+    ("wasted_steps", "", lambda e: float(e.wasted_steps)),
+    ("cap_hits", "", lambda e: float(e.cap_hits)),
 )
 
 
@@ -296,13 +305,14 @@ def trend_svg(label: str, kind: str, points: list[tuple[str, float | None]]) -> 
             f'stroke-width="2"/>{dots}</svg></figure>')
 
 
-def trends_html(stats: list[ExperimentStats]) -> str:
+def trends_html(stats: list[ExperimentStats], lang: str = "en") -> str:
     """Each headline number over the experiments in time order; nothing for two or fewer."""
     if len(stats) <= 2:
         return ""
     ordered = in_time_order(stats)
     names = " → ".join(html.escape(e.experiment) for e in ordered)
-    charts = "".join(trend_svg(label, kind, [(e.experiment, get(e)) for e in ordered])
-                     for label, kind, get in TREND_METRICS)
-    return (f'<section class="card trends"><h2>Experiments over time</h2><p class="note">{names}</p>'
+    charts = "".join(trend_svg(text("stats_" + key, lang), kind, [(e.experiment, get(e)) for e in ordered])
+                     for key, kind, get in TREND_METRICS)
+    return (f'<section class="card trends"><h2>{html.escape(text("stats_over_time", lang))}</h2>'
+            f'<p class="note">{names}</p>'
             f'<div class="trend-grid">{charts}</div></section>')

@@ -26,6 +26,9 @@ LATEST_SESSIONS = 20
 TOP_DROP_REASONS = 12
 TOP_EXPERIMENTS = 8  # the most recent ones; the views hold the rest
 TOP_MISSED_CRITERIA = 10  # per experiment
+TOP_OUTVOTED = 10  # judge-outvoted runs shown per experiment, the most recent first
+# criterion_results.result values a miss is broken down by (the judge's findings, a failed assertion, a wait)
+MISS_RESULTS = ("missing", "contradicted", "unsupported", "failed", "judge_pending")
 
 # The rung a variant's funnel ends in: a session at its last step without it dropped at that step.
 TERMINAL_OUTCOME = {"shopping": "purchase_completed", "lodging": "purchase_completed", "procurement": "po_submitted"}
@@ -226,11 +229,27 @@ class CriterionMiss:
     judge_missing: int  # no judgment (not configured, unreachable, out of budget): never a pass
     judge_error: int  # the judgment was unparsable or contradicted itself: never a pass
     example: str | None  # a recent run that missed it, preferring one the judge actually assessed
+    # the misses by criterion_results.result (missing, contradicted, unsupported, failed, judge_pending)
+    by_result: dict[str, int] = field(default_factory=dict)
 
     @property
     def other(self) -> int:
         """Not met without a judged miss or an absent judge: a criterion the judgment did not assess."""
         return self.missed - self.judged - self.judge_missing - self.judge_error
+
+
+@dataclass(frozen=True)
+class OutvotedRun:
+    """A run the judge passed (status complete, score at or above its threshold) that a deterministic check failed:
+    the artifact's structure (schema or validator) or a property assertion. The layers never vote, so it failed."""
+
+    case_id: str
+    run_id: str | None
+    session_id: str
+    score: float
+    threshold: float
+    layer: str  # structural | properties
+    checks: tuple[str, ...]  # the structural problems, or the failed assertions by name
 
 
 @dataclass
@@ -244,6 +263,9 @@ class ExperimentRuns:
     abstained: int  # ... that abstained correctly (their pass)
     stages: list[StageRow] = field(default_factory=list)
     misses: list[CriterionMiss] = field(default_factory=list)
+    outvoted: list[OutvotedRun] = field(default_factory=list)  # the judge passed them, a check failed them
+    shapes: list[Any] = field(default_factory=list)  # report_shapes.FailureShape: what failed its runs, most first
+    tails: Any = None  # report_shapes.Tails: cost, latency and steps at p50/p95/p99/max, step counts, wasted steps
 
     def worst_stage(self) -> StageRow | None:
         """Where most runs failed first, or None when no run failed at a stage."""
@@ -268,6 +290,7 @@ class ReportData:
     generated_at: str | None = None
     buckets: list[BucketRow] = field(default_factory=list)  # with --bucket: sessions by hour or day
     ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
+    stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, Any] = field(default_factory=dict)  # experiment -> experiments.ExperimentStats (all its runs)
 
     def variants(self) -> list[str | None]:
@@ -413,6 +436,23 @@ class ReportSQL:
             "(SELECT coalesce(list(session_id), []::VARCHAR[]) FROM s WHERE case_id IS NOT NULL))"
             " ORDER BY experiment, stage_index")
 
+    def outvoted(self) -> str:
+        """Failed runs whose judgment passed: the judge's score at or above the threshold the judgment was given,
+        and the structural layer or the property assertions failed (``case_runs.layers``)."""
+        return self._with() + (
+            "SELECT r.experiment, r.case_id, r.run_id, r.session_id, s.judge_score AS score, j.threshold,"
+            " CASE WHEN r.layers->>'$.structural.state' = 'failed' THEN 'structural' ELSE 'properties' END AS layer,"
+            " CASE WHEN r.layers->>'$.structural.state' = 'failed'"
+            " THEN from_json(r.layers->'$.structural.problems', '[\"VARCHAR\"]') ELSE r.failed_assertions END AS checks"
+            " FROM case_runs r JOIN s USING (session_id)"
+            " JOIN (SELECT session_id, arg_max(TRY_CAST(judgment->>'$.threshold' AS DOUBLE), created_at) AS threshold"
+            " FROM judgments GROUP BY session_id) j USING (session_id)"
+            " WHERE NOT r.passed AND NOT coalesce(r.probe, false) AND s.judge_status = 'complete'"
+            " AND s.judge_score >= j.threshold"
+            " AND (r.layers->>'$.structural.state' = 'failed' OR r.layers->>'$.properties.state' = 'failed')"
+            f" QUALIFY row_number() OVER (PARTITION BY r.experiment ORDER BY s.last_seen DESC, r.run_id) <= {TOP_OUTVOTED}"
+            " ORDER BY r.experiment, r.case_id, r.run_id")
+
     def missed_criteria(self) -> str:
         """Criteria and assertions not met, most often first, per experiment (the stage funnel's population)."""
         return self._with() + (
@@ -421,6 +461,7 @@ class ReportSQL:
             " count(*) FILTER (WHERE c.result IN ('missing', 'contradicted', 'unsupported', 'failed')) AS judged,"
             " count(*) FILTER (WHERE c.result = 'judge_missing') AS judge_missing,"
             " count(*) FILTER (WHERE c.result = 'judge_error') AS judge_error,"
+            + "".join(f" count(*) FILTER (WHERE c.result = '{r}') AS result_{r}," for r in MISS_RESULTS) +
             " coalesce(arg_max(c.session_id, s.last_seen) FILTER (WHERE c.result IN"
             " ('missing', 'contradicted', 'unsupported', 'failed')),"
             " arg_max(c.session_id, s.last_seen) FILTER (WHERE NOT c.met)) AS example"
@@ -524,7 +565,16 @@ def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
         if r["experiment"] in by_name:
             by_name[r["experiment"]].misses.append(CriterionMiss(
                 r["kind"], r["name"], int(r["runs"]), int(r["missed"]), float(r["share"]), int(r["judged"]),
-                int(r["judge_missing"]), int(r["judge_error"]), r["example"]))
+                int(r["judge_missing"]), int(r["judge_error"]), r["example"],
+                {x: int(r[f"result_{x}"]) for x in MISS_RESULTS}))
+    for r in _rows(db, sql.outvoted()):
+        if r["experiment"] in by_name:
+            by_name[r["experiment"]].outvoted.append(OutvotedRun(
+                r["case_id"], r["run_id"], r["session_id"], float(r["score"]), float(r["threshold"]), r["layer"],
+                tuple(str(c) for c in r["checks"] or ())))
+    from .report_shapes import load_shapes
+
+    load_shapes(db, sql, by_name)  # failure shapes and tails over the filtered runs
     data.experiments = list(by_name.values())
     from .experiments import load_experiment
 
@@ -536,9 +586,11 @@ def _load_experiments(db: Path, sql: ReportSQL, data: ReportData) -> None:
 
 
 def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
-               agent: str | None = None, since: str | None = None, **slices: str | None) -> int:
+               agent: str | None = None, since: str | None = None, stage_questions: bool = False,
+               **slices: str | None) -> int:
     """The ``report`` command; returns the exit status. ``slices``: model, agent_version, provider, server,
-    experiment, until and bucket (``Filters``)."""
+    experiment, until and bucket (``Filters``). ``stage_questions``: the terminal report also shows each stage's
+    question and evidence (the HTML report always does)."""
     lang = lang_of(lang)
     try:
         filters = Filters.parse(variant, agent, since, **slices)
@@ -553,6 +605,7 @@ def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | Non
     from .ui.links import ui_base
 
     data.ui_base = ui_base(db)
+    data.stage_questions = stage_questions
     if html_path is not None:
         from .report_html import render_html
 

@@ -13,9 +13,10 @@ import re
 from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
+from .report_shapes import shapes_html, tails_html
 from .ui.links import experiment_url, session_url
-from .report_text import (clip_width, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
-                          stage_fix, text, variant_name)
+from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
+                          short_time, stage_fix, text, variant_name)
 
 FUNNEL_FILL = "#4338CA"  # only the funnel bars use this colour (the screenshot test looks for it)
 SKIPPED_FILL = "#C7D2FE"  # the strip of a bar that passed the step without a call to it
@@ -220,7 +221,7 @@ def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
             + (f'<div class="muted small">{esc(note)}</div>' if note else "") + '</td>'
             f'<td class="num"><div>{d.sessions}</div>'
             f'<div class="mini"><span style="width:{100 * d.sessions / top:.0f}%"></span></div></td>'
-            f'<td class="fix">{esc(clip_width(d.fix, 300)) or "—"}</td>'
+            f'<td class="fix">{esc(clip_width(drop_fix(d.reason, d.fix, lang), 300)) or "—"}</td>'
             f'<td>{_session_ref(data, d.example)}</td></tr>')
 
 
@@ -241,17 +242,35 @@ def _stage_row(s, worst: bool, lang: str) -> str:
             f'<td><div class="sbar" title="{esc(s.name(lang))}: {esc(text("passed_runs", lang))} {s.passed} · '
             f'{esc(text("failed_first", lang))} {s.failed} · {esc(text("missing_runs", lang))} {s.missing}">'
             f'{segments}</div></td>'
-            f'<td class="fix">{esc(stage_fix(s.stage, lang)) if s.failed else ""}</td></tr>')
+            f'<td class="fix">{esc(stage_fix(s.stage, lang)) if s.failed else ""}</td>'
+            f'<td class="ask">{esc(labels.stage_question(s.stage, lang))}</td>'
+            f'<td class="ask muted">{esc(labels.stage_check(s.stage, lang))}</td></tr>')
 
 
 def _miss_row(m: CriterionMiss, lang: str) -> str:
-    why = "<br>".join(esc(r) for r in miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang))
+    why = "<br>".join(esc(r) for r in miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang,
+                                                   m.by_result))
     return (f'<tr><td><div>{esc(m.name)}</div><div class="muted small">{esc(text("kind_" + m.kind, lang))}</div></td>'
             f'<td class="num">{m.missed}</td><td class="num">{m.runs}</td>'
             f'<td class="num"><div>{esc(pct(m.share))}</div>'
             f'<div class="mini miss"><span style="width:{100 * m.share:.0f}%"></span></div></td>'
             f'<td class="small">{why}</td>'
             f'<td><code title="{esc(m.example)}">{esc(clip_width(m.example, 28))}</code></td></tr>')
+
+
+def outvoted_html(e: ExperimentRuns, lang: str) -> str:
+    """Runs the judge passed and a deterministic check failed, with the check by name; nothing when there are none."""
+    if not e.outvoted:
+        return ""
+    head = "".join(f"<th{' class=num' if k == 'outvoted_score' else ''}>{esc(text(k, lang))}</th>"
+                   for k in ("outvoted_case", "outvoted_run_id", "outvoted_score", "outvoted_check"))
+    rows = "".join(
+        f'<tr><td><code>{esc(o.case_id)}</code></td><td><code>{esc(o.run_id or o.session_id)}</code></td>'
+        f'<td class="num">{o.score:.2f} <span class="muted small">≥ {o.threshold:.2f}</span></td>'
+        f'<td><div class="muted small">{esc(text("layer_" + o.layer, lang))}</div>'
+        + "".join(f"<div>{esc(c)}</div>" for c in o.checks) + "</td></tr>" for o in e.outvoted)
+    return (f'<h3 class="gap">{esc(text("outvoted", lang))}</h3><table class="data outvoted"><thead><tr>{head}</tr>'
+            f'</thead><tbody>{rows}</tbody></table><p class="note">{esc(text("outvoted_note", lang))}</p>')
 
 
 def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None, stats: object = None) -> str:
@@ -264,7 +283,8 @@ def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None,
     if e.controls:
         parts.append(f'<p class="muted small">{esc(text("controls", lang, abstained=e.abstained, controls=e.controls))}</p>')
     if stats is not None:  # pass^k and pass@k per case, failure mix, tails, trajectory (experiments.html_body)
-        parts.append(html_body(stats))  # type: ignore[arg-type]
+        parts.append(html_body(stats, lang))  # type: ignore[arg-type]
+    parts.append(tails_html(e, lang))  # p50/p95/p99/max, runs per step count, wasted steps by kind
     if e.stages:
         worst = e.worst_stage()
         head = "".join(f'<th class="num">{esc(text(k, lang))}</th>' for k in
@@ -273,13 +293,16 @@ def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None,
                           for cls, k in (("ok", "passed_runs"), ("ff", "failed_first"), ("mi", "missing_runs")))
         parts.append(f'<h3>{esc(text("fail_first", lang))}</h3><table class="data stages"><thead><tr>'
                      f'<th>{esc(text("stage", lang))}</th>{head}<th></th><th>{esc(text("look_at", lang))}</th>'
+                     f'<th>{esc(text("stage_question", lang))}</th><th>{esc(text("stage_check", lang))}</th>'
                      f'</tr></thead><tbody>{"".join(_stage_row(s, s is worst, lang) for s in e.stages)}</tbody></table>'
                      f'<p class="note">{legend} · {esc(text("stages_note", lang))}</p>')
+    parts.append(shapes_html(e, lang))  # what failed the runs: stage, tool, pointer or field, kind
     if e.misses:
         head = "".join(f"<th{' class=num' if k in ('missed', 'of_runs', 'share') else ''}>{esc(text(k, lang))}</th>"
                        for k in ("criterion", "missed", "of_runs", "share", "why", "example"))
         parts.append(f'<h3 class="gap">{esc(text("missed_most", lang))}</h3><table class="data misses"><thead><tr>'
                      f'{head}</tr></thead><tbody>{"".join(_miss_row(m, lang) for m in e.misses)}</tbody></table>')
+    parts.append(outvoted_html(e, lang))  # the judge passed them, a check failed them
     return "".join(parts) + "</section>"
 
 
@@ -291,7 +314,7 @@ def evaluation_sections(data: ReportData, lang: str) -> str:
         return ""
     more = (f'<p class="note">{esc(text("more_experiments", lang, n=data.more_experiments))}</p>'
             if data.more_experiments else "")
-    return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>' + trends_html(list(data.stats.values()))
+    return (f'<h2 class="part">{esc(text("evaluations", lang))}</h2>' + trends_html(list(data.stats.values()), lang)
             + "".join(experiment_section(e, lang, data.ui_base, data.stats.get(e.experiment or ""))
                       for e in data.experiments) + more)
 
@@ -369,6 +392,8 @@ th{{font-size:12px;color:#6B7280;font-weight:600}}
 code{{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;color:#374151;background:#F3F4F6;
 border-radius:4px;padding:1px 5px;word-break:break-all}}
 .fix{{max-width:360px;overflow-wrap:anywhere}}
+.ask{{font-size:12px;min-width:130px;max-width:220px}}
+.stages td.fix{{min-width:150px}}.stages .sbar{{min-width:90px}}
 .muted{{color:#6B7280}}.small{{font-size:12px}}.nw{{white-space:nowrap}}
 .mini{{height:5px;background:#F3F4F6;border-radius:3px;margin-top:5px;min-width:48px}}
 .mini span{{display:block;height:100%;background:#818CF8;border-radius:3px}}

@@ -33,9 +33,10 @@ from rich.text import Text
 
 from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
-from .report_text import (clip_width, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
-                          variant_name)
+from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
+                          short_time, stage_fix, text, variant_name)
 from .experiments import terminal_renderables as experiment_stats
+from .report_shapes import shapes_renderables, tails_renderables
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
 from .ui.links import experiment_url, session_url
 
@@ -210,10 +211,23 @@ def buckets_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableT
     return _fitted(build, width)
 
 
-def _fix(d: DropReason) -> Text | str:
-    fix = clipped(d.fix, 200)
+def _fix(d: DropReason, lang: str) -> Text | str:
+    fix = clipped(drop_fix(d.reason, d.fix, lang), 200)
     fix.overflow = "fold"  # wraps at its words; only a token longer than the column is folded
     return fix or "—"
+
+
+def _reason_name(d: DropReason, lang: str) -> str:
+    """English shows the reason's code (what ``drop_reason`` holds); Japanese its name."""
+    return d.reason if lang_of(lang) == "en" else drop_reason_name(d.reason, lang)
+
+
+def _reason(d: DropReason, lang: str, sep: str) -> Text:
+    """The drop-off reason; in Japanese its name, with the stored code after it for SQL."""
+    reason = data_text(_reason_name(d, lang))
+    if lang_of(lang) != "en":
+        reason.append(sep + visible_controls(d.reason), style="dim")
+    return reason
 
 
 def _stopped_at(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
@@ -253,11 +267,12 @@ def drop_blocks(data: ReportData, lang: str, width: int) -> RenderableType:
     keys = [text("dropped_at", lang), text("drop_step", lang), text("fix", lang), text("example", lang)]
     value_width = _value_width(keys, width)
     for d in data.drops:
-        first = data_text(d.reason, style="bold")
+        first = _reason(d, lang, " · ")
+        first.stylize("bold", 0, len(visible_controls(_reason_name(d, lang))))
         first.append(" · " + text("n_sessions", lang, n=d.sessions))
         example = clipped(d.example, value_width)
         example.no_wrap = True
-        values = [_stopped_at(data, d, lang, " · "), _drop_step(data, d, lang, " · "), _fix(d), example]
+        values = [_stopped_at(data, d, lang, " · "), _drop_step(data, d, lang, " · "), _fix(d, lang), example]
         out += [Text(), first, _details(list(zip(keys, values)), width)]
     return Group(*out)
 
@@ -274,8 +289,8 @@ def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableTyp
     t.add_column(text("fix", lang), overflow="fold", ratio=1)
     t.add_column(text("example", lang), no_wrap=True)
     for d in data.drops:
-        t.add_row(data_text(d.reason), _stopped_at(data, d, lang, "\n"), _drop_step(data, d, lang, "\n"),
-                  str(d.sessions), _fix(d), clipped(d.example, 30))
+        t.add_row(_reason(d, lang, "\n"), _stopped_at(data, d, lang, "\n"), _drop_step(data, d, lang, "\n"),
+                  str(d.sessions), _fix(d, lang), clipped(d.example, 30))
     if _room(t, width, 4) < FIX_MIN or not fit_table(t, width, _measurer(width)):
         return drop_blocks(data, lang, width)
     return t
@@ -316,11 +331,37 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
     return _fitted(build, width, 7)
 
 
+def stage_questions_table(lang: str, width: int = WIDE) -> RenderableType:
+    """``--stage-questions``: the seven stages with the question each asks and the evidence that answers it, once
+    above the experiments' stage tables (the HTML report has them as columns of each). Where the table does not
+    fit, a block per stage: its name, then the question and the evidence, each wrapped beside its header."""
+    t = _titled(text("stage_questions_title", lang))
+    t.add_column(text("stage", lang), no_wrap=True)
+    t.add_column(text("stage_question", lang), overflow="fold", ratio=1)
+    t.add_column(text("stage_check", lang), overflow="fold", ratio=1)
+    for stage in labels.STAGES:
+        t.add_row(labels.stage_label(stage, lang), labels.stage_question(stage, lang), labels.stage_check(stage, lang))
+    if fit_table(t, width, _measurer(width)):
+        return t
+    out: list[RenderableType] = [Text(text("stage_questions_title", lang), style="bold")]
+    keys = [text("stage_question", lang), text("stage_check", lang)]
+    for stage in labels.STAGES:
+        values = [Text(labels.stage_question(stage, lang), overflow="fold"),
+                  Text(labels.stage_check(stage, lang), overflow="fold")]
+        out += [Text(labels.stage_label(stage, lang), style="bold"), _details(list(zip(keys, values)), width)]
+    return Group(*out)
+
+
 def look_at(e: ExperimentRuns, lang: str) -> list[RenderableType]:
     """The fix to look at for every stage where runs failed first, the most frequent first."""
     failing = sorted((s for s in e.stages if s.failed), key=lambda s: -s.failed)
     return [data_text(f"{text('look_at', lang)} · {s.name(lang)} ({s.failed}): {stage_fix(s.stage, lang)}", style="dim")
             for s in failing]
+
+
+def _why(m: CriterionMiss, lang: str) -> list[str]:
+    """Why it was not met: the judge's findings by result, then no usable judgment."""
+    return miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang, m.by_result)
 
 
 def _criterion(m: CriterionMiss, lang: str, sep: str) -> Text:
@@ -340,7 +381,7 @@ def miss_blocks(e: ExperimentRuns, lang: str, width: int) -> RenderableType:
         first.stylize("bold", 0, len(visible_controls(m.name)))
         example = clipped(m.example, value_width)
         example.no_wrap = True
-        why = "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)) or "—"
+        why = "\n".join(_why(m, lang)) or "—"
         out += [Text(), first, _details(list(zip(keys, [Text(f"{m.missed} / {m.runs} ({pct(m.share)})"), Text(why),
                                                         example])), width)]
     return Group(*out)
@@ -360,7 +401,7 @@ def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
         for m in e.misses:
             t.add_row(_criterion(m, lang, "\n"), str(m.missed), str(m.runs), pct(m.share),
                       *([share_bar(m.share, "red", 12)] if with_bar else []),
-                      "\n".join(miss_reasons(m.kind, m.judged, m.judge_missing, m.judge_error, m.other, lang)),
+                      "\n".join(_why(m, lang)),
                       clipped(m.example, 30))
         return t
 
@@ -372,11 +413,26 @@ def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
     return t if fit_table(t, width, _measurer(width), last) else miss_blocks(e, lang, width)
 
 
+def outvoted_lines(e: ExperimentRuns, lang: str) -> list[RenderableType]:
+    """Runs the judge passed and a deterministic check failed: one line each, with the check by name."""
+    if not e.outvoted:
+        return []
+    out: list[RenderableType] = [Text(text("outvoted", lang), style="bold"),
+                                 Text(text("outvoted_note", lang), style="dim")]
+    for o in e.outvoted:
+        line = text("outvoted_run", lang, case=o.case_id, run=o.run_id or o.session_id, score=f"{o.score:.2f}",
+                    threshold=f"{o.threshold:.2f}", layer=text("layer_" + o.layer, lang), checks="; ".join(o.checks))
+        out.append(Padding(data_text(line), (0, 0, 0, INDENT)))  # a wrapped line stays under its run
+    return [*out, Text()]
+
+
 def evaluation_renderables(data: ReportData, lang: str, width: int = WIDE) -> list[RenderableType]:
     """Per experiment: where runs fail first, and the criteria missed most; nothing without case runs."""
     if data.needs_upgrade:
         return [Text(text("needs_upgrade", lang), style="yellow")]
     out: list[RenderableType] = []
+    if data.stage_questions and any(e.stages for e in data.experiments):
+        out += [stage_questions_table(lang, width), Text()]
     for e in data.experiments:
         title = f"{text('experiment', lang)} {experiment_name(e.experiment, lang)}"
         if e.runs:
@@ -387,11 +443,14 @@ def evaluation_renderables(data: ReportData, lang: str, width: int = WIDE) -> li
         if e.controls:
             out.append(Text(text("controls", lang, abstained=e.abstained, controls=e.controls), style="dim"))
         if e.experiment in data.stats:  # pass^k and pass@k per case, failure mix, tails, trajectory
-            out += [*experiment_stats(data.stats[e.experiment], width)[1:], Text()]
+            out += [*experiment_stats(data.stats[e.experiment], width, lang)[1:], Text()]
+        out += tails_renderables(e, lang, width)  # p50/p95/p99/max, runs per step count, wasted steps by kind
         if e.stages:
             out += [stages_table(e, lang, width), *look_at(e, lang), Text()]
+        out += shapes_renderables(e, lang, width)  # what failed the runs: stage, tool, pointer or field, kind
         if e.misses:
             out += [misses_table(e, lang, width), Text()]
+        out += outvoted_lines(e, lang)  # the judge passed them, a check failed them
     if data.more_experiments:
         out.append(Text(text("more_experiments", lang, n=data.more_experiments), style="dim"))
     return out

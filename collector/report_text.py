@@ -9,6 +9,7 @@ import unicodedata
 from typing import Any
 
 from ..scoring import labels
+from ..scoring.dropoff import FIXES
 from ..scoring.stages import STAGE_FIX
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
@@ -86,6 +87,48 @@ TEXT: dict[str, dict[str, str]] = {
         "why_judge_missing": "no judgment {n}",
         "why_judge_error": "judge error {n}",
         "why_other": "not assessed {n}",
+        "outvoted": "Judge outvoted",
+        "outvoted_note": "The judge passed these runs, a deterministic check failed them, and the run failed: a judge "
+                         "score never outweighs a failed check.",
+        "outvoted_run": "{case} · run {run} · judge {score} ≥ {threshold} · {layer}: {checks}",
+        "outvoted_case": "Case",
+        "outvoted_run_id": "Run",
+        "outvoted_score": "Judge score",
+        "outvoted_check": "Failed check",
+        "layer_structural": "structure",
+        "layer_properties": "assertion",
+        "why_judge_pending": "judgment pending {n}",
+        "why_assessed": "judge: {result} {n}",
+        "why_result": "{result} {n}",
+        "stage_question": "Question",
+        "stage_check": "Evidence",
+        "stage_questions_title": "What each stage asks",
+        "stats_experiment": "Experiment {name}",
+        "stats_runs": "runs",
+        "stats_reliable": "reliable (pass^k)",
+        "stats_recoverable": "recoverable (pass@k)",
+        "stats_gap": "gap",
+        "stats_judge_avg": "judge avg",
+        "stats_judge_unavailable": "judge unavailable",
+        "stats_cost": "cost p50 / p95 / max",
+        "stats_latency": "latency ms p50 / p95 / max",
+        "stats_invalid_call_rate": "invalid-call rate",
+        "stats_wasted_steps": "wasted steps",
+        "stats_cycles": "cycles p50 / max",
+        "stats_cap_hits": "cap hits",
+        "stats_exposure": "controlled exposure (candidates supplied)",
+        "stats_cases": "Cases (pass^k: all k runs passed; pass@k: some run passed; k = n)",
+        "stats_case": "case",
+        "stats_n": "n",
+        "stats_passed": "passed",
+        "stats_pass_hat_k": "pass^k",
+        "stats_pass_at_k": "pass@k",
+        "stats_failures": "failures",
+        "stats_failure_mix": "Failure mix: ",
+        "stats_none": "none",
+        "stats_over_time": "Experiments over time",
+        "stats_cost_p95": "cost p95",
+        "stats_latency_p95": "latency p95 ms",
         "stages_note": "Of all target-fit runs (negative controls and probes aside): passed the stage and every "
                        "earlier one, failed first here, or left without evidence here.",
         "more_experiments": "{n} older experiments not shown: agentfunnel sql \"select * from stage_funnel\"",
@@ -94,6 +137,24 @@ TEXT: dict[str, dict[str, str]] = {
         "skipped": "{n} skipped",
         "drop_step": "Drop-off step",
         "not_reached": "{outcome} not reached",
+        "failure_shapes": "Failure shapes",
+        "shapes_note": "What failed the runs, from the evidence of their first failing stage (else the artifact's "
+                       "layers, else the failure class), most runs first; share of the experiment's failed runs (a run "
+                       "with two problems counts in both). All of them: the failure_shapes view.",
+        "problem": "Problem",
+        "tool": "Tool",
+        "where": "Where",
+        "runs": "Runs",
+        "whole_arguments": "the whole arguments",
+        "detail": "Detail",
+        "tails": "Tails per run",
+        "tail_quantiles": "p50 / p95 / p99 / max",
+        "tail_cost": "cost (USD)",
+        "tail_latency": "latency (ms)",
+        "tail_steps": "steps (tool calls)",
+        "steps_per_run": "Runs by step count (tool calls→runs)",
+        "wasted_kinds": "Wasted steps: {n} (repeats {repeats} · retries {retries} · re-derivations {rederivations} · "
+                        "walk-backs {walk_backs})",
         "counting_note": "A session counts at every step up to the furthest one it reached, so a funnel never rises; "
                          "skipped: passed without a call to that step. Stopped at: the last step a session reached; "
                          "drop-off step: the step it failed at or the next one it did not reach.",
@@ -171,6 +232,48 @@ TEXT: dict[str, dict[str, str]] = {
         "why_judge_missing": "判定なし {n}",
         "why_judge_error": "判定エラー {n}",
         "why_other": "未評価 {n}",
+        "outvoted": "判定が覆されたラン",
+        "outvoted_note": "判定は合格としたものの、決定的なチェックが失敗したため不合格になったラン。"
+                         "判定のスコアが失敗したチェックを上回ることはありません。",
+        "outvoted_run": "{case} · ラン {run} · 判定 {score} ≥ {threshold} · {layer}: {checks}",
+        "outvoted_case": "ケース",
+        "outvoted_run_id": "ラン",
+        "outvoted_score": "判定スコア",
+        "outvoted_check": "失敗したチェック",
+        "layer_structural": "構造",
+        "layer_properties": "アサーション",
+        "why_judge_pending": "判定待ち {n}",
+        "why_assessed": "判定: {result} {n}",
+        "why_result": "{result} {n}",
+        "stage_question": "確認する問い",
+        "stage_check": "証拠・チェック",
+        "stage_questions_title": "各段階で確認すること",
+        "stats_experiment": "実験 {name}",
+        "stats_runs": "ラン数",
+        "stats_reliable": "常に成功 (pass^k)",
+        "stats_recoverable": "いずれか成功 (pass@k)",
+        "stats_gap": "差",
+        "stats_judge_avg": "判定スコアの平均",
+        "stats_judge_unavailable": "判定を取得できず",
+        "stats_cost": "コスト p50 / p95 / 最大",
+        "stats_latency": "所要時間 ms p50 / p95 / 最大",
+        "stats_invalid_call_rate": "不正な呼び出しの割合",
+        "stats_wasted_steps": "無駄なステップ",
+        "stats_cycles": "モデル→ツールの往復 p50 / 最大",
+        "stats_cap_hits": "ステップ上限に到達",
+        "stats_exposure": "提示条件を統制 (候補をあらかじめ提示)",
+        "stats_cases": "ケース (pass^k: k 回すべて合格、pass@k: いずれかが合格、k = n)",
+        "stats_case": "ケース",
+        "stats_n": "n",
+        "stats_passed": "合格",
+        "stats_pass_hat_k": "pass^k",
+        "stats_pass_at_k": "pass@k",
+        "stats_failures": "失敗",
+        "stats_failure_mix": "失敗の内訳: ",
+        "stats_none": "なし",
+        "stats_over_time": "実験の推移",
+        "stats_cost_p95": "コスト p95",
+        "stats_latency_p95": "所要時間 p95 ms",
         "stages_note": "対象適合ラン全体に対する割合 (ネガティブコントロールとプローブは除く): その段階と前の全段階を通過、"
                        "この段階で最初に失敗、またはこの段階の証拠なし。",
         "more_experiments": "表示していない古い実験が {n} 件あります: agentfunnel sql \"select * from stage_funnel\"",
@@ -179,6 +282,24 @@ TEXT: dict[str, dict[str, str]] = {
         "skipped": "スキップ {n}",
         "drop_step": "離脱したステップ",
         "not_reached": "{outcome}に未到達",
+        "failure_shapes": "失敗の形",
+        "shapes_note": "ランを失敗させたもの。最初に失敗した段階の証拠から (なければ成果物の層、さらになければ失敗分類)、"
+                       "ランの多い順。割合は実験の失敗ランに対するもの (問題が二つあるランは両方に数える)。"
+                       "すべて見るには failure_shapes ビュー。",
+        "problem": "問題",
+        "tool": "ツール",
+        "where": "箇所",
+        "runs": "ラン",
+        "whole_arguments": "引数全体",
+        "detail": "詳細",
+        "tails": "ランごとの裾",
+        "tail_quantiles": "p50 / p95 / p99 / 最大",
+        "tail_cost": "コスト (USD)",
+        "tail_latency": "所要時間 (ミリ秒)",
+        "tail_steps": "ステップ (ツール呼び出し)",
+        "steps_per_run": "ステップ数ごとのラン数 (ツール呼び出し→ラン)",
+        "wasted_kinds": "無駄なステップ: {n} (直後の繰り返し {repeats} · 失敗後の再試行 {retries} · "
+                        "既に得た事実の再取得 {rederivations} · 前のステップへの後戻り {walk_backs})",
         "counting_note": "セッションは到達した最も先のステップまでの各ステップに数えるため、ファネルが増えることはありません。"
                          "スキップ: そのステップを呼び出さずに通過。停止したステップ: 最後に到達したステップ。"
                          "離脱したステップ: 失敗したステップ、または到達しなかった次のステップ。",
@@ -201,14 +322,65 @@ DROP_REASON_NAMES = {
            "unknown": "不明"},
 }
 
+# A run's failure class (scoring.stages, in precedence order): English shows the stored value itself.
+FAILURE_CLASS_NAMES = {
+    "ja": {"crash": "クラッシュ", "timeout": "タイムアウト", "cap_hit": "ステップ上限に到達",
+           "invalid_tool_call": "不正なツール呼び出し", "tool_error": "ツールエラー", "wrong_output": "誤った出力",
+           "judge_unavailable": "判定を取得できず", "judge_pending": "判定待ち"},
+}
+
+# The kinds of problem a failure shape names (``failure_problems``' kind); a failure class among them
+# reads as FAILURE_CLASS_NAMES says.
+FAILURE_KIND_NAMES = {
+    "en": {"target_not_listed": "target not among the candidates", "no_structured_output": "no structured output",
+           "chose_target": "chose the target (a negative control)", "chose_competitor": "chose a competitor",
+           "chose_other": "chose another", "abstained": "made no choice", "no_tool_called": "no tool called",
+           "hallucinated_tool": "hallucinated tool", "no_plan_tool": "no tool of the plan",
+           "off_plan_tool": "tool outside the plan", "schema_violation": "schema violation",
+           "argument_mismatch": "argument expectation not met", "wrong_server": "wrong server",
+           "no_result": "no successful result", "field_missing": "required field missing",
+           "field_null": "required field null", "field_wrong_type": "required field of the wrong type",
+           "undeclared_value": "value not among the declared ones", "field_problem": "required field problem",
+           "criterion_missing": "criterion missing", "criterion_contradicted": "criterion contradicted",
+           "criterion_unsupported": "criterion unsupported", "judge_incomplete": "judge: incomplete",
+           "score_below_threshold": "judge score below the threshold", "assertion": "assertion failed",
+           "artifact_structural": "artifact structure invalid", "artifact_judge": "artifact judged below the threshold",
+           "failed": "failed"},
+    "ja": {"target_not_listed": "候補に対象がない", "no_structured_output": "構造化された出力がない",
+           "chose_target": "対象を選択 (ネガティブコントロール)", "chose_competitor": "競合を選択",
+           "chose_other": "別のものを選択", "abstained": "選択しなかった", "no_tool_called": "ツールの呼び出しなし",
+           "hallucinated_tool": "存在しないツール", "no_plan_tool": "計画内のツールを呼んでいない",
+           "off_plan_tool": "計画外のツール", "schema_violation": "スキーマ違反",
+           "argument_mismatch": "引数が期待と一致しない", "wrong_server": "想定外のサーバー",
+           "no_result": "成功した結果がない", "field_missing": "必須フィールドがない",
+           "field_null": "必須フィールドが null", "field_wrong_type": "必須フィールドの型が違う",
+           "undeclared_value": "宣言された値ではない", "field_problem": "必須フィールドの問題",
+           "criterion_missing": "基準が欠落", "criterion_contradicted": "基準と矛盾",
+           "criterion_unsupported": "基準の裏付けなし", "judge_incomplete": "判定: 未完了",
+           "score_below_threshold": "判定スコアが閾値未満", "assertion": "アサーション失敗",
+           "artifact_structural": "成果物の構造が不正", "artifact_judge": "成果物の判定が閾値未満",
+           "failed": "失敗"},
+}
+
 # What to look at when runs fail first at a stage (English is the text stored in case_runs.fix_hint).
 STAGE_FIX_TEXT = {
     "en": STAGE_FIX,
     "ja": {"discovery": "エージェントが候補を探す場所での製品の名称と説明",
            "selection": "エージェントが代わりに選んだ競合と比べた製品の説明",
-           "tool_resolution": "ツール名、説明、カタログ", "invocation": "パラメータの意味と例",
+           "tool_resolution": "ツール名、説明、操作カタログ", "invocation": "パラメーターの意味と使用例",
            "execution": "ツールのエラーと呼び出しが実行されたサーバー",
-           "result_usability": "結果が返すフィールド: 有無、型、値", "completion": "欠けている主張や裏付けのない主張"},
+           "result_usability": "結果が返すフィールド: 有無、型、値", "completion": "欠落した情報や裏付けのない主張"},
+}
+
+# The fix for a drop-off reason (English is the text stored in sessions.drop_fix). A reason without
+# a fixed text here (tool_error: the failed call and its error) shows the stored text as it is.
+DROP_FIX_TEXT = {
+    "en": FIXES,
+    "ja": {"search_no_ids": "検索結果に操作に使える識別子 (商品 ID やオファー ID) を含める。",
+           "variant_unmapped": "バリエーションの構造を明確に返す: バリエーション ID と人が読めるオプション名 (サイズ、色)。",
+           "cart_no_checkout_url": "カートの応答にチェックアウトリンクを含める。",
+           "checkout_payment_required": "エージェントが使えるテスト用または委任型の支払い方法に対応する。",
+           "unknown": ""},
 }
 
 
@@ -231,19 +403,58 @@ def drop_reason_name(code: str, lang: str) -> str:
     return DROP_REASON_NAMES[lang_of(lang)].get(code, code)
 
 
+def failure_class_name(code: str, lang: str) -> str:
+    return FAILURE_CLASS_NAMES.get(lang_of(lang), {}).get(code, code)
+
+
+def failure_kind_name(kind: str, lang: str) -> str:
+    """A failure shape's kind of problem: its name, a failure class's, else the stored value."""
+    found = FAILURE_KIND_NAMES[lang_of(lang)].get(kind)
+    if found is None and lang_of(lang) == "en":
+        return kind.replace("_", " ")
+    return found or failure_class_name(kind, lang)
+
+
 def stage_fix(stage: str, lang: str) -> str:
     return STAGE_FIX_TEXT[lang_of(lang)].get(stage, "")
+
+
+def drop_fix(reason: str, stored: str | None, lang: str) -> str | None:
+    """The fix shown for a drop-off: chosen by its reason code in Japanese (stored text is English), the stored
+    text otherwise and for a reason whose fix is the telemetry itself."""
+    if lang_of(lang) == "en" or not FIXES.get(reason):
+        return stored
+    return DROP_FIX_TEXT[lang_of(lang)].get(reason, stored)
 
 
 def experiment_name(experiment: str | None, lang: str) -> str:
     return experiment if experiment is not None else text("no_experiment", lang)
 
 
-def miss_reasons(kind: str, judged: int, judge_missing: int, judge_error: int, other: int, lang: str) -> list[str]:
-    """Why a criterion was not met, as short phrases: the judge's assessment first, then the judge's absence."""
-    parts = [(judged, "why_judged_assertion" if kind == "assertion" else "why_judged_criterion"),
-             (judge_missing, "why_judge_missing"), (judge_error, "why_judge_error"), (other, "why_other")]
-    return [text(key, lang, n=n) for n, key in parts if n]
+def miss_reasons(kind: str, judged: int, judge_missing: int, judge_error: int, other: int, lang: str,
+                 by_result: dict[str, int] | None = None) -> list[str]:
+    """Why a criterion was not met, as short phrases: the judge's assessment first, then the judge's absence.
+
+    ``by_result`` counts the misses by ``criterion_results.result``: it splits ``judged`` into the judge's
+    findings (missing, contradicted, unsupported; failed for an assertion) and takes pending judgments out of
+    ``other``; what it leaves unsplit keeps one phrase."""
+    by_result = by_result or {}
+    parts = []
+    for result in JUDGED_RESULTS:
+        if by_result.get(result):
+            key = "why_result" if result == "failed" else "why_assessed"
+            parts.append(text(key, lang, result=labels.criterion_result_label(result, lang_of(lang)),
+                              n=by_result[result]))
+    pending = by_result.get("judge_pending", 0)
+    rest = [(judged - sum(by_result.get(r, 0) for r in JUDGED_RESULTS),
+             "why_judged_assertion" if kind == "assertion" else "why_judged_criterion"),
+            (judge_missing, "why_judge_missing"), (judge_error, "why_judge_error"), (pending, "why_judge_pending"),
+            (other - pending, "why_other")]
+    return parts + [text(key, lang, n=n) for n, key in rest if n > 0]
+
+
+# The results that are the judge's (or the assertion's) own finding, in the order a miss explains them.
+JUDGED_RESULTS = ("missing", "contradicted", "unsupported", "failed")
 
 
 def pct(x: float | None) -> str:

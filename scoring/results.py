@@ -34,7 +34,7 @@ class SessionScore:
     llm_calls: int
     tool_call_count: int
     invalid_tool_calls: int
-    wasted_steps: int
+    wasted_steps: int  # the four kinds below added up (a call counts in one kind at most)
     hit_cap: bool
     tool_errors: int
     input_tokens: int | None
@@ -54,3 +54,9 @@ class SessionScore:
     call_args_valid: dict[str, bool | None] = field(default_factory=dict)  # tool span_id -> schema-valid
     config_hash: str = ""
     input_message: str | None = None  # the first user message of the session's first turn (``sessions.input``)
+    # wasted steps by kind (``SessionScorer._wasted``): the same call right after it worked, again after it failed,
+    # again later (a fact the session already had), and a call back to an earlier funnel step within a turn
+    wasted_repeats: int = 0
+    wasted_retries: int = 0
+    wasted_rederivations: int = 0
+    wasted_walk_backs: int = 0

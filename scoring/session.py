@@ -27,7 +27,7 @@ from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
 from .summary import (Row, TraceSummary, cycle_events, cycle_run, first, in_session_order, merge, most_common,
-                      present, summarize)
+                      present, summarize, wasted_across)
 from .summary import VariantView
 from .validity import ToolCatalog
 
@@ -158,6 +158,7 @@ class SessionScorer:
         else:  # no model spans with usage: the agent spans' totals stand in
             input_tokens = max(filter(present, col.root_input_max), default=None)
             output_tokens = max(filter(present, col.root_output_max), default=None)
+        wasted = self._wasted(parts, col, views)
         first_seen = min(filter(present, col.first_seen_ns), default=None)
         last_seen = max(filter(present, col.last_seen_ns), default=None)
         return SessionScore(
@@ -171,7 +172,8 @@ class SessionScorer:
                    else most_common(col.models, col.model_names)),
             llm_calls=n_llms, tool_call_count=n_calls,
             invalid_tool_calls=sum(map(itemgetter(1), checked)),
-            wasted_steps=n_calls - len(frozenset().union(*col.repeats)),
+            wasted_steps=sum(wasted), wasted_repeats=wasted[0], wasted_retries=wasted[1],
+            wasted_rederivations=wasted[2], wasted_walk_backs=wasted[3],
             cost_usd=self._cost(col), call_args_valid=args_valid, cycles=self._cycles(parts, col),
             hit_cap=hit_cap, tool_errors=tool_errors,
             input_tokens=input_tokens, output_tokens=output_tokens,
@@ -181,6 +183,25 @@ class SessionScorer:
             trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
             call_steps=call_steps, config_hash=self.config_hash, input_message=first(col.input_message),
         )
+
+    @staticmethod
+    def _wasted(parts: Sequence[TraceSummary], col: Row, views: Sequence[VariantView]) -> tuple[int, int, int, int]:
+        """(repeats, retries, re-derivations, walk-backs): each call counted in one kind, at most.
+
+        A call made before (same tool, same arguments) is a retry when its latest earlier occurrence failed,
+        else a repeat when that one came right before it, else a re-derivation; a call not made before is a
+        walk-back when it goes to an earlier step of the funnel than a successful call of its trace reached.
+        Each summary counts its own calls; only a call repeating one of an earlier summary is read across them.
+        """
+        if not parts:
+            return 0, 0, 0, 0
+        repeats, retries, rederived = map(sum, zip(*col.wasted_within))
+        walked = sum(map(len, map(attrgetter("walk_back_ids"), views)))
+        if sum(map(len, col.repeats)) > len(frozenset().union(*col.repeats)):  # a call made in an earlier trace
+            more = wasted_across(col, views)
+            repeats, retries, rederived, walked = (repeats + more[0], retries + more[1], rederived + more[2],
+                                                   walked - more[3])
+        return repeats, retries, rederived, walked
 
     def _annotated(self, part: TraceSummary, view: VariantView, annotations: Mapping[str, str]) -> VariantView:
         """A generic session's view of one summary's calls with the tools' MCP annotations read first."""

@@ -30,6 +30,7 @@ from .validity import ToolCatalog, first_offers, shared
 Key = tuple[int, int, str]  # (start_ns, end_ns, span_id): the order a session's spans are read in
 At = tuple[Key, Any]  # a value and the span it was first seen on
 Tally = tuple[tuple[str, int, Key], ...]  # (value, spans carrying it, first span) in first-seen order
+CallId = tuple[str, str]  # (tool, canonical arguments): the same call made again
 
 MAX_AGENT_DEPTH = 64
 VALIDATION_SIGNALS = ("validationerror", "validation failed", "validation error", "invalid argument",
@@ -92,12 +93,58 @@ class CallFacts:
     reads_as_invalid: bool  # its error reads as an argument-validation failure
     mentions_payment: bool  # ``dropoff.payment_mentions``
     arguments: Any = None  # the record's own object (shared, not copied): a later catalog validates it
+    trace_id: str = ""  # the turn it was made in: a walk-back is read within one
+
+    @property
+    def identity(self) -> CallId:
+        return self.tool_name, self.canonical_arguments
 
 
 def call_facts(key: Key, r: SpanRecord, flags: frozenset[str], evidence: EvidenceSettings) -> CallFacts:
     canonical = json.dumps(r.arguments, sort_keys=True, default=str)
     return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags, reads_as_invalid(r.error),
-                     payment_mentions(r.error, r.result, evidence), r.arguments)
+                     payment_mentions(r.error, r.result, evidence), r.arguments, r.trace_id)
+
+
+def wasted_within(calls: Sequence[CallFacts]) -> tuple[tuple[int, int, int], dict[CallId, bool]]:
+    """(repeats, retries, re-derivations) of the calls that repeat an earlier call of the same summary, by the
+    latest earlier one: it failed (a retry), it came right before (a repeat), else a re-derivation; and, per
+    distinct call, whether its last occurrence failed (what a later summary's repeat of it is read against)."""
+    latest: dict[CallId, tuple[int, bool]] = {}
+    repeats = retries = rederived = 0
+    for i, c in enumerate(calls):
+        seen = latest.get(c.identity)
+        if seen is not None:
+            if seen[1]:
+                retries += 1
+            elif seen[0] == i - 1:
+                repeats += 1
+            else:
+                rederived += 1
+        latest[c.identity] = (i, bool(c.error))
+    return (repeats, retries, rederived), {k: v[1] for k, v in latest.items()}
+
+
+def walk_backs(calls: Sequence[CallFacts], steps: Mapping[str, str | None], order: Sequence[str]) -> frozenset[CallId]:
+    """The calls (by identity, at their first occurrence here) to a funnel step earlier than one a successful call
+    of the same trace had already reached: the turn went back from where it got to. ``order``: the variant's
+    steps (none for generic sessions, whose steps are kinds of activity, not a path)."""
+    if not order:
+        return _NOTHING
+    index = {step: i for i, step in enumerate(order, 1)}
+    furthest: dict[str, int] = {}
+    seen: set[CallId] = set()
+    out = []
+    for c in calls:
+        at = index.get(steps.get(c.span_id))  # type: ignore[arg-type]
+        far = furthest.get(c.trace_id, 0)
+        if c.identity not in seen:
+            seen.add(c.identity)
+            if at is not None and at < far:
+                out.append(c.identity)
+        if at is not None and not c.error and at > far:
+            furthest[c.trace_id] = at
+    return _set(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +211,7 @@ class Row(NamedTuple):
     tool_names: tuple[str, ...]  # distinct, in first-call order
     declared_services: frozenset[str]
     flags: frozenset[str]
-    repeats: frozenset[tuple[str, str]]
+    repeats: frozenset[CallId]  # the distinct calls (tool, canonical arguments)
     trace_ids: frozenset[str]
     schemas: dict[str, tuple[Key, Any]]
     schemaless: frozenset[str]
@@ -183,6 +230,11 @@ class Row(NamedTuple):
     cycle_runs: tuple[tuple[int, bool], tuple[int, bool]]  # ``cycle_run`` from each state
     variant_views: dict[str, "VariantView"]
     validity_memo: list  # [catalog, its entries the calls look up, (valid by call, invalid calls)]
+    wasted_within: tuple[int, int, int]  # ``wasted_within``: repeats, retries, re-derivations among its own calls
+    first_call: CallId | None
+    last_call: CallId | None
+    ends_failed: frozenset[CallId]  # the distinct calls whose last occurrence here failed
+    ends_ok: frozenset[CallId]  # ... and those whose last occurrence worked
 
     @classmethod
     def columns(cls, parts: Sequence["TraceSummary"]) -> "Row":
@@ -197,6 +249,37 @@ class VariantView:
     steps: dict[str, str | None]  # call span id -> step
     reached: frozenset[str]  # steps of calls that worked
     dropoff: StepFacts
+    walk_back_ids: frozenset[CallId] = _NOTHING  # ``walk_backs``
+
+
+def wasted_across(col: Row, views: Sequence[VariantView]) -> tuple[int, int, int, int]:
+    """What the calls repeating a call of an earlier summary add, over the session's summaries as columns (in
+    session order): (repeats, retries, re-derivations), and how many of them their summary counted as walk-backs
+    (a call made before is counted as made before, never as a walk-back). Only for sessions that have such a
+    call; a few set operations per summary, nothing per call."""
+    seen: set[CallId] = set()  # every distinct call so far
+    failed: set[CallId] = set()  # ... whose latest occurrence failed
+    previous: CallId | None = None  # the session's last call so far
+    repeats = retries = rederived = walked = 0
+    for ids, first_call, last_call, ends_ok, ends_failed, view in zip(
+            col.repeats, col.first_call, col.last_call, col.ends_ok, col.ends_failed, views):
+        hits = seen.intersection(ids)  # each at its first occurrence in this summary
+        if hits:
+            after_failure = len(failed.intersection(hits)) if failed else 0
+            adjacent = int(previous is not None and first_call == previous and previous not in failed)
+            retries += after_failure
+            repeats += adjacent
+            rederived += len(hits) - after_failure - adjacent
+            if view.walk_back_ids:
+                walked += len(view.walk_back_ids.intersection(hits))
+        seen |= ids
+        if failed:
+            failed -= ends_ok
+        if ends_failed:
+            failed |= ends_failed
+        if last_call is not None:
+            previous = last_call
+    return repeats, retries, rederived, walked
 
 
 def _tally(seen: Iterable[tuple[Key, str]]) -> Tally:
@@ -335,6 +418,7 @@ class TraceSummary:
         set_("validity_memo", [None, (), None])
         starts = [*self.llm_starts, *(c.key[0] for c in calls)]
         events = cycle_events([self])
+        wasted = wasted_within(calls)
         set_("row", Row(
             self.config_hash, self.span_count, self.llm_count, self.llms_finished, self.tool_call_finishes, len(calls),
             sum(1 for c in calls if c.error), self.input_tokens, self.input_reports, self.output_tokens,
@@ -356,7 +440,7 @@ class TraceSummary:
             first_llm_model=_value(self.first_llm_model), latest_llm=self.latest_llm, llm_answer=self.llm_answer,
             tool_names=tool_names, declared_services=self.declared_services,
             flags=_flag_set(chain.from_iterable(c.flags for c in calls if not c.error)),
-            repeats=_set((c.tool_name, c.canonical_arguments) for c in calls), trace_ids=self.trace_ids,
+            repeats=_set(wasted[1]), trace_ids=self.trace_ids,
             schemas=self.schemas, schemaless=self.schemaless,
             llm_models=self.llm_models, models=self.models, services=self.services,
             llm_model_names=tuple(e[0] for e in self.llm_models), model_names=tuple(e[0] for e in self.models),
@@ -366,14 +450,19 @@ class TraceSummary:
             first_seen_ns=self.first_seen_ns, last_seen_ns=self.last_seen_ns,
             event_span=(min(starts), max(starts)) if starts else None,
             cycle_runs=(cycle_run(events, False), cycle_run(events, True)), variant_views=self.variant_views,
-            validity_memo=self.validity_memo))
+            validity_memo=self.validity_memo, wasted_within=wasted[0],
+            first_call=calls[0].identity if calls else None, last_call=calls[-1].identity if calls else None,
+            ends_failed=_set(k for k, failed in wasted[1].items() if failed),
+            ends_ok=_set(k for k, failed in wasted[1].items() if not failed)))
 
     def variant_view(self, variant: str, matcher: StepMatcher) -> VariantView:
         view = self.variant_views.get(variant)
         if view is None:
             steps = {c.span_id: matcher.step(c.tool_name, variant) for c in self.calls}
             reached = frozenset(steps[c.span_id] for c in self.calls if not c.error and steps[c.span_id])
-            view = VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in self.calls))
+            order = matcher.funnel.variant_steps(variant) if variant != "generic" else ()
+            view = VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in self.calls),
+                               walk_backs(self.calls, steps, order))
             self.variant_views[variant] = view
         return view
 

@@ -20,17 +20,18 @@ CONVERSATION = "json_extract_string(attributes, '$.\"gen_ai.conversation.id\"')"
 def test_population_arrives_over_grpc_and_http(server):
     summary = run_population(server.grpc, server.http_url, sessions=40)
     assert summary.production_sessions == 40
-    assert summary.by_experiment == {"baseline": 20, "fix-1": 20, "fix-2": 20}
+    assert summary.by_experiment == {"baseline": 45, "fix-1": 45, "fix-2": 45}
     assert summary.spans_failed == 0 and summary.spans_exported == summary.spans
 
     totals = sql(server.db, f"select count(*) as spans, count(distinct trace_id) as traces, "
                             f"count(distinct {CONVERSATION}) as conversations from spans")[0]
     assert totals == {"spans": summary.spans, "traces": summary.traces, "conversations": summary.sessions}
-    assert summary.sessions == 100  # 40 production, 3 experiments x 4 cases x 5 runs
+    assert summary.sessions == 175  # 40 production, 3 experiments x 9 cases x 5 runs
 
-    # each exporter carries its own services, so seeing both sets proves both transports delivered
+    # each exporter carries its own services, so seeing both sets proves both transports delivered (the funnel
+    # builder's own among them: it runs in the evaluation experiments only)
     grpc, http = set(summary.services["grpc"]), set(summary.services["http"])
-    assert grpc and http and not grpc & http
+    assert grpc and http and not grpc & http and "funnel-agent" in http
     stored = {r["service_name"] for r in sql(server.db, "select distinct service_name from spans")}
     assert stored == grpc | http
 
@@ -43,7 +44,7 @@ def test_population_arrives_over_grpc_and_http(server):
                max(n) as most_turns
         from spans, (select {CONVERSATION} as c, count(distinct trace_id) as n from spans group by 1) t
         where parent_span_id is null and t.c = {CONVERSATION}""")[0]
-    assert roots["runs"] == 60
+    assert roots["runs"] == 135
     assert roots["capped"] >= 1
     assert roots["declared_shop"] >= 1
     assert roots["most_turns"] >= 2  # multi-turn conversations share one conversation id
@@ -68,3 +69,21 @@ def test_evaluation_plans_are_the_same_in_every_process():
     first, second = (subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
                      for _ in range(2))
     assert first == second and "fix-2-book-kyoto-hotel-1" in first
+
+
+def test_cases_added_later_leave_the_first_cases_draws_as_they_were(monkeypatch):
+    """The funnel builder's cases draw from streams of their own: the first cases' runs, and the generator the
+    rest of the population draws from afterwards, are what they were before those cases existed."""
+    from agentfunnel.collector.demo import cases
+
+    def draw(seed: int) -> tuple[list, tuple]:
+        rng = random.Random(seed)
+        runs = [(r.run_id, r.plan.name) for r in cases.plan_runs(rng) if r.case.id in cases.FIRST_CASES]
+        return runs, rng.getstate()
+
+    for seed in (7, 11):
+        everything = draw(seed)
+        monkeypatch.setattr(cases, "CASES", tuple(c for c in cases.CASES if c.id in cases.FIRST_CASES))
+        assert draw(seed) == everything
+        monkeypatch.undo()
+    assert len(everything[0]) == len(cases.FIRST_CASES) * len(cases.EXPERIMENTS) * cases.RUNS_PER_CASE

@@ -273,7 +273,7 @@ def test_evaluation_sections_from_hand_built_data():
     assert _row(out, "<b>steps</b> renderable")[:3] == ["2", "3", "67%"] and "failed 2" in out and "judge error 1" in out
     doc = render_html(data, "ja")
     assert "(実験名なし)" in doc and "&lt;b&gt;steps&lt;/b&gt; renderable" in doc and "<b>steps" not in doc
-    assert "r&amp;1" in doc and "判定エラー 1" in doc and "ツール名、説明、カタログ" in doc
+    assert "r&amp;1" in doc and "判定エラー 1" in doc and "ツール名、説明、操作カタログ" in doc
     data.experiments, data.needs_upgrade = [], True
     assert "agentfunnel rescore" in render_terminal(data, "en") and "agentfunnel rescore" in render_html(data, "en")
 

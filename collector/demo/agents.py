@@ -1,8 +1,8 @@
-"""The demo population: six deployed agents, production traffic and evaluation runs, over real OTLP.
+"""The demo population: seven deployed agents, production traffic and evaluation runs, over real OTLP.
 
 ``run_population`` is what ``agentfunnel demo`` drives: every agent service has its own
-TracerProvider and exporter (gRPC for the shop and travel agents, HTTP for procurement and
-support), so one run exercises both receivers with the SDK users actually deploy. The mix is
+TracerProvider and exporter (gRPC for the shop and travel agents, HTTP for procurement, support
+and the funnel builder), so one run exercises both receivers with the SDK users actually deploy. The mix is
 fixed per 120 sessions and scaled; the seed picks agents, products, ids and run outcomes.
 """
 
@@ -37,6 +37,9 @@ AGENTS: dict[str, AgentSpec] = {a.key: a for a in (
               "generativelanguage.googleapis.com"),
     AgentSpec("support", "support-bot", "support-agent", "http", "openai", "gpt-4.1-mini",
               "gpt-4.1-mini-2025-04-14", "api.openai.com", max_turns=20),
+    # evaluation runs only: it builds a funnel spec and saves it with one tool call
+    AgentSpec("funnel", "funnel-builder", "funnel-agent", "http", "anthropic", "claude-sonnet-4-5",
+              "claude-sonnet-4-5-20250929", "api.anthropic.com"),
 )}
 
 

@@ -1,9 +1,12 @@
-"""Evaluation runs: four cases, three experiments, five runs each, with seeded run-to-run variation.
+"""Evaluation runs: nine cases, three experiments, five runs each, with seeded run-to-run variation.
 
 Each case has one passing plan and the failure modes an experiment shows. How many runs pass
 is fixed per (experiment, case) so the comparison always reads the same way (``fix-1`` is more
 reliable on three cases and regresses on ``book-kyoto-hotel``, which ``fix-2`` repairs); which runs fail, and how, comes
 from the seed, so pass^k and pass@k differ wherever a case passes sometimes.
+
+The five ``FUNNEL_CASES`` score the funnel builder's spec in the three artifact layers; most of
+their failing runs are specs the demo's judge scores 1.0 and a deterministic check fails.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .funnel_builder import (FunnelServer, builds, dental_booking, describes_only, ebook_split, generic_copy,
+                             invented_step_type, lead_capture, long_qualification, no_company_field, no_fallback,
+                             select_as_text, skips_booking, webinar_routing, weights_to_90)
 from .runtime import Call, Conversation, Failed, Script
 from .scripts import (WANTS, ScriptFn, answer_only, proc_quote_turn, rfq_flow, search_step, shop_capped,
                         shop_cart_claims_purchase, shop_payment_required, shop_purchase, stay_flow)
@@ -22,6 +28,8 @@ EXPERIMENTS = ("baseline", "fix-1", "fix-2")  # in time order: the report charts
 RUNS_PER_CASE = 5
 EXPERIMENT_VERSIONS = {"baseline": "1.4.0", "fix-1": "1.4.1", "fix-2": "1.4.2"}
 FIRST_TWO = EXPERIMENTS[:2]  # drawn from the demo's own stream; later ones from a stream each (see plan_runs)
+# likewise the first cases; a case added later draws from a stream of its own (see plan_runs)
+FIRST_CASES = ("buy-trail-shoes", "quote-m6-bolts", "book-kyoto-hotel", "refund-policy")
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,58 @@ BOLTS2 = "Accept the quote and submit the PO."
 KYOTO = "Book a hotel in Kyoto from Apr 12 to 15 for two."
 REFUND = "What is your refund policy for shoes I've already worn?"
 
+LEAD = ("Build me a lead capture funnel for my B2B SaaS: a landing page, then a contact form (work email, full "
+        "name, company), then a thank-you page.")
+DENTAL = ("I run a dental clinic. Make a booking funnel: a landing page about checkups, a step to book a time, and a "
+          "confirmation page.")
+QUALIFY = ("A six-step qualification funnel for our agency: landing page, a form for name and work email, company size "
+           "as a select (1-10, 11-50, 51-200, 200+), monthly budget, a video on how we work, then a thank-you page.")
+WEBINAR = ("Follow-up funnel for our webinar: a landing page, then ask their role; founders book a call, everyone else "
+           "watches the replay, and both end on a thank-you page.")
+EBOOK = ("Split-test two landing page headlines for our pricing ebook, 50/50 from the ad link, both going to one "
+         "download form and a thank-you page.")
+
+
+def _funnel_case(case_id: str, ask: str, make: Callable[[], dict[str, Any]],
+                 failures: dict[str, tuple[Plan, ...]], passes: dict[str, int]) -> Case:
+    return Case(case_id, "funnel", "generic", lambda r, q: FunnelServer(r, q),
+                Plan("saved", None, "action_taken", ((ask, builds(make)),)), failures, passes)
+
+
+def _slip(name: str, ask: str, make: Callable[[], dict[str, Any]], slip: Callable[[dict[str, Any]], None]) -> Plan:
+    return Plan(name, "wrong_output", "action_taken", ((ask, builds(make, slip)),))
+
+
+FUNNEL_CASES: tuple[Case, ...] = (
+    _funnel_case("lead-capture", LEAD, lead_capture,
+                 {"baseline": (_slip("no_company_field", LEAD, lead_capture, no_company_field),),
+                  # the spec is never saved: the artifact is missing, and no later layer runs
+                  "fix-1": (Plan("never_saved", "wrong_output", "read_only", ((LEAD, describes_only(lead_capture)),)),),
+                  "fix-2": ()},
+                 {"baseline": 4, "fix-1": 4, "fix-2": 5}),
+    _funnel_case("dental-visit", DENTAL, dental_booking,
+                 {"baseline": (_slip("orphan_step", DENTAL, dental_booking, skips_booking),
+                               _slip("generic_copy", DENTAL, dental_booking, generic_copy)),
+                  "fix-1": (_slip("orphan_step", DENTAL, dental_booking, skips_booking),),
+                  # the one failure the judge catches and no deterministic check can: copy for any business
+                  "fix-2": (_slip("generic_copy", DENTAL, dental_booking, generic_copy),)},
+                 {"baseline": 3, "fix-1": 4, "fix-2": 4}),
+    # four of five is better, not fixed: the select substitution keeps coming back
+    _funnel_case("qualification", QUALIFY, long_qualification,
+                 {e: (_slip("select_as_text", QUALIFY, long_qualification, select_as_text),) for e in EXPERIMENTS},
+                 {"baseline": 2, "fix-1": 4, "fix-2": 4}),
+    _funnel_case("role-routing", WEBINAR, webinar_routing,
+                 {"baseline": (_slip("no_fallback", WEBINAR, webinar_routing, no_fallback),),
+                  "fix-1": (_slip("no_fallback", WEBINAR, webinar_routing, no_fallback),), "fix-2": ()},
+                 {"baseline": 3, "fix-1": 4, "fix-2": 5}),
+    _funnel_case("split-test", EBOOK, ebook_split,
+                 {"baseline": (_slip("weights_sum_90", EBOOK, ebook_split, weights_to_90),
+                               _slip("invented_step_type", EBOOK, ebook_split, invented_step_type)),
+                  "fix-1": (_slip("weights_sum_90", EBOOK, ebook_split, weights_to_90),),
+                  "fix-2": (_slip("invented_step_type", EBOOK, ebook_split, invented_step_type),)},
+                 {"baseline": 3, "fix-1": 3, "fix-2": 4}),
+)
+
 CASES: tuple[Case, ...] = (
     Case("buy-trail-shoes", "shop-ucp", "shopping", lambda r, q: ShopServer(r, q),
          Plan("purchase", None, "purchase_completed", ((BUY, shop_purchase),)),
@@ -143,6 +203,7 @@ CASES: tuple[Case, ...] = (
                          ("cart_no_url",)),),
           "fix-2": ()},
          {"baseline": 3, "fix-1": 4, "fix-2": 5}),
+    *FUNNEL_CASES,
 )
 
 
@@ -165,12 +226,15 @@ class RunPlan:
 def plan_runs(rng: random.Random) -> list[RunPlan]:
     """Every (experiment, case, run): which runs pass and how the others fail, from the seed."""
     runs = []
+    start = f"{rng.getstate()!r}"
     for experiment in EXPERIMENTS:
         # an experiment added later draws from a stream of its own, so the earlier ones stay as they were;
         # seeded from the state's text (a str seed is hashed with SHA-512), never hash(): the state holds
         # None, whose hash differs per process before Python 3.12, and the demo must read the same everywhere
-        r = rng if experiment in FIRST_TWO else random.Random(f"{rng.getstate()!r}/{experiment}")
+        shared = rng if experiment in FIRST_TWO else random.Random(f"{rng.getstate()!r}/{experiment}")
         for case in CASES:
+            # so does a case added later, from the state before any draw: the first cases' draws stay as they were
+            r = shared if case.id in FIRST_CASES else random.Random(f"{start}/{experiment}/{case.id}")
             passes = case.passes[experiment]
             outcome = [True] * passes + [False] * (RUNS_PER_CASE - passes)
             r.shuffle(outcome)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from ..config import Settings
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
+from .judge import DemoJudge
 
 DEMO_SUITE = Path(__file__).with_name("cases.yaml")
 # The demo's mark in a database it wrote: one row, created before the server first opens the file
@@ -81,6 +83,7 @@ class DemoRun:
     endpoints: Endpoints
     summary: DemoSummary
     sessions_closed: int
+    judge_url: str | None = None  # the scripted judge's, when the demo graded its own cases with it
 
 
 class _BackgroundServer:
@@ -101,26 +104,43 @@ class _BackgroundServer:
         self.thread.join(timeout=10)
 
 
+def uses_scripted_judge(settings: Settings) -> bool:
+    """The demo grades with its scripted judge when it runs its own cases and the configuration names no judge.
+
+    An ``ANTHROPIC_API_KEY`` in the environment alone does not count: the demo never spends on a key it
+    was not given for it, and its runs read the same on every machine.
+    """
+    return settings.cases.suite is None and "judge" not in settings.model_fields_set
+
+
 def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
-    """Serve on free loopback ports, run the population, close every session, stop cleanly.
+    """Serve on free loopback ports, run the population, close every session, wait for every judgment, stop.
 
     ``settings.store.path`` is replaced only when ``check_replaceable`` allows it (else
     ``NotTheDemosDatabase``): the same seed reuses conversation ids, so the demo starts from an empty file.
     """
     db = settings.store.path
     check_replaceable(db)
+    judge = DemoJudge() if uses_scripted_judge(settings) else None
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)
     _mark(db)
     update: dict = {
         "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
     }
+    if "job_share" not in settings.store.model_fields_set:
+        # the only clients are the demo's own agents, and once they stop, judgments and re-scoring are all the
+        # writer has left to do: session work need not leave it idle for requests that are not coming
+        update["store"] = settings.store.model_copy(update={"job_share": 1.0})
+    if judge is not None:
+        update["judge"] = judge.settings(settings.judge)
     if settings.cases.suite is None:  # the demo's evaluation runs are scored against its own cases
         update["cases"] = settings.cases.model_copy(update={"suite": str(DEMO_SUITE)})
     settings = settings.model_copy(update=update)
     background = _BackgroundServer(settings)
-    with background as endpoints:
+    with judge or contextlib.nullcontext(), background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)
         closed = len(background.server.sessions.flush())
+        background.server.evaluator.drain()  # judgments are asked for as sessions close: the report waits for them
     _mark(db, finished=True)  # the server has closed the file
-    return DemoRun(db, endpoints, summary, closed)
+    return DemoRun(db, endpoints, summary, closed, judge.url if judge else None)

@@ -704,3 +704,242 @@ MIGRATIONS.append((
     );
     """,
 ))
+
+# Tails and wasted steps (SPEC §7): the sessions' wasted steps by kind (``SessionScorer._wasted``: each call in
+# one kind at most, ``wasted_steps`` their sum); experiment summaries gain p99 cost and latency, step-count
+# p95/p99 and the kinds; ``experiment_tails_of`` (the ``experiment_tails`` view) is the same tails per experiment
+# over all its evaluated runs, and ``step_distribution_of`` its runs per step count (tool calls). Failure shapes:
+# ``failure_problems_of`` has one row per failed run and what failed it, read from its first failing stage's
+# evidence (an argument's JSON pointer, a result field, a tool, a criterion), and ``failure_shapes_of`` counts
+# them per experiment, so which argument of which tool fails most is one query.
+MIGRATIONS.append((
+    "0013_tails_wasted_steps_and_failure_shapes",
+    r"""
+    ALTER TABLE sessions ADD COLUMN wasted_repeats INTEGER;
+    ALTER TABLE sessions ADD COLUMN wasted_retries INTEGER;
+    ALTER TABLE sessions ADD COLUMN wasted_rederivations INTEGER;
+    ALTER TABLE sessions ADD COLUMN wasted_walk_backs INTEGER;
+    CREATE OR REPLACE VIEW experiment_summary AS
+    WITH runs AS (
+        SELECT s.*, coalesce(r.probe, false) AS is_probe, coalesce(r.controlled_exposure, false) AS exposure
+        FROM sessions s LEFT JOIN case_runs r USING (session_id)
+        WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL
+    ),
+    agg AS (
+        SELECT experiment, case_id, count(*) AS runs, count(passed) AS n, count(*) FILTER (WHERE passed) AS passes,
+               avg(judge_score) AS judge_avg,
+               count(*) FILTER (WHERE judge_status IN ('missing', 'error')) AS judge_unavailable,
+               quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
+               quantile_cont(cost_usd, 0.99) AS cost_p99, max(cost_usd) AS cost_max,
+               quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+               quantile_cont(duration_ms, 0.99) AS latency_p99_ms, max(duration_ms) AS latency_max_ms,
+               quantile_cont(tool_call_count, 0.5) AS steps_p50, quantile_cont(tool_call_count, 0.95) AS steps_p95,
+               quantile_cont(tool_call_count, 0.99) AS steps_p99, max(tool_call_count) AS steps_max,
+               count(*) FILTER (WHERE failure_class = 'crash') AS crash,
+               count(*) FILTER (WHERE failure_class = 'cap_hit') AS cap_hit,
+               count(*) FILTER (WHERE failure_class = 'invalid_tool_call') AS invalid_tool_call,
+               count(*) FILTER (WHERE failure_class = 'tool_error') AS tool_error,
+               count(*) FILTER (WHERE failure_class = 'wrong_output') AS wrong_output,
+               count(*) FILTER (WHERE failure_class = 'judge_unavailable') AS judge_unavailable_runs,
+               count(*) FILTER (WHERE judge_status = 'pending') AS judge_pending,
+               count(*) FILTER (WHERE failure_class = 'judge_pending') AS judge_pending_runs,
+               count(*) FILTER (WHERE failure_class = 'timeout') AS timeout,
+               coalesce(sum(tool_call_count), 0) AS tool_calls,
+               coalesce(sum(invalid_tool_calls), 0) AS invalid_tool_calls,
+               coalesce(sum(wasted_steps), 0) AS wasted_steps,
+               coalesce(sum(wasted_repeats), 0) AS wasted_repeats,
+               coalesce(sum(wasted_retries), 0) AS wasted_retries,
+               coalesce(sum(wasted_rederivations), 0) AS wasted_rederivations,
+               coalesce(sum(wasted_walk_backs), 0) AS wasted_walk_backs,
+               quantile_cont(cycles, 0.5) AS cycles_p50, max(cycles) AS cycles_max,
+               count(*) FILTER (WHERE hit_cap) AS cap_hits,
+               min(first_seen) AS started, max(last_seen) AS ended,
+               bool_or(exposure) AS controlled_exposure
+        FROM runs WHERE NOT is_probe GROUP BY experiment, case_id
+    )
+    SELECT experiment, case_id, runs, n, passes, CASE WHEN n > 0 THEN passes / n END AS pass_rate, n AS k,
+           CASE WHEN n > 0 THEN pass_at_k(n, passes, n) END AS pass_at_k,
+           CASE WHEN n > 0 THEN pass_hat_k(n, passes, n) END AS pass_hat_k,
+           judge_avg, judge_unavailable, cost_p50, cost_p95, cost_max, latency_p50_ms, latency_p95_ms, latency_max_ms,
+           steps_p50, steps_max, crash, cap_hit, invalid_tool_call, tool_error, wrong_output, judge_unavailable_runs,
+           judge_pending, judge_pending_runs, timeout, tool_calls, invalid_tool_calls,
+           CASE WHEN tool_calls > 0 THEN invalid_tool_calls / tool_calls END AS invalid_call_rate,
+           wasted_steps, cycles_p50, cycles_max, cap_hits, started, ended, controlled_exposure,
+           cost_p99, latency_p99_ms, steps_p95, steps_p99,
+           wasted_repeats, wasted_retries, wasted_rederivations, wasted_walk_backs
+    FROM agg;
+    -- an experiment's evaluated runs (a verdict, not a probe): what compare and the report read
+    CREATE MACRO experiment_runs_of(session_ids) AS TABLE
+    SELECT s.*, r.first_failed_stage FROM sessions s LEFT JOIN case_runs r USING (session_id)
+    WHERE s.experiment IS NOT NULL AND s.case_id IS NOT NULL AND s.passed IS NOT NULL AND NOT coalesce(r.probe, false)
+      AND (session_ids IS NULL OR s.session_id IN (SELECT unnest(session_ids)));
+    CREATE MACRO experiment_tails_of(session_ids) AS TABLE
+    SELECT experiment, count(*) AS runs,
+           quantile_cont(cost_usd, 0.5) AS cost_p50, quantile_cont(cost_usd, 0.95) AS cost_p95,
+           quantile_cont(cost_usd, 0.99) AS cost_p99, max(cost_usd) AS cost_max,
+           quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+           quantile_cont(duration_ms, 0.99) AS latency_p99_ms, max(duration_ms) AS latency_max_ms,
+           quantile_cont(tool_call_count, 0.5) AS steps_p50, quantile_cont(tool_call_count, 0.95) AS steps_p95,
+           quantile_cont(tool_call_count, 0.99) AS steps_p99, max(tool_call_count) AS steps_max,
+           coalesce(sum(tool_call_count), 0) AS tool_calls,
+           coalesce(sum(wasted_steps), 0) AS wasted_steps,
+           coalesce(sum(wasted_repeats), 0) AS wasted_repeats,
+           coalesce(sum(wasted_retries), 0) AS wasted_retries,
+           coalesce(sum(wasted_rederivations), 0) AS wasted_rederivations,
+           coalesce(sum(wasted_walk_backs), 0) AS wasted_walk_backs
+    FROM experiment_runs_of(session_ids) GROUP BY experiment;
+    CREATE VIEW experiment_tails AS SELECT * FROM experiment_tails_of(NULL);
+    CREATE MACRO step_distribution_of(session_ids) AS TABLE
+    SELECT experiment, tool_call_count AS steps, count(*) AS runs,
+           count(*) / sum(count(*)) OVER (PARTITION BY experiment) AS share
+    FROM experiment_runs_of(session_ids) GROUP BY experiment, tool_call_count;
+    CREATE VIEW step_distribution AS SELECT * FROM step_distribution_of(NULL);
+    -- What failed each failed run (not a probe), from its stages' evidence. A run the cap, a crash or the
+    -- timeout ended is that (its failure class outranks what the stages then show); else each problem of its
+    -- first failing stage; else (no stage failed) its failed assertions or artifact layers; else its failure class.
+    CREATE MACRO failure_problems_of(session_ids) AS TABLE
+    WITH failed AS (
+        SELECT * FROM case_runs
+        WHERE NOT passed AND NOT coalesce(probe, false)
+          AND (session_ids IS NULL OR session_id IN (SELECT unnest(session_ids)))
+    ),
+    staged AS (SELECT * FROM failed WHERE coalesce(failure_class, '') NOT IN ('crash', 'timeout', 'cap_hit')),
+    discovery AS (
+        SELECT session_id, 'discovery' AS stage, discovery_evidence->>'$.tool' AS tool,
+               coalesce(discovery_evidence->>'$.argument', discovery_evidence->>'$.path') AS location,
+               CASE WHEN discovery_evidence->>'$.reason' = 'no structured output' THEN 'no_structured_output'
+                    ELSE 'target_not_listed' END AS kind,
+               discovery_evidence->>'$.reason' AS detail
+        FROM staged WHERE first_failed_stage = 'discovery'
+    ),
+    selection AS (
+        SELECT session_id, 'selection' AS stage, selection_evidence->>'$.tool' AS tool,
+               selection_evidence->>'$.argument' AS location,
+               CASE selection_evidence->>'$.role' WHEN 'target' THEN 'chose_target'
+                    WHEN 'competitor' THEN 'chose_competitor' WHEN 'other' THEN 'chose_other'
+                    ELSE 'abstained' END AS kind,
+               selection_evidence->>'$.chosen' AS detail
+        FROM staged WHERE first_failed_stage = 'selection'
+    ),
+    resolution AS (
+        SELECT session_id, coalesce(json_array_length(tool_resolution_evidence->'$.called'), 0) AS called,
+               coalesce(json_array_length(tool_resolution_evidence->'$.in_plan'), 0) AS in_plan,
+               coalesce(from_json(tool_resolution_evidence->'$.hallucinated', '["VARCHAR"]'), []) AS invented,
+               coalesce(from_json(tool_resolution_evidence->'$.off_plan', '["VARCHAR"]'), []) AS off_plan,
+               tool_resolution_evidence->>'$.reason' AS reason
+        FROM staged WHERE first_failed_stage = 'tool_resolution'
+    ),
+    tool_resolution AS (
+        SELECT session_id, 'tool_resolution' AS stage, NULL AS tool, NULL AS location, 'no_tool_called' AS kind,
+               reason AS detail FROM resolution WHERE called = 0
+        UNION ALL
+        SELECT session_id, 'tool_resolution', unnest(invented), NULL, 'hallucinated_tool', reason
+        FROM resolution WHERE called > 0 AND len(invented) > 0
+        UNION ALL
+        SELECT session_id, 'tool_resolution', NULL, NULL, 'no_plan_tool', reason
+        FROM resolution WHERE called > 0 AND len(invented) = 0 AND in_plan = 0
+        UNION ALL
+        SELECT session_id, 'tool_resolution', unnest(off_plan), NULL, 'off_plan_tool', reason
+        FROM resolution WHERE called > 0 AND len(invented) = 0 AND in_plan > 0
+    ),
+    invocation AS (
+        SELECT session_id, 'invocation' AS stage, e.tool, e.pointer AS location,
+               CASE WHEN struct_extract(e, 'check') IS NULL THEN 'schema_violation' ELSE 'argument_mismatch' END AS kind,
+               CASE WHEN struct_extract(e, 'check') IS NULL THEN e.message
+                    ELSE struct_extract(e, 'check') || ' ' || coalesce(e.expected, 'null') || ', found '
+                         || coalesce(e.found, 'null') END AS detail
+        FROM (SELECT session_id, unnest(from_json(invocation_evidence->'$.errors',
+                  '[{"tool": "VARCHAR", "pointer": "VARCHAR", "message": "VARCHAR", "check": "VARCHAR",
+                     "expected": "VARCHAR", "found": "VARCHAR", "effective": "BOOLEAN"}]')) AS e
+              FROM staged WHERE first_failed_stage = 'invocation')
+        WHERE e.effective
+    ),
+    execution AS (
+        SELECT session_id, 'execution' AS stage, e.tool, NULL AS location, 'tool_error' AS kind, e.error AS detail
+        FROM (SELECT session_id, unnest(from_json(execution_evidence->'$.errors',
+                  '[{"tool": "VARCHAR", "error": "VARCHAR"}]')) AS e
+              FROM staged WHERE first_failed_stage = 'execution')
+        UNION ALL
+        SELECT session_id, 'execution', w.tool, NULL, 'wrong_server',
+               'ran on ' || coalesce(array_to_string(w.ran_on, ', '), '?') || ', not ' || coalesce(expected, '?')
+        FROM (SELECT session_id, execution_evidence->>'$.expected_server' AS expected,
+                     unnest(from_json(execution_evidence->'$.wrong_server', '[{"tool": "VARCHAR", "ran_on": ["VARCHAR"]}]')) AS w
+              FROM staged WHERE first_failed_stage = 'execution')
+    ),
+    field_problems AS (
+        SELECT session_id, coalesce(struct_extract(f, 'from'), f.tool) AS tool, f.path AS location,
+               unnest(f.problems) AS problem
+        FROM (SELECT session_id, unnest(from_json(result_usability_evidence->'$.fields',
+                  '[{"path": "VARCHAR", "tool": "VARCHAR", "from": "VARCHAR", "problems": ["VARCHAR"]}]')) AS f
+              FROM staged WHERE first_failed_stage = 'result_usability')
+    ),
+    field_kinds AS (
+        SELECT session_id, tool, location, problem,
+               CASE WHEN problem LIKE 'no successful result from %' THEN 'no_result'
+                    WHEN problem = 'absent' THEN 'field_missing'
+                    WHEN regexp_matches(problem, ' is not one of \[.*\]$') THEN 'undeclared_value'
+                    WHEN regexp_matches(problem, ': is null$') THEN 'field_null'
+                    WHEN regexp_matches(problem, ': is \w+, not \w+$') THEN 'field_wrong_type'
+                    ELSE 'field_problem' END AS kind
+        FROM field_problems
+    ),
+    result_usability AS (
+        -- a tool without a successful result is one problem, whatever fields the case wanted from it; the
+        -- problem's text says more than its kind only for a value (its type, or the value itself)
+        SELECT session_id, 'result_usability' AS stage, tool,
+               CASE WHEN kind = 'no_result' THEN NULL ELSE location END AS location, kind,
+               min(CASE WHEN kind NOT IN ('no_result', 'field_missing') THEN problem END) AS detail
+        FROM field_kinds GROUP BY ALL
+    ),
+    completion AS (
+        SELECT session_id, 'completion' AS stage, NULL AS tool, c.name AS location,
+               'criterion_' || coalesce(c.assessment, 'missing') AS kind, NULL AS detail
+        FROM (SELECT session_id, unnest(from_json(completion_evidence->'$.failing_criteria',
+                  '[{"name": "VARCHAR", "assessment": "VARCHAR"}]')) AS c
+              FROM staged WHERE first_failed_stage = 'completion')
+        UNION ALL
+        SELECT session_id, 'completion', NULL, NULL,
+               CASE WHEN completion_evidence->>'$.status' = 'incomplete' THEN 'judge_incomplete'
+                    ELSE 'score_below_threshold' END,
+               completion_evidence->>'$.score'
+        FROM staged WHERE first_failed_stage = 'completion'
+          AND coalesce(json_array_length(completion_evidence->'$.failing_criteria'), 0) = 0
+    ),
+    artifact AS (
+        SELECT session_id, NULL AS stage, NULL AS tool, unnest(failed_assertions) AS location, 'assertion' AS kind,
+               NULL AS detail
+        FROM staged WHERE first_failed_stage IS NULL AND len(failed_assertions) > 0
+        UNION ALL
+        SELECT session_id, NULL, NULL, NULL, 'artifact_' || layer, layers->>('$.' || layer || '.problems[0]')
+        FROM (SELECT *, unnest(['structural', 'judge']) AS layer FROM staged WHERE first_failed_stage IS NULL)
+        WHERE layers->>('$.' || layer || '.state') = 'failed'
+    ),
+    found AS (
+        SELECT * FROM discovery UNION ALL BY NAME SELECT * FROM selection UNION ALL BY NAME SELECT * FROM tool_resolution
+        UNION ALL BY NAME SELECT * FROM invocation UNION ALL BY NAME SELECT * FROM execution
+        UNION ALL BY NAME SELECT * FROM result_usability UNION ALL BY NAME SELECT * FROM completion
+        UNION ALL BY NAME SELECT * FROM artifact
+    ),
+    rest AS (
+        SELECT session_id, CASE WHEN failure_class IN ('crash', 'timeout', 'cap_hit') THEN NULL
+                                ELSE first_failed_stage END AS stage, NULL AS tool, NULL AS location,
+               coalesce(failure_class, 'failed') AS kind, fix_hint AS detail
+        FROM failed WHERE session_id NOT IN (SELECT session_id FROM found)
+    )
+    SELECT r.experiment, r.case_id, r.run_id, r.session_id, r.fit, r.failure_class, r.updated_at,
+           p.stage, p.tool, p.location, p.kind, p.detail
+    FROM (SELECT * FROM found UNION ALL BY NAME SELECT * FROM rest) p JOIN failed r USING (session_id);
+    CREATE VIEW failure_problems AS SELECT * FROM failure_problems_of(NULL);
+    -- per experiment, each shape's runs and their share of the experiment's failed runs (a run with two
+    -- problems is in two shapes); ``detail`` is the shape's most common detail, ``example`` its latest run
+    CREATE MACRO failure_shapes_of(session_ids) AS TABLE
+    WITH problems AS (SELECT * FROM failure_problems_of(session_ids)),
+    totals AS (SELECT experiment, count(DISTINCT session_id) AS failed_runs FROM problems GROUP BY experiment)
+    SELECT p.experiment, p.stage, p.tool, p.location, p.kind, count(DISTINCT p.session_id) AS runs,
+           count(DISTINCT p.session_id) / any_value(t.failed_runs) AS share, any_value(t.failed_runs) AS failed_runs,
+           mode(p.detail) AS detail, arg_max(p.session_id, p.updated_at) AS example
+    FROM problems p JOIN totals t ON p.experiment IS NOT DISTINCT FROM t.experiment
+    GROUP BY p.experiment, p.stage, p.tool, p.location, p.kind;
+    CREATE VIEW failure_shapes AS SELECT * FROM failure_shapes_of(NULL);
+    """,
+))
