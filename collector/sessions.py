@@ -366,7 +366,11 @@ class SessionService:
                 break
             done.extend(self._assemble(chunk).result())
         else:  # and the jobs of traces taken just before (gone idle, evicted): jobs run in order
-            self.store.submit_job(lambda con: None).result()
+            barrier = self.store.submit_job(lambda con: None)
+            try:  # at shutdown, no longer than the time left: what is still queued then runs as the store closes
+                barrier.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                pass
         polled = self.follow_others()  # on a lake: and catch up with what the other replicas assembled,
         if polled is not None:
             polled.result()
