@@ -2,9 +2,11 @@
 
 Each run gets a fresh lake (a new database in a private PostgreSQL, a new Parquet directory) and
 N ``agentfunnel serve`` replicas from the lake environment, with the shipping defaults (each
-replica commits into its own file and ships every 2 s or 200,000 rows) and no scheduled
-compaction (the bench compacts at the end, to count files before and after). GenAI-shaped
-requests (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
+replica commits into its own file and ships every 5 s or 200,000 rows), no scheduled compaction
+(the bench compacts at the end, to count files before and after), traces idle after 2 s, and one
+DuckDB thread per replica (``store.threads: 1``; the default 2 would give three replicas on two
+cores six DuckDB threads), the same for every N. GenAI-shaped requests
+(``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
 loadbalancing exporter would (the test router's ``split``) and posted over OTLP/HTTP at a fixed
 rate, the same for every N. After the last one every replica is flushed (traces assembled,
 sessions scored, everything shipped), and the stored row count is checked through a lake reader.
@@ -24,8 +26,9 @@ the figures: on a shared machine they move with it.
 
 By hand, from the repository root, with the lake environment made (``.ci/run`` does it):
 
-    python bench/lake.py                         # 1, 2, 3 replicas, 2,000 spans/s for 20 s
+    python bench/lake.py                         # 1, 2, 3 replicas, 3,000 spans/s for 20 s
     python bench/lake.py --replicas 3 --rate 5000 --seconds 60
+    python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,15 +53,19 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from conftest import ServerProcess  # noqa: E402
-from lake_support import Postgres, free_port, lake_config, lake_python, lake_rows, pg_bindir, split  # noqa: E402
+from lake_support import (Postgres, free_port, lake_config, lake_maintenance, lake_python, lake_rows, pg_bindir,  # noqa: E402
+                          split)
 from payloads import genai_request  # noqa: E402
 
 SPANS_PER_REQUEST = 512
-SHIPPING = {"ship_interval_seconds": 2.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
+SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
             "poll_interval_seconds": 1.0}
+SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0}  # the default check interval, a short idle time
+STORE = {"threads": 1}  # up to three replicas and PostgreSQL share two cores here: one DuckDB thread each, for every N
 
 
-def post(url: str, body: bytes) -> None:
+def post(url: str, body: bytes, give_up_after: float = 300.0) -> None:
+    deadline = time.monotonic() + give_up_after
     while True:
         req = urllib.request.Request(url + "/v1/traces", data=body, method="POST",
                                      headers={"Content-Type": "application/x-protobuf"})
@@ -65,8 +73,9 @@ def post(url: str, body: bytes) -> None:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 if resp.status == 200:
                     return
-        except OSError:
-            pass
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} has not taken a request for {give_up_after:g} s: {exc}") from None
         time.sleep(0.05)  # pushed back: retry
 
 
@@ -95,21 +104,6 @@ def pg_commits(pg: Postgres, db: str) -> int:
     return int(out.stdout.strip())
 
 
-_LAKE_FACTS = """
-import json, sys
-from pathlib import Path
-from agentfunnel.collector.config import load_settings
-from agentfunnel.collector.store import lake as L
-settings = load_settings(Path(sys.argv[1])).store.lake
-con = L.connect_lake(settings)
-out = {"snapshot": L.snapshot(con), "files": L.file_count(con)}
-if sys.argv[2] == "compact":
-    for s in L.complete_schemas(con):
-        L.compact(con, s)
-    out["files_after"] = L.file_count(con)
-print(json.dumps(out))
-"""
-
 _REPORT_TIMES = """
 import json, statistics, sys, time
 from pathlib import Path
@@ -126,14 +120,6 @@ def best(db):
     return statistics.median(times)
 print(json.dumps({"lake": best(store), "file": best(Path(sys.argv[2]))}))
 """
-
-
-def lake_facts(python: str, config: Path, compact: bool = False) -> dict:
-    out = subprocess.run([python, "-c", _LAKE_FACTS, str(config), "compact" if compact else "-"],
-                         capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr)
-    return json.loads(out.stdout)
 
 
 @dataclass
@@ -155,11 +141,12 @@ class Run:
 
 
 def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, clients: int,
-        keep: list[Path]) -> Run:
+        keep: list[Path], shares: int | None = None) -> Run:
     tmp = Path(tempfile.mkdtemp(prefix="agentfunnel-lakebench-"))
     db = f"bench_{replicas}_{int(time.time())}"
     catalog = pg.createdb(db)
-    configs = [lake_config(tmp / f"r{i}.yaml", catalog, tmp / "data", i, replicas, SHIPPING) for i in range(replicas)]
+    configs = [lake_config(tmp / f"r{i}.yaml", catalog, tmp / "data", i, replicas, SHIPPING, STORE, **SESSIONS)
+               for i in range(replicas)]
     servers = [ServerProcess(c.with_suffix(".duckdb"), ["--config", str(c), "--grpc-port", str(free_port())],
                              python=python) for c in configs]
     threads = [threading.Thread(target=s.start, kwargs={"timeout": 120}) for s in servers]
@@ -170,14 +157,15 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
     requests = max(1, round(rate * seconds / SPANS_PER_REQUEST))
     work: list[tuple[float, int, bytes, int]] = []  # (when, replica, body, spans)
     for k in range(requests):
-        for i, part in split(genai_request(SPANS_PER_REQUEST, seed=k), replicas).items():
+        for share, part in split(genai_request(SPANS_PER_REQUEST, seed=k), shares or replicas).items():
+            i = share % replicas
             n = sum(len(ss.spans) for rs in part.resource_spans for ss in rs.scope_spans)
             work.append((k * SPANS_PER_REQUEST / rate, i, part.SerializeToString(), n))
     postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
     pids = [s.proc.pid for s in servers]  # type: ignore[union-attr]
     try:
         time.sleep(2.0)  # start-up work (migrations, views) settles first
-        before = cpu_seconds(pids, postmaster), pg_commits(pg, db), lake_facts(python, configs[0])["snapshot"]
+        before = cpu_seconds(pids, postmaster), pg_commits(pg, db), lake_maintenance(python, configs[0])["snapshot"]
         t0 = time.perf_counter()
 
         def send(item: tuple[float, int, bytes, int]) -> None:
@@ -193,7 +181,7 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
                 s.admin_post("/flush", timeout=600)
         elapsed = time.perf_counter() - t0
         after = cpu_seconds(pids, postmaster), pg_commits(pg, db)
-        facts = lake_facts(python, configs[0], compact=True)
+        facts = lake_maintenance(python, configs[0], "compact")
         sent = sum(w[3] for w in work)
         stored = lake_rows(python, configs[0], {"n": "SELECT count(*) AS n FROM spans"})["n"][0]["n"]
         assert stored == sent, (stored, sent)
@@ -203,16 +191,20 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
     finally:
         for s in servers:
             s.stop()
-        if replicas == 1:
+        if replicas == 1 and not keep:  # the report is timed on it at the end
             keep.extend([configs[0], configs[0].with_suffix(".duckdb")])
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, nargs="*", default=[1, 2, 3])
-    ap.add_argument("--rate", type=float, default=2000.0, help="offered spans per second, for every N")
+    ap.add_argument("--rate", type=float, default=3000.0, help="offered spans per second, for every N")
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the load is offered")
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients per replica")
+    ap.add_argument("--split", type=int, default=None, help="cut each request into this many shares by trace id "
+                    "(default: one per replica); --replicas 1 --split 3 sends one replica what three would take")
     args = ap.parse_args()
     python, why = lake_python()
     bindir = pg_bindir()
@@ -225,12 +217,13 @@ def main() -> int:
     try:
         print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s; {os.cpu_count()} CPUs", flush=True)
         for n in args.replicas:
-            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep)
+            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split)
             runs.append(r)
             base = runs[0].cpu_per_span if runs[0].replicas == 1 else None
             ratio = f", {r.cpu_per_span / base:.2f}x one replica's" if base else ""
             per_m = 1e6 / r.spans
-            print(f"{n} replica(s): {r.spans} spans in {r.seconds:.1f} s ({r.spans / r.seconds:,.0f}/s); "
+            cut = f" (requests cut in {args.split})" if args.split else ""
+            print(f"{n} replica(s){cut}: {r.spans} spans in {r.seconds:.1f} s ({r.spans / r.seconds:,.0f}/s); "
                   f"CPU {r.cpu_replicas:.1f} s replicas + {r.cpu_pg:.1f} s PostgreSQL = "
                   f"{r.cpu_per_span * 1e6:.0f} us/span{ratio}; catalog: {r.snapshots * per_m:,.0f} DuckLake "
                   f"commits and {r.pg_commits * per_m:,.0f} PostgreSQL transactions per million spans; Parquet "
@@ -249,6 +242,8 @@ def main() -> int:
                 print(f"report timing failed: {out.stderr[-2000:]}", file=sys.stderr)
     finally:
         pg.stop()
+        if keep:
+            shutil.rmtree(keep[0].parent, ignore_errors=True)
     return 0
 
 

@@ -90,8 +90,9 @@ class ReceiverSettings(_Model):
 class LakeSettings(_Model):
     """Shared storage for several replicas: a DuckLake (PostgreSQL catalog, Parquet data); needs the ``lake`` extra.
 
-    Every replica writes only into its own schema (``r<replica>``), so each table has one writer;
-    each session is scored by one replica, chosen by a hash of its id over ``replicas``.
+    Every replica commits into its own file (``store.path``) and ships what it committed into its
+    own schema of the lake (``r<replica>``), so each table has one writer; each session is scored
+    by one replica, chosen by a hash of its id over ``replicas``.
     """
 
     catalog: str = Field(description="DuckLake catalog: `postgres:<libpq conninfo>`, e.g. "
@@ -103,18 +104,22 @@ class LakeSettings(_Model):
     poll_interval_seconds: float = Field(
         1.0, gt=0, description="How often a replica looks for traces other replicas assembled for sessions it owns.")
     ship_interval_seconds: float = Field(
-        2.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
+        5.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
         "waits before it is shipped to the lake, in one transaction with everything else pending.")
     ship_batch_rows: int = Field(
         200_000, gt=0, description="Size threshold: rows committed locally since the last shipment that make the "
-                                   "next one start before ship_interval_seconds.")
+                                   "next one start before ship_interval_seconds; also the most log records and "
+                                   "metric points (and traces, and sessions) one shipment takes, so a backlog "
+                                   "goes in several.")
     compact_interval_seconds: float = Field(
         300.0, ge=0, description="How often the replica merges the small Parquet files of its own schema "
         "(ducklake_merge_adjacent_files, and rewrites files mostly deleted); replica 0 also expires old snapshots "
         "and deletes the files nothing reads any more. 0 = never (run DuckLake's maintenance yourself).")
     snapshot_retention_seconds: float = Field(
         3600.0, gt=0, description="Snapshots older than this are expired (time travel and the change feed reach "
-        "this far back); an owner down for longer re-reads every session it owns when it restarts.")
+        "this far back); an owner down for longer re-reads every session it owns when it restarts. The assembled "
+        "traces a replica keeps in the lake for other replicas' sessions are deleted after this long too (every "
+        "compact_interval_seconds, or this long when 0); an owner that needs one later reads the trace's spans.")
 
     @field_validator("replica", mode="before")
     @classmethod
@@ -169,7 +174,8 @@ class StoreSettings(_Model):
         512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
         "DuckDB spills to temporary files next to the database.")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
-    lake: LakeSettings | None = Field(None, description="Write to a shared DuckLake instead of the file (several replicas).")
+    lake: LakeSettings | None = Field(None, description="Ship what is committed in the file to a shared DuckLake "
+                                                       "(several replicas); readers read the lake.")
 
     @field_validator("snapshot_path")
     @classmethod

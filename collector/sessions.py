@@ -27,6 +27,7 @@ from .assembly import AssembledTrace, assemble, assemble_records, index_rows, se
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
 from .held import AssembledTraces, HeldTraces, Preparer, log_events
+from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
 from .store.session_tables import SessionTables
@@ -58,9 +59,15 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
         else:
             older[tid] = since
     if older:
-        for views in tables.read_traces(con, older, min(older.values()), tables.session_sources).values():
-            t = assemble(views, session_keys)
-            traces[t.trace_id] = t
+        wanted = trace_text.format_for(session_keys)
+        for tid, (fmt, text) in tables.assembled_texts(con, older).items():  # on a lake: as another replica kept them
+            if fmt == wanted:
+                traces[tid] = trace_text.decode(tid, text)
+        unread = {tid: since for tid, since in older.items() if tid not in traces}
+        if unread:
+            for views in tables.read_traces(con, unread, min(unread.values()), tables.session_sources).values():
+                t = assemble(views, session_keys)
+                traces[t.trace_id] = t
     return sessions_of(traces.values(), set(session_ids), open_traces)
 
 
@@ -145,8 +152,15 @@ class SessionService:
             assembled += [assemble(v, keys) for v in views_of.values() if v]
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, utcnow()), reassembled=known)
+                                    index_rows(assembled, since, utcnow()), reassembled=known,
+                                    texts=self._texts(assembled))
         return assembled, before
+
+    def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
+        """The traces the tables keep as text for another writer (a lake's owners of their sessions), encoded."""
+        fmt = trace_text.format_for(self.settings.session_keys)
+        return [{"trace_id": t.trace_id, "format": fmt, "assembled": text} for t in assembled
+                if self.tables.wants_text(t.session_ids) and (text := trace_text.encode(t)) is not None]
 
     def _score_in(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                   fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = ()) -> list[ScoredSession]:

@@ -114,9 +114,10 @@ def _has_user(name: str) -> bool:
 
 
 def lake_config(path: Path, catalog: str, data_path: Path, replica: int, replicas: int,
-                lake: dict[str, Any] | None = None, **sessions: Any) -> Path:
-    """A replica's configuration; ``lake`` adds or overrides ``store.lake`` keys (shipping, compaction)."""
-    doc = {"store": {"path": str(path.with_suffix(".duckdb")),
+                lake: dict[str, Any] | None = None, store: dict[str, Any] | None = None, **sessions: Any) -> Path:
+    """A replica's configuration; ``lake`` adds or overrides ``store.lake`` keys (shipping, compaction), ``store``
+    other ``store`` keys, ``sessions`` the ``sessions`` ones."""
+    doc = {"store": {**(store or {}), "path": str(path.with_suffix(".duckdb")),
                      "lake": {"catalog": catalog, "data_path": str(data_path), "replica": replica,
                               "replicas": replicas, "poll_interval_seconds": 0.3, "ship_interval_seconds": 0.5,
                               **(lake or {})}},
@@ -297,3 +298,38 @@ def file_rows(db: Path, queries: dict[str, str]) -> dict[str, list[dict[str, Any
         return out
     finally:
         con.close()
+
+
+_MAINTAIN = """
+import json, sys
+from pathlib import Path
+from agentfunnel.collector.config import load_settings
+from agentfunnel.collector.store import lake as L
+con = L.connect_lake(load_settings(Path(sys.argv[1])).store.lake)
+meta = "__ducklake_metadata_lake"
+def count(sql):
+    return con.execute(sql).fetchone()[0]
+out = {"snapshot": L.snapshot(con), "files": L.file_count(con),
+       "tables": count(f"SELECT count(DISTINCT table_id) FROM {meta}.ducklake_data_file WHERE end_snapshot IS NULL")}
+if sys.argv[2] != "-":
+    for s in L.complete_schemas(con):
+        L.compact(con, s)
+    out["files_after"] = L.file_count(con)
+if sys.argv[2] == "compact-and-expire":
+    out["snapshots"] = count("SELECT count(*) FROM ducklake_snapshots('lake')")
+    out["newest_snapshot"] = L.snapshot(con)
+    L.expire(con, 0)
+    out["snapshots_after"] = count("SELECT count(*) FROM ducklake_snapshots('lake')")
+    out["rows"] = count("SELECT count(*) FROM lake.main.spans")
+print(json.dumps(out))
+"""
+
+
+def lake_maintenance(python: str, config: Path, what: str = "-") -> dict[str, int]:
+    """Facts about the lake (its snapshot, live data files, tables holding some); ``what``: ``compact`` (what the
+    replicas' scheduled maintenance runs, on every schema) or ``compact-and-expire`` (and every snapshot but the
+    newest expired, files they alone used deleted), with the figures after."""
+    proc = subprocess.run([python, "-c", _MAINTAIN, str(config), what], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"lake maintenance failed: {proc.stderr}")
+    return json.loads(proc.stdout)

@@ -6,16 +6,18 @@ from the table itself, so the migrations are the one place a table's columns are
 
 A process with its own DuckDB file uses ``SessionTables``. A replica on a lake uses
 ``LakeSessionTables``: it scores only the sessions it owns, reads their traces from every
-replica, keeps the steps of their tool calls in ``call_scores`` (the calls may be stored on
-another replica) and follows what the other replicas assembled.
+replica (as the replica that assembled one kept it, when it did), keeps the steps of their tool
+calls in ``call_scores`` (the calls may be stored on another replica) and follows what the other
+replicas assembled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +30,7 @@ from ..config import LakeSettings, StoreSettings
 
 Row = Mapping[str, Any]
 log = logging.getLogger(__name__)
+SCHEMAS_EVERY_SECONDS = 30.0  # how often a replica looks for replicas that joined the lake (a catalog query)
 
 _ARROW_OF_DUCKDB = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BOOLEAN": pa.bool_(), "INTEGER": pa.int32(),
@@ -63,7 +66,15 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row])
         con.unregister(name)
 
 
-_IN = "IN (SELECT unnest(?::VARCHAR[]))"
+# A list of strings goes in as one JSON text: DuckDB 1.5.5 (the lake's) binds a Python list element by element, at
+# 8 to 70 us each, a tenth of a replica's writer time; parsing the JSON costs about 1 us.
+_LIST = """from_json(?, '["VARCHAR"]')"""
+_IN = f"IN (SELECT unnest({_LIST}))"
+
+
+def _strings(values: Iterable[str]) -> str:
+    """A ``_LIST`` or ``_IN`` parameter."""
+    return json.dumps(list(values))
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,13 @@ class SessionTables:
 
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
         rows = con.execute(f"SELECT trace_id, first_received, session_ids FROM trace_index WHERE trace_id {_IN}",
-                           [list(trace_ids)]).fetchall()
+                           [_strings(trace_ids)]).fetchall()
         return [IndexedTrace(tid, first, tuple(sids or ())) for tid, first, sids in rows]
 
     def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
                     sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
         """Stored spans as views, trace by trace in store order, with the log records tied to them as events."""
-        ids = list(trace_ids)
+        ids = _strings(trace_ids)
         log_events: dict[str, list[dict]] = {}
         for span_id, event_name, t, attrs, body in con.execute(
                 _LOG_QUERY.format(logs=sources.logs, IN=_IN), [since, ids]).fetchall():
@@ -153,12 +164,14 @@ class SessionTables:
         return views
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = ()) -> None:
+                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
+                        texts: Sequence[Row] = ()) -> None:
         """Write the tool calls and index rows of these traces (replacing those of the ``reassembled`` ones, which
-        were assembled before) and stamp their spans with session and dialect."""
+        were assembled before) and stamp their spans with session and dialect. ``texts``: ``lake_assembled_traces``
+        rows of the traces ``wants_text`` asked for (none here)."""
         if reassembled:
-            con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [list(reassembled)])
-            con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [list(reassembled)])
+            con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [_strings(reassembled)])
+            con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [_strings(reassembled)])
         insert_rows(con, "tool_calls", tool_calls)
         if span_stamps:
             con.register("_span_stamps", pa.table({k: pa.array([r[k] for r in span_stamps], pa.string())
@@ -173,19 +186,28 @@ class SessionTables:
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
         insert_rows(con, "trace_index", index)
 
+    def wants_text(self, session_ids: Collection[str]) -> bool:
+        """Whether a trace of these sessions is to be kept assembled, as text, for another writer (none here)."""
+        return False
+
+    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+        """Trace → (format, text) for those of these traces another writer alone assembled and kept as text (none
+        here: every trace is this store's)."""
+        return {}
+
     # ------------------------------------------------------------------ sessions
     def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
         """Every trace these sessions own → when its first span was received (the earliest, when indexed twice)."""
         out: dict[str, datetime] = {}
         rows = con.execute(f"SELECT trace_id, first_received FROM {self.session_sources.trace_index} "
-                           "WHERE list_has_any(session_ids, ?::VARCHAR[])", [list(session_ids)]).fetchall()
+                           f"WHERE list_has_any(session_ids, {_LIST})", [_strings(session_ids)]).fetchall()
         for tid, since in rows:  # on a lake a trace moved between replicas can be indexed twice
             out[tid] = min(since, out.get(tid, since))
         return out
 
     def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
         return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {_IN}",
-                                [list(session_ids)]).fetchall())
+                                [_strings(session_ids)]).fetchall())
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
@@ -196,11 +218,11 @@ class SessionTables:
         ids = list(replaced)
         deleted = ids if stored is None else list(stored)
         if deleted:  # an empty IN still scans the table
-            con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [deleted])
+            con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [_strings(deleted)])
         insert_rows(con, "sessions", self._with_slices(con, sessions))
         self._write_call_steps(con, ids, call_steps)
         if cased:
-            con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [list(cased)])
+            con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [_strings(cased)])
         insert_rows(con, "case_runs", case_runs)
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
@@ -211,8 +233,8 @@ class SessionTables:
         found: dict[str, list[tuple[Any, Any, Any, Any]]] = {}
         for sids, first, version, providers, servers in con.execute(
                 "SELECT session_ids, first_received, agent_version, providers, servers FROM "
-                f"{self.session_sources.trace_index} WHERE list_has_any(session_ids, ?::VARCHAR[])",
-                [[r["session_id"] for r in sessions]]).fetchall():
+                f"{self.session_sources.trace_index} WHERE list_has_any(session_ids, {_LIST})",
+                [_strings(r["session_id"] for r in sessions)]).fetchall():
             for sid in sids or ():
                 found.setdefault(sid, []).append((first, version, providers, servers))
         out = []
@@ -233,7 +255,7 @@ class SessionTables:
                                               "args_valid": pa.array([r["args_valid"] for r in rows], pa.bool_())}))
         try:
             con.execute("UPDATE tool_calls SET step = c.step, args_valid = c.args_valid FROM _call_steps c "
-                        f"WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id {_IN}", [session_ids])
+                        f"WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id {_IN}", [_strings(session_ids)])
         finally:
             con.unregister("_call_steps")
 
@@ -244,7 +266,7 @@ class SessionTables:
     def latest_judgments(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, str]:
         """Each session's newest judgment, as the JSON it was stored as."""
         rows = con.execute(f"SELECT session_id, arg_max(judgment, created_at) FROM judgments WHERE session_id {_IN} "
-                           "GROUP BY session_id", [list(session_ids)]).fetchall()
+                           "GROUP BY session_id", [_strings(session_ids)]).fetchall()
         return dict(rows)
 
     def cached_judgment(self, con: duckdb.DuckDBPyConnection, input_hash: str) -> str | None:
@@ -295,23 +317,38 @@ class LakeSessionTables(SessionTables):
     def __init__(self, lake: LakeSettings) -> None:
         self.lake = lake
         self._sources: Sources | None = None
+        self._everywhere = LOCAL  # the file and every other replica's schema, index rows included (full re-reads)
+        self._schemas: list[str] = []  # every replica's complete schema, this one's included
+        self._schemas_checked = 0.0
         self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
         self.poll_interval_seconds = lake.poll_interval_seconds
 
     @property
     def session_sources(self) -> Sources:  # type: ignore[override]
+        """Spans and logs from the file and the other replicas' schemas; the index rows from the file, its own
+        traces' and those of the other replicas' traces that hold sessions it owns (``lake_remote_traces``)."""
         if self._sources is None:
             raise RuntimeError("the replica's sources are read on its first job (traces_of, unassembled)")
         return self._sources
 
-    def _refresh(self, con: duckdb.DuckDBPyConnection, again: bool = False) -> None:
-        """The file and every other complete schema (read again on every poll: replicas join)."""
-        if self._sources is None or again:
-            from .lake import local_catalog, replica_sources
+    def _refresh(self, con: duckdb.DuckDBPyConnection, every: float | None = None) -> None:
+        """The file and every other complete schema: read once, and again when ``every`` seconds have passed
+        (replicas join: polls look every SCHEMAS_EVERY_SECONDS, a re-score always)."""
+        now = time.monotonic()
+        expected = {f"r{i}" for i in range(self.lake.replicas)}
+        if every is not None and not expected <= set(self._schemas):
+            every = 0  # a replica has not started yet: look on every poll until it has
+        if self._sources is None or (every is not None and now >= self._schemas_checked + every):
+            from .lake import complete_schemas, local_catalog, replica_sources
 
-            self._sources = replica_sources(con, self.lake.replica)
+            self._schemas = complete_schemas(con, known=self._schemas)
+            self._schemas_checked = now
+            self._everywhere = replica_sources(con, self.lake.replica, self._schemas)
             self._local = local_catalog(con)
+            indexed = (f"(SELECT * FROM {self._local}.main.trace_index UNION ALL BY NAME "
+                       f"SELECT * EXCLUDE (replica) FROM {self._local}.main.lake_remote_traces)")
+            self._sources = Sources(self._everywhere.spans, self._everywhere.logs, indexed)
 
     def owns(self, session_id: str) -> bool:
         from .lake import owner_of
@@ -324,12 +361,42 @@ class LakeSessionTables(SessionTables):
         return super().unassembled(con)
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = ()) -> None:
+                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
+                        texts: Sequence[Row] = ()) -> None:
+        """Also noted for the shipper, with the ``texts`` of traces that hold a session another replica owns
+        (``lake_assembled_traces``, shipped with the traces), so their owner need not assemble them again."""
         from .shipper import mark
 
         super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled)
+        if reassembled:
+            con.execute(f"DELETE FROM lake_assembled_traces WHERE trace_id {_IN}", [_strings(reassembled)])
+        insert_rows(con, "lake_assembled_traces", [{**t, "first_received": since} for t in texts])
         again = set(reassembled)  # assembled before: the lake may hold their rows
         mark(con, "trace", sorted({r["trace_id"] for r in index} | again), since, lambda t: t in again)
+
+    def wants_text(self, session_ids: Collection[str]) -> bool:
+        return not all(map(self.owns, session_ids))
+
+    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+        """Those another replica alone holds, as it stored them (``lake_assembled_traces``); a trace this replica
+        holds too, or two others do (after a change of the ring), is read from its spans."""
+        from .lake import CATALOG, schema_of
+
+        self._refresh(con)
+        single = con.execute(
+            "SELECT replica, list(trace_id), min(first_received) FROM (SELECT trace_id, any_value(replica) AS replica, "
+            f"min(first_received) AS first_received FROM lake_remote_traces WHERE trace_id {_IN} GROUP BY trace_id "
+            "HAVING count(*) = 1) WHERE trace_id NOT IN (SELECT trace_id FROM trace_index) GROUP BY replica",
+            [_strings(trace_ids)]).fetchall()
+        out: dict[str, tuple[str, str]] = {}
+        for replica, ids, since in single:
+            schema = schema_of(replica)
+            if schema in self._schemas:
+                out.update((tid, (fmt, text)) for tid, fmt, text in con.execute(
+                    f"SELECT trace_id, format, assembled FROM {CATALOG}.{schema}.lake_assembled_traces "
+                    f"WHERE first_received >= ? AND trace_id {_IN} AND assembled IS NOT NULL",
+                    [since, _strings(ids)]).fetchall())
+        return out
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
@@ -364,10 +431,22 @@ class LakeSessionTables(SessionTables):
 
     def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
         """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
-        con.execute(f"DELETE FROM call_scores WHERE session_id {_IN}", [session_ids])
+        con.execute(f"DELETE FROM call_scores WHERE session_id {_IN}", [_strings(session_ids)])
         insert_rows(con, "call_scores", rows)
 
     # ------------------------------------------------------------------ reads across replicas
+    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
+                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
+        """Whole sessions' traces: log records only from the schemas that hold some (most replicas' logs tables
+        are often empty, and each DuckLake table a read names costs catalog queries, rows or not)."""
+        if self._sources is not None and sources is self._sources:
+            from .lake import replica_sources, schema_of, schemas_with_rows
+
+            others = [s for s in self._schemas if s != schema_of(self.lake.replica)]
+            logs = replica_sources(con, self.lake.replica, schemas_with_rows(con, "logs", others)).logs
+            sources = Sources(sources.spans, logs, sources.trace_index)
+        return super().read_traces(con, trace_ids, since, sources)
+
     def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
         self._refresh(con)
         return super().traces_of(con, session_ids)
@@ -381,14 +460,14 @@ class LakeSessionTables(SessionTables):
         (after a change of ``replicas``) are dropped, here and, shipped, in the lake."""
         from .shipper import mark
 
-        self._refresh(con, again=True)
+        self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
         for table in ("sessions", "case_runs", "call_scores"):
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.owns(s)]
             if dropped:
-                con.execute(f"DELETE FROM {table} WHERE session_id {_IN}", [dropped])
+                con.execute(f"DELETE FROM {table} WHERE session_id {_IN}", [_strings(dropped)])
                 gone.update(dropped)
         mark(con, "session", sorted(gone))
         mark(con, "case_run", sorted(gone))
@@ -398,9 +477,31 @@ class LakeSessionTables(SessionTables):
         return sorted(mine)
 
     def _owned_everywhere(self, con: duckdb.DuckDBPyConnection) -> set[str]:
+        """Every session this replica owns, wherever its traces are; the remote index is rebuilt on the way."""
+        from .lake import index_everywhere
+
+        con.execute("DELETE FROM lake_remote_traces")
+        self._index_remote(con, index_everywhere(con, self.lake, self._schemas))
         ids = [r[0] for r in con.execute(
             f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index}").fetchall()]
         return {s for s in ids if self.owns(s)}
+
+    def _index_remote(self, con: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Keep the index rows of other replicas' traces that hold a session this replica owns (each replaces
+        the trace's row from that replica; one that no longer holds an owned session only removes it)."""
+        from .lake import REMOTE_COLUMNS
+
+        if not rows:
+            return
+        con.register("_changed", pa.table({"trace_id": pa.array([r[1] for r in rows], pa.string()),
+                                           "replica": pa.array([r[0] for r in rows], pa.int32())}))
+        try:
+            con.execute("DELETE FROM lake_remote_traces r USING _changed c WHERE r.trace_id = c.trace_id "
+                        "AND r.replica = c.replica")
+        finally:
+            con.unregister("_changed")
+        insert_rows(con, "lake_remote_traces", [dict(zip(("replica", *REMOTE_COLUMNS), r)) for r in rows
+                                                if any(self.owns(s) for s in r[3] or ())])
 
     def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
         """Owned sessions whose traces other replicas (re)assembled since the last call.
@@ -413,22 +514,24 @@ class LakeSessionTables(SessionTables):
         it owns is.
         """
         from . import lake as lakestore
+        from .writer import _utcnow
 
-        self._refresh(con, again=True)
-        after, upto = lakestore.progress(con), lakestore.snapshot(con)
-        changed = lakestore.assembled_elsewhere(con, self.lake, after, upto)
+        self._refresh(con, every=SCHEMAS_EVERY_SECONDS)
+        (after, read_at), upto = lakestore.progress(con), lakestore.snapshot(con)
+        kept_since = _utcnow() - timedelta(seconds=self.lake.snapshot_retention_seconds)
+        changed = lakestore.assembled_elsewhere(con, self.lake, after, upto, self._schemas,
+                                                maybe_expired=read_at is None or read_at < kept_since)
         ids: set[str] = set()
         if changed is None:
             log.warning("the lake's snapshots since %d were expired: re-scoring every session this replica owns", after)
             ids = self._owned_everywhere(con)
         elif changed:
-            ids = {sid for _, sids in changed for sid in sids if self.owns(sid)}
+            self._index_remote(con, changed)
+            ids = {sid for row in changed for sid in row[3] or () if self.owns(sid)}
             ids |= {sid for (sid,) in con.execute(
-                "SELECT session_id FROM sessions WHERE list_has_any(trace_ids, ?::VARCHAR[])",
-                [[tid for tid, _ in changed]]).fetchall()}
+                f"SELECT session_id FROM sessions WHERE list_has_any(trace_ids, {_LIST})",
+                [_strings(row[1] for row in changed)]).fetchall()}
         if upto > after:
-            from .writer import _utcnow
-
             lakestore.set_progress(con, upto, _utcnow())
         return ids
 

@@ -200,7 +200,9 @@ class Store:
         assert self.con is not None and lake is not None
         lakestore.open_replica(self.con, lake)
         self.shipper = Shipper(f"{lakestore.CATALOG}.{lakestore.schema_of(lake.replica)}", self.metrics,
-                               lake.ship_interval_seconds, lake.ship_batch_rows)
+                               lake.ship_interval_seconds, lake.ship_batch_rows,
+                               keep_assembled_seconds=lake.snapshot_retention_seconds,
+                               prune_every_seconds=lake.compact_interval_seconds or lake.snapshot_retention_seconds)
         newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "
                                   "SELECT max(received_at) FROM logs UNION ALL SELECT max(received_at) FROM metrics)"
                                   ).fetchone()[0]
