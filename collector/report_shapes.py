@@ -20,6 +20,7 @@ from typing import Any
 from ..scoring import labels
 from .config import StoreSettings
 from .query import query
+from .experiments import fmt
 from .report_text import failure_kind_name, lang_of, pct, text
 
 TOP_FAILURE_SHAPES = 8  # per experiment in the report; the failure_shapes view holds them all
@@ -117,13 +118,7 @@ def load_shapes(db: Path | StoreSettings, sql: Any, by_name: dict[Any, Any]) -> 
 def quantiles(values: tuple[float | None, ...], kind: str) -> str:
     """p50 / p95 / p99 / max: dollars to four decimals, whole milliseconds, steps to one decimal."""
     def one(v: float | None) -> str:
-        if v is None:
-            return "—"
-        if kind == "usd":
-            return f"${v:.4f}"
-        if kind == "ms":
-            return f"{v:.0f}"
-        return f"{v:.1f}".removesuffix(".0")
+        return fmt(v, kind) if v is None or kind in ("usd", "ms") else f"{v:.1f}".removesuffix(".0")
     return " / ".join(map(one, values))
 
 

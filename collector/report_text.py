@@ -355,8 +355,10 @@ FAILURE_KIND_NAMES = {
            "no_result": "成功した結果がない", "field_missing": "必須フィールドがない",
            "field_null": "必須フィールドが null", "field_wrong_type": "必須フィールドの型が違う",
            "undeclared_value": "宣言された値ではない", "field_problem": "必須フィールドの問題",
-           "criterion_missing": "基準が欠落", "criterion_contradicted": "基準と矛盾",
-           "criterion_unsupported": "基準の裏付けなし", "judge_incomplete": "判定: 未完了",
+           # a judged criterion in the seed's words (labels.CRITERION_RESULT_LABELS)
+           **{f"criterion_{r}": "基準: " + labels.CRITERION_RESULT_LABELS["ja"][r]
+              for r in ("missing", "contradicted", "unsupported")},
+           "judge_incomplete": "判定: 未完了",
            "score_below_threshold": "判定スコアが閾値未満", "assertion": "アサーション失敗",
            "artifact_structural": "成果物の構造が不正", "artifact_judge": "成果物の判定が閾値未満",
            "failed": "失敗"},

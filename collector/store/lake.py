@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from ..config import LakeSettings
-from .schema import MIGRATIONS, Migration, migrate
+from .schema import MIGRATIONS, Migration, migrate, transaction
 from .session_tables import SessionTables, Sources
 from .shipper import OUTBOX_MIGRATIONS, SHIPMENT_MIGRATIONS
 from .writer import lock_down
@@ -320,20 +320,12 @@ def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
         row = con.execute(f"SELECT signature FROM {READERS}._agentfunnel_views").fetchone()
         if row and row[0] == signature:
             return schemas
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             con.execute(f"USE {READERS}")
             for st in statements:
                 con.execute(st)
             con.execute(f"DELETE FROM {READERS}._agentfunnel_views")
             con.execute(f"INSERT INTO {READERS}._agentfunnel_views VALUES (?)", [signature])
-            con.execute("COMMIT")
-        except BaseException:
-            try:
-                con.execute("ROLLBACK")
-            except duckdb.Error:  # a failed COMMIT already ended it
-                pass
-            raise
         return schemas
 
     return retry_conflicts(run)

@@ -8,7 +8,8 @@ as 2.x.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .metrics_table import create_metrics_table_sql
@@ -63,6 +64,21 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
+@contextlib.contextmanager
+def transaction(con: Any) -> Iterator[None]:
+    """One transaction around the block: committed at its end, rolled back if it raises (keeping its error)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - a failed COMMIT already ended it; keep the first error
+            pass
+        raise
+
+
 def current_version(con: Any, ddl: Callable[[str], str] = str) -> list[str]:
     con.execute(
         ddl("CREATE TABLE IF NOT EXISTS _agentfunnel_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
@@ -81,17 +97,9 @@ def migrate(con: Any, migrations: list[Migration] | None = None,
     for name, sql in migrations or MIGRATIONS:
         if name in applied:
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             con.execute(ddl(sql))
             con.execute("INSERT INTO _agentfunnel_migrations VALUES (?, now()::TIMESTAMP)", [name])
-            con.execute("COMMIT")
-        except Exception:
-            try:
-                con.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001 - a failed COMMIT already ended it; keep the first error
-                pass
-            raise
         done.append(name)
         if on_apply:
             on_apply(name)

@@ -50,6 +50,7 @@ from typing import Any
 import duckdb
 
 from ..telemetry import Metrics
+from .schema import transaction
 
 log = logging.getLogger(__name__)
 
@@ -384,14 +385,6 @@ class Shipper:
 
 
 def _in_transaction(con: duckdb.DuckDBPyConnection, statements: list[tuple[str, list[Any]]]) -> None:
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for sql, params in statements:
             con.execute(sql, params)
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise

@@ -32,7 +32,7 @@ from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
 from .metrics_table import metrics_arrow_table
-from .schema import migrate
+from .schema import migrate, transaction
 from .shipper import Shipper
 
 log = logging.getLogger(__name__)
@@ -505,17 +505,9 @@ class Store:
             if len(inserts) == 1:
                 con.execute(inserts[0])  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
             elif inserts:
-                con.execute("BEGIN TRANSACTION")
-                try:
+                with transaction(con):
                     for sql in inserts:
                         con.execute(sql)
-                    con.execute("COMMIT")
-                except BaseException:
-                    try:
-                        con.execute("ROLLBACK")
-                    except duckdb.Error:
-                        pass
-                    raise
         finally:
             for table in tables:
                 con.unregister(f"_new_{table}")
