@@ -20,6 +20,8 @@ and PostgreSQL: the postmaster, its live backends and the backends that exited):
 - Parquet files per million spans in the lake's current snapshot, before and after
   ``ducklake_merge_adjacent_files`` (what the replicas' scheduled compaction runs);
 
+the writer threads' CPU per span by the work it went to (``writer_cpu_microseconds`` on each
+replica's ``/metrics``: ingest commits, sessions, following other replicas' traces, shipping);
 and, once, the report's queries on the lake against the same queries on the one replica's own
 file (the single-process store with the same rows). The machine's load average is printed beside
 the figures: on a shared machine they move with it.
@@ -29,6 +31,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py                         # 1, 2, 3 replicas, 3,000 spans/s for 20 s
     python bench/lake.py --replicas 3 --rate 5000 --seconds 60
     python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
+    python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import concurrent.futures
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -97,6 +101,16 @@ def cpu_seconds(pids: list[int], postmaster: int) -> tuple[float, float]:
     return replicas, pg
 
 
+def writer_cpu(servers: list[ServerProcess]) -> dict[str, float]:
+    """Writer CPU-seconds by work so far, summed over the replicas (their ``writer_cpu_microseconds``)."""
+    out: dict[str, float] = {}
+    for s in servers:
+        with urllib.request.urlopen(s.admin + "/metrics?format=json", timeout=60) as resp:
+            for work, us in json.loads(resp.read()).get("writer_cpu_microseconds", {}).items():
+                out[work] = out.get(work, 0.0) + us / 1e6
+    return out
+
+
 def pg_commits(pg: Postgres, db: str) -> int:
     out = subprocess.run([str(pg.bindir / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "agentfunnel", "-d", db,
                           "-Atc", "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"],
@@ -134,6 +148,12 @@ class Run:
     files_before: int
     files_after: int
     load: tuple[float, float, float]
+    writer: dict[str, float]  # writer CPU-seconds by work, over every replica
+
+    @property
+    def writer_per_span(self) -> str:
+        return ", ".join(f"{work} {seconds / self.spans * 1e6:.0f}" for work, seconds in
+                         sorted(self.writer.items(), key=lambda kv: -kv[1]) if seconds / self.spans >= 0.5e-6)
 
     @property
     def cpu_per_span(self) -> float:
@@ -166,6 +186,7 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
     try:
         time.sleep(2.0)  # start-up work (migrations, views) settles first
         before = cpu_seconds(pids, postmaster), pg_commits(pg, db), lake_maintenance(python, configs[0])["snapshot"]
+        writer_before = writer_cpu(servers)
         t0 = time.perf_counter()
 
         def send(item: tuple[float, int, bytes, int]) -> None:
@@ -181,13 +202,14 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
                 s.admin_post("/flush", timeout=600)
         elapsed = time.perf_counter() - t0
         after = cpu_seconds(pids, postmaster), pg_commits(pg, db)
+        writer = {w: t - writer_before.get(w, 0.0) for w, t in writer_cpu(servers).items()}
         facts = lake_maintenance(python, configs[0], "compact")
         sent = sum(w[3] for w in work)
         stored = lake_rows(python, configs[0], {"n": "SELECT count(*) AS n FROM spans"})["n"][0]["n"]
         assert stored == sent, (stored, sent)
         return Run(replicas, sent, elapsed, after[0][0] - before[0][0], after[0][1] - before[0][1],
                    facts["snapshot"] - before[2], after[1] - before[1], facts["files"], facts["files_after"],
-                   os.getloadavg())
+                   os.getloadavg(), writer)
     finally:
         for s in servers:
             s.stop()
@@ -205,6 +227,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients per replica")
     ap.add_argument("--split", type=int, default=None, help="cut each request into this many shares by trace id "
                     "(default: one per replica); --replicas 1 --split 3 sends one replica what three would take")
+    ap.add_argument("--rounds", type=int, default=1, help="run the --replicas list this many times, interleaved, "
+                    "and print each N's median")
     args = ap.parse_args()
     python, why = lake_python()
     bindir = pg_bindir()
@@ -216,10 +240,10 @@ def main() -> int:
     runs: list[Run] = []
     try:
         print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s; {os.cpu_count()} CPUs", flush=True)
-        for n in args.replicas:
+        for n in args.replicas * args.rounds:
             r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split)
             runs.append(r)
-            base = runs[0].cpu_per_span if runs[0].replicas == 1 else None
+            base = runs[0].cpu_per_span if runs[0].replicas == 1 and len(runs) <= len(args.replicas) else None
             ratio = f", {r.cpu_per_span / base:.2f}x one replica's" if base else ""
             per_m = 1e6 / r.spans
             cut = f" (requests cut in {args.split})" if args.split else ""
@@ -228,8 +252,14 @@ def main() -> int:
                   f"{r.cpu_per_span * 1e6:.0f} us/span{ratio}; catalog: {r.snapshots * per_m:,.0f} DuckLake "
                   f"commits and {r.pg_commits * per_m:,.0f} PostgreSQL transactions per million spans; Parquet "
                   f"files per million spans {r.files_before * per_m:,.0f} before compaction, "
-                  f"{r.files_after * per_m:,.0f} after; load average {' '.join(f'{x:.1f}' for x in r.load)}",
-                  flush=True)
+                  f"{r.files_after * per_m:,.0f} after; load average {' '.join(f'{x:.1f}' for x in r.load)}; "
+                  f"writer us/span by work: {r.writer_per_span}", flush=True)
+        if args.rounds > 1:
+            medians = {n: statistics.median(r.cpu_per_span for r in runs if r.replicas == n) for n in args.replicas}
+            one = medians.get(1)
+            print("medians over " + str(args.rounds) + " rounds: " + "; ".join(
+                f"{n} replica(s) {m * 1e6:.0f} us/span" + (f", {m / one:.2f}x" if one else "")
+                for n, m in medians.items()), flush=True)
         if keep:
             out = subprocess.run([python, "-c", _REPORT_TIMES, str(keep[0]), str(keep[1])], capture_output=True,
                                  text=True, timeout=600)

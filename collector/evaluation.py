@@ -311,7 +311,7 @@ class Evaluator:
                 done = self._verdicts_done = Future()
         if first:
             try:
-                stored = self.store.submit_job(self._store_verdicts)
+                stored = self.store.submit_job(self._store_verdicts, work="judgments")
             except Exception as exc:  # noqa: BLE001 - the store is closing: these judgments are not kept
                 self._give_up_verdicts(done, exc)
             else:
@@ -377,7 +377,7 @@ class Evaluator:
                 continue
             judgment = self.judge.judge(judge_input(case, records, score))
             row = judgment_row(sid, judgment)
-            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r)).result()
+            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r), work="judgments").result()
             done += 1
         return done
 

@@ -207,7 +207,7 @@ class Retention:
         for table, step in steps:
             removed[table] = 0
             while not self._stop.is_set():
-                n = self.store.submit_job(step).result()
+                n = self.store.submit_job(step, work="retention").result()
                 self.metrics.inc("prune_jobs")
                 if n:
                     self.metrics.inc("rows_pruned", n, label=table)
@@ -247,7 +247,7 @@ class Retention:
 
         if service is not None:
             service.preparer.drain(5.0)  # what was committed is held before it is forgotten
-        done = self.store.submit_job(job).result()
+        done = self.store.submit_job(job, work="retention").result()
         for table, n in done.removed.items():
             if n:
                 self.metrics.inc("rows_deleted", n, label=table)

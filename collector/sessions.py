@@ -99,14 +99,14 @@ class SessionService:
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""
         self._write_funnel_steps()
-        found = self.store.submit_job(self.tables.unassembled).result()
+        found = self.store.submit_job(self.tables.unassembled, work="sessions").result()
         for tid, since in found.items():
             self.tracker.observe([tid], since)
         return len(found)
 
     def _write_funnel_steps(self) -> None:
         rows = funnel_step_rows(self.scorer)
-        self.store.submit_job(lambda con: self.tables.write_funnel_steps(con, rows)).result()
+        self.store.submit_job(lambda con: self.tables.write_funnel_steps(con, rows), work="sessions").result()
 
     def observe(self, batch: SpanBatch | LogBatch) -> None:
         """This batch was just committed (writer thread): have it prepared and held, note its traces as open."""
@@ -198,7 +198,7 @@ class SessionService:
             written.extend(self._score_in(con, before | {s for t in assembled for s in t.session_ids}, assembled, extra))
             return assembled
 
-        fut = self.store.submit_job(job)
+        fut = self.store.submit_job(job, work="sessions")
         # committed: the next turn of these sessions is scored from them, not read back (callbacks
         # run on the writer thread as the job ends, before it starts the next one)
         fut.add_done_callback(lambda f: self.assembled.put(f.result()) if f.exception() is None else None)
@@ -208,7 +208,8 @@ class SessionService:
         """Re-score these sessions from what is stored, without re-assembling their traces."""
         written: list[ScoredSession] = []
         ids = set(session_ids)
-        return self._notify(self.store.submit_job(lambda con: written.extend(self._score_in(con, ids))), written)
+        job = self.store.submit_job(lambda con: written.extend(self._score_in(con, ids)), work="sessions")
+        return self._notify(job, written)
 
     def _count_failures(self, failed: list[FailedSession]) -> None:
         """Count every failed session; log each one once, with its exception (a re-score only counts it)."""
@@ -256,7 +257,7 @@ class SessionService:
                 written.extend(self._score_in(con, ids))
             return len(written)
 
-        return self._notify(self.store.submit_job(job), written)
+        return self._notify(self.store.submit_job(job, work="follow"), written)
 
     def _assemble(self, traces: dict[str, datetime]) -> Future:
         return _gather([self._assemble_chunk(chunk) for chunk in self._chunks(traces)])
@@ -318,10 +319,12 @@ class SessionService:
         """
         self._write_funnel_steps()
         stale_for = self.scorer.config_hash if stale_only else None
-        traces = list(self.store.submit_job(lambda con: self.tables.traces_to_rescore(con, stale_for)).result().items())
+        traces = list(self.store.submit_job(lambda con: self.tables.traces_to_rescore(con, stale_for),
+                                            work="sessions").result().items())
         for i in range(0, len(traces), chunk):
             self._job(dict(traces[i:i + chunk])).result()
-        ids = self.store.submit_job(lambda con: self.tables.sessions_to_rescore(con, stale_for)).result()
+        ids = self.store.submit_job(lambda con: self.tables.sessions_to_rescore(con, stale_for),
+                                    work="sessions").result()
         for i in range(0, len(ids), chunk):
             self._score_job(ids[i:i + chunk]).result()
         return len(traces)

@@ -70,6 +70,9 @@ DESCRIPTIONS = {
     "lake_ship_errors": "Lake: shipments that failed (the batch stays claimed and is shipped again).",
     "lake_maintenance": "Lake: maintenance rounds done (small files merged; on replica 0 snapshots expired too).",
     "lake_maintenance_errors": "Lake: maintenance rounds that failed (the next round tries again).",
+    "writer_cpu_microseconds": "CPU time of the store's writer thread, by work: commit (ingest), sessions (assembly and "
+                               "scoring), follow (a lake replica scoring sessions others assembled), ship, judgments, "
+                               "retention, other. Beside jobs_waiting it says what a busy writer is busy with.",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",

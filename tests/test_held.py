@@ -108,6 +108,7 @@ def test_evicted_traces_are_read_back_and_give_the_same_rows(tmp_path, server_fa
     metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
     assert metrics["traces_assembled"] > 0 and "traces_read_back" not in metrics
     assert metrics["held_bytes"] == 0 and metrics["held_traces"] == 0
+    assert {"commit", "sessions"} <= set(metrics["writer_cpu_microseconds"])  # where the writer's time went
     srv.stop()
     small = server_factory(["--config", str(tiny)], db=tmp_path / "small.duckdb")
     run_cli("ingest", "--db", str(small.db), *files[:6])

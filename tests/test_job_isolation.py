@@ -212,7 +212,7 @@ class _InlineStore:
     def __init__(self) -> None:
         self.jobs: list[tuple[str, ...]] = []
 
-    def submit_job(self, job) -> Future:
+    def submit_job(self, job, **_) -> Future:
         fut: Future = Future()
         try:
             fut.set_result(job(None))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 from agentfunnel.collector.config import StoreSettings
@@ -82,5 +83,27 @@ def test_jobs_keep_to_their_share_while_requests_keep_coming(tmp_path):
         between = order[order.index("job1") + 1:order.index("job2")]
         assert between and set(between) == {"req"}  # requests were served between the two jobs
         assert len(between) >= 5
+    finally:
+        store.close()
+
+
+def _burn(seconds: float) -> None:
+    """Spend this much CPU time on the calling thread (a sleep would cost none)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_writers_cpu_time_is_counted_by_the_work_it_did(tmp_path):
+    store = _store(tmp_path)
+    try:
+        store.submit(_batch()).result(30)
+        store.submit_job(lambda con: _burn(0.05), work="sessions").result(30)
+        store.submit_job(lambda con: _burn(0.02)).result(30)
+        cpu = store.metrics.snapshot()["writer_cpu_microseconds"]
+        assert cpu["commit"] > 0
+        assert 50_000 <= cpu["sessions"] < 50_000 + 20_000  # the job's time, not the commit's
+        assert 20_000 <= cpu["other"] < 50_000  # a job that names no work
+        assert set(cpu) == {"commit", "sessions", "other"}
     finally:
         store.close()

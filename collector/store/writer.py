@@ -65,6 +65,7 @@ class _Item:
     job: Callable[[duckdb.DuckDBPyConnection], Any] | None = None
     queued_at: float = 0.0
     transaction: bool = True  # False: the job runs its own transactions (shipping to a lake)
+    work: str = "other"  # what the writer's CPU time for it is counted as (writer_cpu_microseconds)
 
 
 def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -223,8 +224,8 @@ class Store:
             self.metrics.inc("lake_maintenance")
 
         try:
-            self.shipper.run(lambda fn: self.submit_job(fn, transaction=False), self._ship_now, self._shipping_stop,
-                             maintain, lake.compact_interval_seconds)
+            self.shipper.run(lambda fn: self.submit_job(fn, transaction=False, work="ship"), self._ship_now,
+                             self._shipping_stop, maintain, lake.compact_interval_seconds)
         finally:
             cursor.close()
 
@@ -236,7 +237,7 @@ class Store:
         """On a lake: ship everything committed so far (a flush); the future resolves once it is in the lake."""
         if self.shipper is None:
             return None
-        return self.submit_job(self._ship_now, transaction=False)
+        return self.submit_job(self._ship_now, transaction=False, work="ship")
 
     def _seed_dedupe(self) -> None:
         assert self.con is not None
@@ -310,8 +311,10 @@ class Store:
         self._queue.put(_Item(batch, fut, nbytes))
         return fut
 
-    def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], transaction: bool = True) -> Future:
+    def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], transaction: bool = True,
+                   work: str = "other") -> Future:
         """Run ``job(con)`` on the writer thread inside its own transaction; the future gets its return value.
+        ``work`` names what its CPU time counts as in ``writer_cpu_microseconds``.
 
         Jobs (session assembly, rescoring) share the single write connection with ingest, so they
         never race a commit and need no lock of their own; they run after every batch submitted
@@ -322,7 +325,7 @@ class Store:
             if self._closed:
                 raise RetryableError("the store is shutting down")
             self._jobs_waiting += 1
-        self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction))
+        self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction, work))
         return fut
 
     # ------------------------------------------------------------------ writer thread
@@ -389,11 +392,17 @@ class Store:
             jobs_not_before = time.monotonic() + took * (1 - share) / share
 
     def _run_job(self, item: _Item) -> None:
+        started = time.thread_time()
         try:
             self._run_job_in_transaction(item)
         finally:
+            self._count_cpu(item.work, started)
             with self._lock:
                 self._jobs_waiting -= 1
+
+    def _count_cpu(self, work: str, started: float) -> None:
+        """Count the writer thread's CPU time since ``started`` as ``work``'s: where a busy writer's time goes."""
+        self.metrics.inc("writer_cpu_microseconds", round((time.thread_time() - started) * 1e6), label=work)
 
     def _run_job_in_transaction(self, item: _Item) -> None:
         assert self.con is not None and item.job is not None
@@ -418,6 +427,13 @@ class Store:
         item.future.set_result(result)
 
     def _commit_group(self, items: list[_Item]) -> None:
+        started = time.thread_time()
+        try:
+            self._commit_items(items)
+        finally:
+            self._count_cpu("commit", started)
+
+    def _commit_items(self, items: list[_Item]) -> None:
         try:
             results = self._write(items)
         except (duckdb.Error, ValueError, OverflowError, TypeError) as exc:
@@ -427,7 +443,7 @@ class Store:
             if len(items) > 1:
                 # One bad batch must not keep failing the others: retry each on its own.
                 for item in items:
-                    self._commit_group([item])
+                    self._commit_items([item])
                 return
             item = items[0]
             log.warning("store write failed: %s", exc)
