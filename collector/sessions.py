@@ -186,8 +186,10 @@ class SessionService:
     def _score_one(self, session: Session) -> SessionScore:
         return self.scorer.score_session(session)
 
-    def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = ()) -> Future:
-        """Assemble these traces and re-score their sessions, in one store transaction."""
+    def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = (), follow: bool = False) -> Future:
+        """Assemble these traces and re-score their sessions, in one store transaction. ``follow``: also the
+        owned sessions other writers assembled traces of (``follow_others`` in the same job: one set of
+        session reads and writes instead of two)."""
         extra = still_open if isinstance(still_open, frozenset) else frozenset(still_open)
         written: list[ScoredSession] = []
 
@@ -195,7 +197,10 @@ class SessionService:
             if not traces:
                 return []
             assembled, before = self._assemble_in(con, traces)
-            written.extend(self._score_in(con, before | {s for t in assembled for s in t.session_ids}, assembled, extra))
+            ids = before | {s for t in assembled for s in t.session_ids}
+            if follow:
+                ids |= self.tables.assembled_elsewhere(con) or set()
+            written.extend(self._score_in(con, ids, assembled, extra))
             return assembled
 
         fut = self.store.submit_job(job, work="sessions")
@@ -259,11 +264,13 @@ class SessionService:
 
         return self._notify(self.store.submit_job(job, work="follow"), written)
 
-    def _assemble(self, traces: dict[str, datetime]) -> Future:
-        return _gather([self._assemble_chunk(chunk) for chunk in self._chunks(traces)])
+    def _assemble(self, traces: dict[str, datetime], follow: bool = False) -> Future:
+        """``follow``: the first job also follows the other writers (see ``_job``)."""
+        return _gather([self._assemble_chunk(chunk, follow and i == 0) for i, chunk in enumerate(self._chunks(traces))])
 
-    def _assemble_chunk(self, chunk: dict[str, datetime]) -> Future:
-        """One job for the chunk; if it fails, each of its traces once more in a job of its own.
+    def _assemble_chunk(self, chunk: dict[str, datetime], follow: bool = False) -> Future:
+        """One job for the chunk; if it fails, each of its traces once more in a job of its own (which does not
+        follow the other writers: the failed job's reading of them was rolled back, and the next poll reads it again).
 
         So a trace that cannot be assembled costs only itself, once: failing on its own, it is
         given up (see ``_give_up``) instead of failing its whole chunk again on every pass. The
@@ -289,7 +296,7 @@ class SessionService:
                 return
             alone.add_done_callback(lambda g: _settle_like(out, g))
 
-        self._job(chunk).add_done_callback(done)
+        self._job(chunk, follow=follow).add_done_callback(done)
         return out
 
     def _give_up(self, traces: dict[str, datetime], exc: BaseException) -> None:
@@ -404,11 +411,13 @@ class SessionService:
         poll_interval = self.tables.poll_interval_seconds
         while True:
             await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
+            poll = poll_interval is not None and loop.time() >= next_poll
+            if poll:
+                next_poll = loop.time() + poll_interval  # type: ignore[operator]
             with self._taking:
                 idle = self.tracker.take(idle_only=True)
-                futures = [self._assemble(idle)] if idle else []
-            if poll_interval is not None and loop.time() >= next_poll:
-                next_poll = loop.time() + poll_interval
+                futures = [self._assemble(idle, follow=poll)] if idle else []
+            if poll and not idle:  # nothing to assemble: the poll is a job of its own
                 polled = self.follow_others()
                 if polled is not None:
                     futures.append(polled)

@@ -71,7 +71,8 @@ DESCRIPTIONS = {
     "lake_maintenance": "Lake: maintenance rounds done (small files merged; on replica 0 snapshots expired too).",
     "lake_maintenance_errors": "Lake: maintenance rounds that failed (the next round tries again).",
     "writer_cpu_microseconds": "CPU time of the store's writer thread, by work: commit (ingest), sessions (assembly and "
-                               "scoring), follow (a lake replica scoring sessions others assembled), ship, judgments, "
+                               "scoring), follow (a lake replica's polls for sessions others assembled that ran as jobs of "
+                               "their own; one that ran with an assembly is in sessions), ship, judgments, "
                                "retention, other. Beside jobs_waiting it says what a busy writer is busy with.",
 }
 GAUGES = {

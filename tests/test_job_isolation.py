@@ -243,3 +243,40 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
     assert metrics.get("traces_failed") == 1 and metrics.get("traces_assembled") == 2
     assert metrics.get("assembly_errors") == 2
     assert sum(POISON in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_retried_alone(monkeypatch):
+    """A lake replica's poll for sessions others assembled shares the tick's assembly job (one set of session
+    reads and writes); when that job fails its traces are retried alone, without the poll, whose reading was
+    rolled back with it."""
+    store = _InlineStore()
+    events: list[tuple[str, ...]] = []
+
+    class PollingTables(SessionTables):
+        poll_interval_seconds = 1.0
+
+        def owns(self, session_id: str) -> bool:
+            return True
+
+        def assembled_elsewhere(self, con):
+            events.append(("poll",))
+            return {"remote-session"}
+
+    def fake_assemble_in(self, con, traces):
+        events.append(("assemble", *traces))
+        if POISON in traces:
+            raise ValueError("this trace's data cannot be assembled")
+        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+
+    def fake_score_in(self, con, session_ids, fresh=(), still_open=()):
+        events.append(("score", *sorted(session_ids)))
+        return []
+
+    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    monkeypatch.setattr(SessionService, "_score_in", fake_score_in)
+    svc = SessionService(SessionSettings(), store, PollingTables(), Metrics())  # type: ignore[arg-type]
+    svc._assemble({"a": datetime(2026, 1, 1)}, follow=True).result()
+    assert events == [("assemble", "a"), ("poll",), ("score", "remote-session")]
+    events.clear()
+    svc._assemble({"a": datetime(2026, 1, 1), POISON: datetime(2026, 1, 1)}, follow=True).result()
+    assert events == [("assemble", "a", POISON), ("assemble", "a"), ("score",), ("assemble", POISON)]

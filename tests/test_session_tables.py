@@ -119,3 +119,20 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # asked for, found in no trace: its row is removed
     tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
     assert tables.versions(con, [sid]) == {}
+
+
+def test_a_tables_columns_are_read_once_per_connection(tmp_path):
+    """Each insert used to DESCRIBE its table first, a statement as costly as a small insert; the columns are
+    kept per connection now (a new connection reads them again: it may be a file at another migration)."""
+    tables = SessionTables()
+    rows = [{"variant": "shop", "step": "search", "step_index": 0}]
+    for path in (tmp_path / "a.duckdb", tmp_path / "b.duckdb"):
+        con = connect(path)
+        migrate(con)
+        con.execute("CALL enable_logging('QueryLog')")
+        for _ in range(3):
+            tables.write_funnel_steps(con, rows)
+        logged = [m for (m,) in con.execute("SELECT message FROM duckdb_logs WHERE type = 'QueryLog'").fetchall()]
+        assert sum(m.startswith("DESCRIBE") for m in logged) == 1, logged
+        assert con.execute("SELECT count(*) FROM funnel_steps").fetchone()[0] == 1  # replaced each time
+        con.close()

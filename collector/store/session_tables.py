@@ -48,11 +48,14 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, pa.DataTyp
     return {name: _ARROW_OF_DUCKDB[kind] for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
 
 
-def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
-    """These rows, by column name, in one statement; a column a row leaves out is NULL."""
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row],
+                columns: dict[str, pa.DataType] | None = None) -> None:
+    """These rows, by column name, in one statement; a column a row leaves out is NULL. ``columns``: the table's,
+    when the caller has them (else they are read)."""
     if not rows:
         return
-    columns = _columns(con, table)
+    if columns is None:
+        columns = _columns(con, table)
     named = {k for r in rows for k in r}
     unknown = sorted(named - columns.keys())
     if unknown:
@@ -122,8 +125,22 @@ class SessionTables:
     poll_interval_seconds: float | None = None  # how often to follow other writers (never: there are none)
     assembles_every_trace = True  # so traces it assembled recently may be kept in memory and trusted
 
+    def __init__(self) -> None:
+        self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
+
     def owns(self, session_id: str) -> bool:
         return True
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
+        """``insert_rows``, with the table's columns read once per connection (they change only when it migrates,
+        before the stage's first job); a DESCRIBE costs as much as a small insert."""
+        if not rows:
+            return
+        key = (id(con), table)
+        columns = self._described.get(key)
+        if columns is None:
+            columns = self._described[key] = _columns(con, table)
+        insert_rows(con, table, rows, columns)
 
     # ------------------------------------------------------------------ traces
     def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
@@ -172,7 +189,7 @@ class SessionTables:
         if reassembled:
             con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [_strings(reassembled)])
             con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [_strings(reassembled)])
-        insert_rows(con, "tool_calls", tool_calls)
+        self._insert(con, "tool_calls", tool_calls)
         if span_stamps:
             con.register("_span_stamps", pa.table({k: pa.array([r[k] for r in span_stamps], pa.string())
                                                    for k in ("trace_id", "span_id", "session_id", "dialect")}))
@@ -184,7 +201,7 @@ class SessionTables:
             finally:
                 con.unregister("_span_stamps")
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
-        insert_rows(con, "trace_index", index)
+        self._insert(con, "trace_index", index)
 
     def wants_text(self, session_ids: Collection[str]) -> bool:
         """Whether a trace of these sessions is to be kept assembled, as text, for another writer (none here)."""
@@ -219,11 +236,11 @@ class SessionTables:
         deleted = ids if stored is None else list(stored)
         if deleted:  # an empty IN still scans the table
             con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [_strings(deleted)])
-        insert_rows(con, "sessions", self._with_slices(con, sessions))
+        self._insert(con, "sessions", self._with_slices(con, sessions))
         self._write_call_steps(con, ids, call_steps)
         if cased:
             con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [_strings(cased)])
-        insert_rows(con, "case_runs", case_runs)
+        self._insert(con, "case_runs", case_runs)
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
         """The rows with what their traces' index rows say they are sliced by: the agent version of the latest
@@ -261,7 +278,7 @@ class SessionTables:
 
     def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
         con.execute("DELETE FROM funnel_steps")
-        insert_rows(con, "funnel_steps", rows)
+        self._insert(con, "funnel_steps", rows)
 
     def latest_judgments(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, str]:
         """Each session's newest judgment, as the JSON it was stored as."""
@@ -276,7 +293,7 @@ class SessionTables:
         return row[0] if row else None
 
     def add_judgment(self, con: duckdb.DuckDBPyConnection, row: Row) -> None:
-        insert_rows(con, "judgments", [row])
+        self._insert(con, "judgments", [row])
 
     # ------------------------------------------------------------------ re-scoring
     def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]:
@@ -315,6 +332,7 @@ class LakeSessionTables(SessionTables):
     """
 
     def __init__(self, lake: LakeSettings) -> None:
+        super().__init__()
         self.lake = lake
         self._sources: Sources | None = None
         self._everywhere = LOCAL  # the file and every other replica's schema, index rows included (full re-reads)
@@ -370,7 +388,7 @@ class LakeSessionTables(SessionTables):
         super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled)
         if reassembled:
             con.execute(f"DELETE FROM lake_assembled_traces WHERE trace_id {_IN}", [_strings(reassembled)])
-        insert_rows(con, "lake_assembled_traces", [{**t, "first_received": since} for t in texts])
+        self._insert(con, "lake_assembled_traces", [{**t, "first_received": since} for t in texts])
         again = set(reassembled)  # assembled before: the lake may hold their rows
         mark(con, "trace", sorted({r["trace_id"] for r in index} | again), since, lambda t: t in again)
 
@@ -432,7 +450,7 @@ class LakeSessionTables(SessionTables):
     def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
         """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
         con.execute(f"DELETE FROM call_scores WHERE session_id {_IN}", [_strings(session_ids)])
-        insert_rows(con, "call_scores", rows)
+        self._insert(con, "call_scores", rows)
 
     # ------------------------------------------------------------------ reads across replicas
     def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
@@ -500,7 +518,7 @@ class LakeSessionTables(SessionTables):
                         "AND r.replica = c.replica")
         finally:
             con.unregister("_changed")
-        insert_rows(con, "lake_remote_traces", [dict(zip(("replica", *REMOTE_COLUMNS), r)) for r in rows
+        self._insert(con, "lake_remote_traces", [dict(zip(("replica", *REMOTE_COLUMNS), r)) for r in rows
                                                 if any(self.owns(s) for s in r[3] or ())])
 
     def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
