@@ -732,3 +732,16 @@ def test_judge_cases_add_and_report_work_against_the_lake(tmp_path: Path, postgr
         assert "fx-exp" in report
     finally:
         api.close()
+
+
+def test_the_sessions_a_reassembled_trace_held_are_read_from_its_index_rows(tmp_path: Path) -> None:
+    """A poll that finds traces another replica assembled again re-scores the sessions they held before: read from
+    their index rows (local, and every replica's copy kept here), not from a scan of every stored session."""
+    con = _replica_file(tmp_path)
+    insert_rows(con, "trace_index", [{"trace_id": "t1", "session_ids": ["provisional"]},
+                                     {"trace_id": "t9", "session_ids": ["untouched"]}])
+    insert_rows(con, "lake_remote_traces", [{"trace_id": "t2", "replica": 1, "session_ids": ["s2"]},
+                                            {"trace_id": "t2", "replica": 2, "session_ids": ["s2-before-the-move"]},
+                                            {"trace_id": "t8", "replica": 1, "session_ids": ["untouched-too"]}])
+    held = LakeSessionTables._sessions_indexed_with(con, ["t1", "t2", "t3"])
+    assert held == {"provisional", "s2", "s2-before-the-move"}

@@ -495,14 +495,30 @@ class LakeSessionTables(SessionTables):
         return sorted(mine)
 
     def _owned_everywhere(self, con: duckdb.DuckDBPyConnection) -> set[str]:
-        """Every session this replica owns, wherever its traces are; the remote index is rebuilt on the way."""
+        """Every session this replica owns, wherever its traces are, and every one it has a row of (a session
+        whose traces all went elsewhere has none left in the index: re-scored, its row goes); the remote index is
+        rebuilt on the way."""
         from .lake import index_everywhere
 
         con.execute("DELETE FROM lake_remote_traces")
         self._index_remote(con, index_everywhere(con, self.lake, self._schemas))
         ids = [r[0] for r in con.execute(
-            f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index}").fetchall()]
+            f"SELECT DISTINCT unnest(session_ids) FROM {self.session_sources.trace_index} "
+            "UNION SELECT session_id FROM sessions").fetchall()]
         return {s for s in ids if self.owns(s)}
+
+    @staticmethod
+    def _sessions_indexed_with(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str]) -> set[str]:
+        """The sessions the index says these traces held, before the rows of their new assembly replace it: each
+        session this replica scored with one of them is among them (its traces were read from these rows).
+
+        An index lookup, where scanning ``sessions.trace_ids`` for them cost a pass over every stored session
+        (about half a second a poll at a million).
+        """
+        traces = _strings(trace_ids)
+        return {sid for (sid,) in con.execute(
+            f"SELECT unnest(session_ids) FROM trace_index WHERE trace_id {_IN} "
+            f"UNION SELECT unnest(session_ids) FROM lake_remote_traces WHERE trace_id {_IN}", [traces, traces]).fetchall()}
 
     def _index_remote(self, con: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Keep the index rows of other replicas' traces that hold a session this replica owns (each replaces
@@ -544,11 +560,10 @@ class LakeSessionTables(SessionTables):
             log.warning("the lake's snapshots since %d were expired: re-scoring every session this replica owns", after)
             ids = self._owned_everywhere(con)
         elif changed:
+            held_before = self._sessions_indexed_with(con, [row[1] for row in changed])
             self._index_remote(con, changed)
-            ids = {sid for row in changed for sid in row[3] or () if self.owns(sid)}
-            ids |= {sid for (sid,) in con.execute(
-                f"SELECT session_id FROM sessions WHERE list_has_any(trace_ids, {_LIST})",
-                [_strings(row[1] for row in changed)]).fetchall()}
+            ids = {sid for row in changed for sid in row[3] or ()} | held_before
+            ids = {sid for sid in ids if self.owns(sid)}
         if upto > after:
             lakestore.set_progress(con, upto, _utcnow())
         return ids
