@@ -845,7 +845,7 @@ def _mib(n: int) -> str:
 SESSION_METRICS = ("spans_committed", "commits", "traces_assembled", "open_traces", "jobs_waiting",
                    "sessions_finalized_early", "open_refresh_skipped", "assembly_errors", "sessions_failed",
                    "traces_failed", "pushed_back", "sql_queries", "held_traces_evicted", "traces_read_back",
-                   "prepare_skipped", "held_bytes")
+                   "prepare_skipped", "held_bytes", "writer_cpu_microseconds")
 ALWAYS_SHOWN = ("traces_assembled", "open_traces", "jobs_waiting", "sessions_finalized_early", "sessions_failed")
 
 
