@@ -411,9 +411,9 @@ class SessionService:
         poll_interval = self.tables.poll_interval_seconds
         while True:
             await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
-            poll = poll_interval is not None and loop.time() >= next_poll
-            if poll:
-                next_poll = loop.time() + poll_interval  # type: ignore[operator]
+            poll = False
+            if poll_interval is not None and loop.time() >= next_poll:
+                next_poll, poll = loop.time() + poll_interval, True
             with self._taking:
                 idle = self.tracker.take(idle_only=True)
                 futures = [self._assemble(idle, follow=poll)] if idle else []

@@ -743,5 +743,5 @@ def test_the_sessions_a_reassembled_trace_held_are_read_from_its_index_rows(tmp_
     insert_rows(con, "lake_remote_traces", [{"trace_id": "t2", "replica": 1, "session_ids": ["s2"]},
                                             {"trace_id": "t2", "replica": 2, "session_ids": ["s2-before-the-move"]},
                                             {"trace_id": "t8", "replica": 1, "session_ids": ["untouched-too"]}])
-    held = LakeSessionTables._sessions_indexed_with(con, ["t1", "t2", "t3"])
+    held = _tables()._sessions_indexed_with(con, ["t1", "t2", "t3"])
     assert held == {"provisional", "s2", "s2-before-the-move"}

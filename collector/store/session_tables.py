@@ -507,18 +507,18 @@ class LakeSessionTables(SessionTables):
             "UNION SELECT session_id FROM sessions").fetchall()]
         return {s for s in ids if self.owns(s)}
 
-    @staticmethod
-    def _sessions_indexed_with(con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str]) -> set[str]:
+    def _sessions_indexed_with(self, con: duckdb.DuckDBPyConnection, trace_ids: Sequence[str]) -> set[str]:
         """The sessions the index says these traces held, before the rows of their new assembly replace it: each
         session this replica scored with one of them is among them (its traces were read from these rows).
 
-        An index lookup, where scanning ``sessions.trace_ids`` for them cost a pass over every stored session
-        (about half a second a poll at a million).
+        Index lookups (the file's rows by primary key, ``indexed``; this replica's copies of the others'), where
+        scanning ``sessions.trace_ids`` for them cost a pass over every stored session (about half a second a
+        poll at a million).
         """
-        traces = _strings(trace_ids)
-        return {sid for (sid,) in con.execute(
-            f"SELECT unnest(session_ids) FROM trace_index WHERE trace_id {_IN} "
-            f"UNION SELECT unnest(session_ids) FROM lake_remote_traces WHERE trace_id {_IN}", [traces, traces]).fetchall()}
+        held = {sid for t in self.indexed(con, trace_ids) for sid in t.session_ids}
+        held.update(sid for (sid,) in con.execute(
+            f"SELECT unnest(session_ids) FROM lake_remote_traces WHERE trace_id {_IN}", [_strings(trace_ids)]).fetchall())
+        return held
 
     def _index_remote(self, con: duckdb.DuckDBPyConnection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Keep the index rows of other replicas' traces that hold a session this replica owns (each replaces
