@@ -745,3 +745,26 @@ def test_the_sessions_a_reassembled_trace_held_are_read_from_its_index_rows(tmp_
                                             {"trace_id": "t8", "replica": 1, "session_ids": ["untouched-too"]}])
     held = _tables()._sessions_indexed_with(con, ["t1", "t2", "t3"])
     assert held == {"provisional", "s2", "s2-before-the-move"}
+
+
+def test_a_shipment_that_loses_to_a_compaction_goes_again_at_once(tmp_path: Path, monkeypatch) -> None:
+    """A shipment's lake transaction that conflicts with one committed meanwhile (the replica's own compaction of
+    the same table) is rolled back whole and retried with the same claim: a flush does not fail on it."""
+    con, metrics = _replica_file(tmp_path), Metrics()
+    shipper = Shipper("lake.r0", metrics)
+    insert_rows(con, "logs", [{"record_id": "l1", "received_at": T0}])
+    real_copy, lost = Shipper._copy, []
+
+    def copy_then_lose_once(self, con, claim):
+        rows = real_copy(self, con, claim)
+        if not lost:
+            lost.append(claim.batch_id)
+            raise duckdb.TransactionException("Failed to commit DuckLake transaction. Transaction conflict - "
+                                              "another transaction has compacted it")
+        return rows
+
+    monkeypatch.setattr(Shipper, "_copy", copy_then_lose_once)
+    shipped = shipper.ship(con, T0)
+    assert lost and shipped is not None and shipped.batch_id == lost[0] and shipped.rows == {"logs": 1}
+    assert _lake(con, "SELECT record_id FROM lake.r0.logs") == [("l1",)]  # once: the lost attempt was rolled back
+    assert metrics.get("lake_ship_errors") == 0

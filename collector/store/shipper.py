@@ -247,7 +247,11 @@ class Shipper:
         return _Claim(seq, batch_id, after, upto, fresh=True, capped=capped)
 
     def _ship(self, con: duckdb.DuckDBPyConnection, claim: _Claim) -> Shipment:
-        rows, already = self._to_lake(con, claim)
+        from .lake import retry_conflicts
+
+        # a lake transaction that lost to a concurrent one (this replica's compaction of the same table, another
+        # replica's catalog commit) was rolled back whole: the same claim goes again at once
+        rows, already = retry_conflicts(lambda: self._to_lake(con, claim), attempts=5)
         self._finish(con, claim, rows)
         return Shipment(claim.batch_id, claim.seq, rows, resumed=not claim.fresh, already_there=already)
 
