@@ -181,7 +181,6 @@ def test_huge_attribute_values_are_cut_so_assembly_memory_stays_bounded(server_f
     # and a real server: 15 tool calls with 10 MB results in one trace
     srv = server_factory()
     proc = psutil.Process(srv.proc.pid)
-    baseline = proc.memory_info().rss
     trace = os.urandom(16)
     root = os.urandom(8)
     spans = [{"trace_id": trace, "span_id": root, "name": "invoke_agent shop",
@@ -203,6 +202,8 @@ def test_huge_attribute_values_are_cut_so_assembly_memory_stays_bounded(server_f
             done.wait(0.02)
 
     watcher = threading.Thread(target=watch)
+    # ingest alone keeps about 150 MB (the stored rows in DuckDB's buffers); what is bounded here is assembly
+    baseline = proc.memory_info().rss
     watcher.start()
     srv.admin_post("/flush")
     done.set()
@@ -211,5 +212,5 @@ def test_huge_attribute_values_are_cut_so_assembly_memory_stays_bounded(server_f
     assert metrics["values_truncated"] == 15
     rows = sql(srv.db, "select count(*) as n, max(length(result)) as longest from tool_calls where session_id = 'big-1'")
     assert rows[0]["n"] == 15 and rows[0]["longest"] < 1_100_000
-    # before: about 6 x 150 MB while the trace was assembled
-    assert peak[0] - baseline < 300 * 1024 * 1024, f"assembly grew the server by {(peak[0] - baseline) >> 20} MiB"
+    # before: about 6 x 150 MB while the trace was assembled; now about one copy of the raw values
+    assert peak[0] - baseline < 250 * 1024 * 1024, f"assembly grew the server by {(peak[0] - baseline) >> 20} MiB"
