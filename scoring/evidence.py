@@ -6,7 +6,6 @@ place that looks inside results, and the fields it looks for are configuration.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +24,38 @@ OPTIONS_WITHOUT_IDS = "options_without_variant_ids"
 CHECKOUT_PAGE = "checkout_page"
 
 
-def _dicts(value: Any, depth: int = 0) -> Iterator[dict]:
-    if depth > 8:
-        return
-    if isinstance(value, dict):
-        yield value
-        for v in value.values():
-            yield from _dicts(v, depth + 1)
-    elif isinstance(value, list):
-        for v in value[:200]:
-            yield from _dicts(v, depth + 1)
+MAX_DEPTH = 8  # how deep into a result the walk looks for evidence
+MAX_ITEMS = 200  # how many items of one list it looks at
+
+
+def _walk(result: Any) -> tuple[list[dict], bool]:
+    """The dicts of a result (up to MAX_DEPTH levels of dicts and lists, MAX_ITEMS items a list), and
+    whether any string in them is a checkout page's address; one loop with its own stack, no generators:
+    this walk is much of what summarizing a trace costs."""
+    dicts: list[dict] = []
+    checkout_page = False
+    stack = [(result, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        if isinstance(value, dict):
+            dicts.append(value)
+            items: Any = value.values()
+            in_dict = True
+        elif isinstance(value, list):
+            items = value[:MAX_ITEMS]
+            in_dict = False
+        else:
+            continue
+        deeper = depth < MAX_DEPTH
+        for v in items:
+            kind = type(v)
+            if kind is str:
+                if in_dict and not checkout_page and "/checkout" in v and v.startswith("http"):
+                    checkout_page = True
+            elif deeper and (kind is dict or kind is list or isinstance(v, (dict, list))):
+                push((v, depth + 1))
+    return dicts, checkout_page
 
 
 def _present(value: Any) -> bool:
@@ -79,12 +100,15 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
         return found
     compiled = _keys(ev)
     confirmed, checkout_statuses = compiled.confirmed, compiled.checkout_statuses
-    for d in _dicts(result):
-        # only the keys a flag reads, with a value (a C-level intersection first: most keys are none of them)
-        present = {k for k in d.keys() & compiled.evidence if _present(d[k])}
-        checkout_page = any(type(v) is str and "/checkout" in v and v.startswith("http") for v in d.values())
-        if checkout_page:
-            found.add(CHECKOUT_PAGE)
+    dicts, checkout_page = _walk(result)
+    if checkout_page:
+        found.add(CHECKOUT_PAGE)
+    evidence_keys = compiled.evidence
+    for d in dicts:
+        # only the keys a flag reads, with a value (a C-level test first: most dicts have none of them)
+        if evidence_keys.isdisjoint(d):
+            continue
+        present = {k for k in d.keys() & evidence_keys if _present(d[k])}
         if not present:
             continue
         for obj_key in ev.order_objects:
@@ -118,24 +142,35 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
     return found
 
 
-def _options_without_ids(value: Any, depth: int = 0) -> bool:
+def _options_without_ids(result: Any) -> bool:
     """A product whose options (size, colour) cannot be mapped to a variant id.
 
     Variants themselves carry options next to their id, so the walk does not descend into them.
     """
-    if depth > 6:
-        return False
-    if isinstance(value, list):
-        return any(_options_without_ids(v, depth + 1) for v in value[:200])
-    if not isinstance(value, dict):
-        return False
-    variants = value.get("variants")
-    if isinstance(variants, list) and variants:
-        return not any(isinstance(v, dict) and _present(v.get("id") or v.get("variant_id")) for v in variants)
-    options = value.get("options") or value.get("sizes") or value.get("colors") or value.get("colours")
-    if options and not _present(value.get("variant_id")):
-        return True
-    return any(_options_without_ids(v, depth + 1) for k, v in value.items() if k != "variants")
+    stack = [(result, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        value, depth = pop()
+        if depth > 6:
+            continue
+        if isinstance(value, list):
+            push_all = value[:MAX_ITEMS]
+        elif isinstance(value, dict):
+            variants = value.get("variants")
+            if isinstance(variants, list) and variants:
+                if not any(isinstance(v, dict) and _present(v.get("id") or v.get("variant_id")) for v in variants):
+                    return True
+                continue
+            options = value.get("options") or value.get("sizes") or value.get("colors") or value.get("colours")
+            if options and not _present(value.get("variant_id")):
+                return True
+            push_all = [v for k, v in value.items() if k != "variants"]
+        else:
+            continue
+        for v in push_all:
+            if isinstance(v, (dict, list)):
+                push((v, depth + 1))
+    return False
 
 
 def mentions(text: Any, phrases: list[str]) -> bool:

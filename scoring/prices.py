@@ -41,6 +41,8 @@ DEFAULT_PRICES: dict[str, Price] = {p: Price(input_per_million=i, output_per_mil
     ("gemini-2.0-flash*", 0.1, 0.4),
 )}
 
+MATCHED_REMEMBERED = 4096  # distinct model names a table remembers the glob match of
+
 
 class PriceTable:
     """Compiled lookups over the defaults plus the configured overrides (which win)."""
@@ -50,6 +52,7 @@ class PriceTable:
         self._exact = {k.lower(): v for k, v in table.items() if not any(c in k for c in "*?[")}
         self._globs = sorted(((k.lower(), v) for k, v in table.items() if any(c in k for c in "*?[")),
                              key=lambda kv: -len(kv[0]))
+        self._matched: dict[str, Price | None] = {}  # model names seen, matched against the globs once
 
     def price(self, model: str | None) -> Price | None:
         if not model:
@@ -57,10 +60,13 @@ class PriceTable:
         name = model.lower()
         if name in self._exact:
             return self._exact[name]
-        for pattern, price in self._globs:
-            if fnmatchcase(name, pattern):
-                return price
-        return None
+        if name in self._matched:
+            return self._matched[name]
+        found = next((price for pattern, price in self._globs if fnmatchcase(name, pattern)), None)
+        if len(self._matched) >= MATCHED_REMEMBERED:  # names come from telemetry: never let them pile up
+            self._matched.clear()
+        self._matched[name] = found
+        return found
 
     def cost(self, model: str | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
         price = self.price(model)
