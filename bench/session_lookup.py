@@ -1,0 +1,67 @@
+"""What a session job's reads of the trace index cost as the index grows.
+
+Every session job asks the index which traces its sessions hold (``traces_of``, to gather them) and
+what those traces say the sessions are sliced by (``_with_slices``, as the rows are written). The
+index keeps a row per assembled trace for as long as retention keeps the trace, so these reads must
+not cost a pass over every stored list of sessions. This builds a store file whose index has
+``--traces`` rows (two traces a session, one trace in a thousand shared by two sessions), then times
+both reads for a job's ``--sessions`` sessions, the best of ``--reps``.
+
+This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
+
+    python bench/session_lookup.py
+    python bench/session_lookup.py --traces 3000000 --sessions 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from agentfunnel.collector.store.schema import migrate
+from agentfunnel.collector.store.session_tables import SessionTables
+from agentfunnel.collector.store.writer import connect
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=int, default=1_000_000)
+    ap.add_argument("--sessions", type=int, default=100, help="sessions of one job")
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        con = connect(Path(tmp) / "lookup.duckdb")
+        migrate(con)
+        t0 = time.perf_counter()
+        con.execute("""
+            INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at, agent_version,
+                                     providers, servers)
+            SELECT 'trace-' || i, TIMESTAMP '2026-12-01' + INTERVAL (i) SECOND, 9,
+                   CASE WHEN i % 1000 = 0 THEN ['s-' || (i // 2), 's-shared-' || i] ELSE ['s-' || (i // 2)] END,
+                   TIMESTAMP '2026-12-01', 'v' || (i % 7), ['openai'], []::VARCHAR[]
+            FROM range(?) t(i)""", [args.traces])
+        con.execute("CHECKPOINT")
+        print(f"index of {args.traces:,} traces built in {time.perf_counter() - t0:.1f}s")
+        tables = SessionTables()
+        middle = args.traces // 4
+        ids = [f"s-{middle + i}" for i in range(args.sessions - 1)] + ["s-shared-1000"]
+        rows = [{"session_id": s} for s in ids]
+        found = tables.traces_of(con, ids)
+        sliced = tables._with_slices(con, rows)
+        assert len(found) == 2 * (args.sessions - 1) + 1, len(found)
+        assert all(r["agent_version"] for r in sliced)
+        for name, read in (("traces_of", lambda: tables.traces_of(con, ids)),
+                           ("_with_slices", lambda: tables._with_slices(con, rows))):
+            best = float("inf")
+            for _ in range(args.reps):
+                t = time.perf_counter()
+                read()
+                best = min(best, time.perf_counter() - t)
+            print(f"{name:<13} {args.sessions} sessions: {best * 1e3:8.1f} ms")
+        con.close()
+
+
+if __name__ == "__main__":
+    main()
