@@ -4,8 +4,10 @@ Every session job asks the index which traces its sessions hold (``traces_of``, 
 what those traces say the sessions are sliced by (``_with_slices``, as the rows are written). The
 index keeps a row per assembled trace for as long as retention keeps the trace, so these reads must
 not cost a pass over every stored list of sessions. This builds a store file whose index has
-``--traces`` rows (two traces a session, one trace in a thousand shared by two sessions), then times
-both reads for a job's ``--sessions`` sessions, the best of ``--reps``.
+``--traces`` rows (two traces a session, one trace in a thousand shared by two sessions; a session row
+for each session, four tool calls a trace), then times both reads for a job's ``--sessions`` sessions,
+the best of ``--reps``, and next to them the other statements a job runs on these tables for its
+sessions: their versions, and replacing their rows (the deletes and the tool calls' steps).
 
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 
@@ -42,6 +44,9 @@ def main() -> None:
                    CASE WHEN i % 1000 = 0 THEN ['s-' || (i // 2), 's-shared-' || i] ELSE ['s-' || (i // 2)] END,
                    TIMESTAMP '2026-12-01', 'v' || (i % 7), ['openai'], []::VARCHAR[]
             FROM range(?) t(i)""", [args.traces])
+        con.execute("INSERT INTO sessions (session_id) SELECT 's-' || i FROM range(? // 2) t(i)", [args.traces])
+        con.execute("INSERT INTO tool_calls (trace_id, span_id, session_id) SELECT 'trace-' || (i // 4), 'span-' || i, "
+                    "'s-' || (i // 8) FROM range(? * 4) t(i)", [args.traces])
         con.execute("CHECKPOINT")
         print(f"index of {args.traces:,} traces built in {time.perf_counter() - t0:.1f}s")
         tables = SessionTables()
@@ -52,14 +57,24 @@ def main() -> None:
         sliced = tables._with_slices(con, rows)
         assert len(found) == 2 * (args.sessions - 1) + 1, len(found)
         assert all(r["agent_version"] for r in sliced)
+        steps = [{"span_id": f"span-{(middle + i) * 8}", "step": "search", "args_valid": True}
+                 for i in range(args.sessions)]
+
+        def rewrite() -> None:  # what a job writes of its sessions, without the rows themselves
+            con.execute("BEGIN")
+            tables.replace_sessions(con, ids, [], steps, [], [], stored=ids)
+            con.execute("ROLLBACK")
+
         for name, read in (("traces_of", lambda: tables.traces_of(con, ids)),
-                           ("_with_slices", lambda: tables._with_slices(con, rows))):
+                           ("_with_slices", lambda: tables._with_slices(con, rows)),
+                           ("versions", lambda: tables.versions(con, ids)),
+                           ("replace (delete, steps)", rewrite)):
             best = float("inf")
             for _ in range(args.reps):
                 t = time.perf_counter()
                 read()
                 best = min(best, time.perf_counter() - t)
-            print(f"{name:<13} {args.sessions} sessions: {best * 1e3:8.1f} ms")
+            print(f"{name:<24} {args.sessions} sessions: {best * 1e3:8.1f} ms")
         con.close()
 
 
