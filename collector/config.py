@@ -197,7 +197,7 @@ class SessionSettings(_Model):
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
     max_held_bytes: int = Field(
-        64 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
+        256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
     max_prepare_queue_bytes: int = Field(
