@@ -18,11 +18,11 @@ traces it owns. The rows the store keeps of an assembled trace are made here too
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Container, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..scoring.assembled import Session, TraceShare
 from ..semconv import SpanRecord, SpanView, normalize
@@ -98,13 +98,24 @@ def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -
     return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
 
 
+@runtime_checkable
+class ParsedOnDemand(Protocol):
+    """Views that parse a span's attributes only when read (held traces): asked for one attribute, they
+    parse only the spans whose text holds its key, and give resource attributes without parsing any."""
+
+    def with_attribute(self, key: str) -> Iterable[SpanView]: ...
+
+    def resource_attributes(self) -> Iterable[Mapping[str, Any]]: ...
+
+
 def _agent_version(views: Sequence[SpanView]) -> str | None:
-    for v in views:
+    lazy = isinstance(views, ParsedOnDemand)
+    for v in views.with_attribute(GEN_AI_AGENT_VERSION) if lazy else views:
         found = v.attributes.get(GEN_AI_AGENT_VERSION)
         if isinstance(found, str) and found:
             return found
-    for v in views:
-        found = v.resource_attributes.get(SERVICE_VERSION)
+    for resource in views.resource_attributes() if lazy else (v.resource_attributes for v in views):
+        found = resource.get(SERVICE_VERSION)
         if found is not None and found != "":
             return str(found)
     return None

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -79,6 +79,15 @@ class LazyViews(Sequence[SpanView]):
         if view is None:
             view = self._made[i] = view_of(self._rows[i])
         return view
+
+    def with_attribute(self, key: str) -> Iterator[SpanView]:
+        """The views of the spans whose attributes may hold ``key`` (their JSON text names it), parsed on the way."""
+        named = json.dumps(key)
+        return (self[i] for i, row in enumerate(self._rows) if i in self._made or named in row[4])
+
+    def resource_attributes(self) -> Iterator[Mapping[str, Any]]:
+        """Each span's resource attributes (the batch's shared dict), without parsing the span."""
+        return (row[5] for row in self._rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,39 @@ COMPARED = {
 }
 
 
+def test_a_held_trace_finds_its_agent_version_parsing_only_the_spans_that_name_it():
+    import os
+
+    from otlp_build import trace_request
+
+    trace, root = os.urandom(16), os.urandom(8)
+    spans = [{"trace_id": trace, "span_id": root, "name": "invoke_agent shop", "start_time_unix_nano": 1,
+              "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "c-1"}}]
+    spans += [{"trace_id": trace, "parent_span_id": root, "name": f"execute_tool t{i}", "start_time_unix_nano": 2 + i,
+               "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": f"t{i}",
+                              **({"gen_ai.agent.version": "2.1.0"} if i == 2 else {})}} for i in range(4)]
+
+    def taken(resource: dict):
+        held = HeldTraces(1 << 30, Metrics())
+        held.add(prepare(decode_traces_protobuf(trace_request(spans, resource).SerializeToString())), trace_ids=())
+        found = held.take(trace.hex())
+        assert found is not None
+        return found
+
+    views, records = taken({"service.name": "shop", "service.version": "9.9"})
+    assert assemble_records(records, views).agent_version == "2.1.0"  # the span's own attribute wins
+    # only spans some rule reads are parsed (the trace rules read a few): not all of them
+    parsed = views._made.keys()
+    assert len(parsed) < len(views) and any("gen_ai.agent.version" in views[i].attributes for i in parsed)
+    del spans[3]["attributes"]["gen_ai.agent.version"]
+    views, records = taken({"service.name": "shop", "service.version": "9.9"})
+    assert assemble_records(records, views).agent_version == "9.9"  # else the resource's, parsing no span
+    assert not any("gen_ai.agent.version" in v.attributes for v in views._made.values())
+    assert len(views._made) < len(parsed)
+    # the same answers as from views read whole
+    assert assemble_records(records, list(views)).agent_version == "9.9"
+
+
 def test_held_records_assemble_like_the_views_they_came_from():
     """In process, no store: the prepare worker's records, held and taken, against normalizing the views."""
     for path in sorted(OTLP.glob("*/*.traces.binpb")):
