@@ -26,6 +26,7 @@ CHECKOUT_PAGE = "checkout_page"
 
 MAX_DEPTH = 8  # how deep into a result the walk looks for evidence
 MAX_ITEMS = 200  # how many items of one list it looks at
+OPTIONS_DEPTH = 6  # how deep the look for products with options goes
 
 
 def _walk(result: Any) -> tuple[list[dict], bool]:
@@ -151,7 +152,7 @@ def _options_without_ids(result: Any) -> bool:
     pop, push = stack.pop, stack.append
     while stack:
         value, depth = pop()
-        if depth > 6:
+        if depth > OPTIONS_DEPTH:
             continue
         if isinstance(value, list):
             push_all = value[:MAX_ITEMS]

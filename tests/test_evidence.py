@@ -41,9 +41,9 @@ def test_options_without_variant_ids_are_flagged_but_variants_with_ids_are_not()
     assert ev.OPTIONS_WITHOUT_IDS not in ev.find(with_ids, SETTINGS)
     without_ids = {"products": [{"name": "tee", "variants": [{"options": {"size": "S"}}]}]}
     assert ev.OPTIONS_WITHOUT_IDS in ev.find(without_ids, SETTINGS)
-    # six levels down still counts; the walk for options stops a level sooner than the one for evidence
-    assert ev.OPTIONS_WITHOUT_IDS in ev.find(nested({"sizes": ["S"]}, 6), SETTINGS)
-    assert ev.OPTIONS_WITHOUT_IDS not in ev.find(nested({"sizes": ["S"]}, 7), SETTINGS)
+    # the walk for options stops sooner than the one for evidence
+    assert ev.OPTIONS_WITHOUT_IDS in ev.find(nested({"sizes": ["S"]}, ev.OPTIONS_DEPTH), SETTINGS)
+    assert ev.OPTIONS_WITHOUT_IDS not in ev.find(nested({"sizes": ["S"]}, ev.OPTIONS_DEPTH + 1), SETTINGS)
 
 
 def test_a_price_is_looked_up_by_exact_name_or_the_longest_glob_and_names_seen_stay_bounded():
