@@ -129,8 +129,10 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     traces: set[str] = set()
     shared: set[str] = set()
     if ids:
-        for tid, sids in con.execute("SELECT trace_id, session_ids FROM trace_index WHERE list_has_any(session_ids, "
-                                     "?::VARCHAR[])", [ids]).fetchall():
+        # the session lists unnested and joined, not list_has_any against all of them row by row
+        for tid, sids in con.execute("SELECT trace_id, session_ids FROM trace_index WHERE trace_id IN (SELECT trace_id "
+                                     f"FROM (SELECT trace_id, unnest(session_ids) AS s FROM trace_index) WHERE s {_IN})",
+                                     [ids]).fetchall():
             traces.add(tid)
             shared.update(s for s in sids or () if s not in wanted)
         traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM sessions WHERE session_id {_IN}",
