@@ -1,14 +1,14 @@
 """What a session job's reads of the trace index cost as the index grows.
 
-Every session job asks the index which traces its sessions hold (``traces_of``, to gather them) and
-what those traces say the sessions are sliced by (``_with_slices``, as the rows are written). The
-index keeps a row per assembled trace for as long as retention keeps the trace, so these reads must
-not cost a pass over every stored list of sessions. This builds a store file whose index has
-``--traces`` rows (two traces a session, one trace in a thousand shared by two sessions; a session row
-for each session, four tool calls a trace), then times both reads for a job's ``--sessions`` sessions,
-the best of ``--reps``, and next to them the other statements a job runs on these tables for its
-sessions: their versions, and replacing their rows (the deletes and the tool calls' steps); and
-the traces of every stale session, which ``rescore --stale`` starts from.
+Every session job reads, once, the index rows of its sessions' traces (``index_of``): which traces
+they hold, to gather them, and what those traces say the sessions are sliced by, for the rows it
+writes. The index keeps a row per assembled trace for as long as retention keeps the trace, so this
+read must not cost a pass over every stored list of sessions. This builds a store file whose index
+has ``--traces`` rows (two traces a session, one trace in a thousand shared by two sessions; a
+session row for each session, four tool calls a trace), then times that read for a job's
+``--sessions`` sessions, the best of ``--reps``, and next to it the other statements a job runs on
+these tables for its sessions: their versions, and replacing their rows (the deletes and the tool
+calls' steps); and the traces of every stale session, which ``rescore --stale`` starts from.
 
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 
@@ -55,7 +55,7 @@ def main() -> None:
         ids = [f"s-{middle + i}" for i in range(args.sessions - 1)] + ["s-shared-1000"]
         rows = [{"session_id": s} for s in ids]
         found = tables.traces_of(con, ids)
-        sliced = tables._with_slices(con, rows)
+        sliced = tables._with_slices(con, rows, tables.index_of(con, ids))
         assert len(found) == 2 * (args.sessions - 1) + 1, len(found)
         assert all(r["agent_version"] for r in sliced)
         steps = [{"span_id": f"span-{(middle + i) * 8}", "step": "search", "args_valid": True}
@@ -67,8 +67,7 @@ def main() -> None:
             con.execute("ROLLBACK")
 
         job = f"{args.sessions} sessions"
-        for name, read in ((f"traces_of, {job}", lambda: tables.traces_of(con, ids)),
-                           (f"_with_slices, {job}", lambda: tables._with_slices(con, rows)),
+        for name, read in ((f"index_of, {job}", lambda: tables.index_of(con, ids)),
                            (f"versions, {job}", lambda: tables.versions(con, ids)),
                            (f"replace (delete, steps), {job}", rewrite),
                            # every session is stale here (no config hash): what `rescore --stale` starts from

@@ -30,7 +30,7 @@ from .held import AssembledTraces, HeldTraces, Preparer, log_events
 from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
-from .store.session_tables import SessionTables
+from .store.session_tables import SessionIndex, SessionTables
 from .store.writer import Store
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
@@ -46,11 +46,13 @@ SessionListener = Callable[[list[ScoredSession]], None]
 
 def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, session_ids: Collection[str],
                     fresh: Sequence[AssembledTrace] = (), session_keys: Sequence[str] = (),
-                    open_traces: Container[str] = (), cache: AssembledTraces | None = None) -> dict[str, Session]:
-    """These sessions whole: from the traces just assembled, those kept in ``cache``, and the rest read back."""
+                    open_traces: Container[str] = (), cache: AssembledTraces | None = None,
+                    index: SessionIndex | None = None) -> dict[str, Session]:
+    """These sessions whole: from the traces just assembled, those kept in ``cache``, and the rest read back.
+    ``index``: their ``index_of``, when the job has read it already."""
     traces = {t.trace_id: t for t in fresh}
     older: dict[str, datetime] = {}
-    for tid, since in tables.traces_of(con, session_ids).items():
+    for tid, since in tables.traces_of(con, session_ids, index).items():
         if tid in traces:
             continue
         kept = cache.get(tid) if cache is not None else None
@@ -168,9 +170,10 @@ class SessionService:
         ids = {s for s in session_ids if self.tables.owns(s)}
         if not ids:
             return []
+        index = self.tables.index_of(con, ids)  # read once: for the traces gathered, and the slices written
         sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
                                    _OpenTraces(self.tracker, still_open),
-                                   self.assembled if self.tables.assembles_every_trace else None)
+                                   self.assembled if self.tables.assembles_every_trace else None, index)
         versions = self.tables.versions(con, ids)
         scoring = score_sessions(
             sessions, ids, self._score_one, versions, self.evaluator,
@@ -179,7 +182,7 @@ class SessionService:
         if rows.inputs_truncated:
             self.metrics.inc("session_inputs_truncated", rows.inputs_truncated)
         self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
-                                     stored=[s for s in rows.replaced if s in versions])
+                                     stored=[s for s in rows.replaced if s in versions], index=index)
         self._count_failures(scoring.failed)
         return scoring.written
 

@@ -104,8 +104,17 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     assert any(v.attributes for v in back[traces[0].trace_id])  # parsed back from the stored JSON
     assert tables.read_traces(con, [traces[0].trace_id], datetime(2027, 1, 1)) == {}  # received before `since`
 
+    # a job reads its sessions' index rows once: the traces it gathers and the slices it writes come from them
+    index = tables.index_of(con, [sid])
+    assert tables.traces_of(con, [sid], index) == tables.traces_of(con, [sid])
+    assert {tid for tid, *_ in index[sid]} == {t.trace_id for t in traces}
     rows = pass_rows(scoring, NOW)
+    later = {sid: [(tid, since, "9.9.9", ["acme"], ["shopsrv"]) for tid, since, *_ in index[sid]]}
+    tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased, index=later)
+    assert con.execute("SELECT agent_version, provider, servers FROM sessions").fetchall() == [("9.9.9", "acme", ["shopsrv"])]
     tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+    assert con.execute("SELECT agent_version, provider, servers FROM sessions").fetchall() != [
+        ("9.9.9", "acme", ["shopsrv"])]  # without one, read from the store
     assert tables.versions(con, [sid]) == {sid: 1}
     steps = dict(con.execute("SELECT tool_name, step FROM tool_calls WHERE step IS NOT NULL").fetchall())
     assert steps and set(steps.values()) <= {"search", "details", "cart", "checkout", "purchase"}

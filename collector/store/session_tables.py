@@ -80,6 +80,12 @@ def _strings(values: Iterable[str]) -> str:
     return json.dumps(list(values))
 
 
+# A trace's index row as a session job reads it: trace_id, first_received, agent_version, providers, servers.
+_INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
+IndexEntry = tuple[str, datetime, str | None, list[str] | None, list[str] | None]
+SessionIndex = dict[str, list[IndexEntry]]  # session → the index rows of the traces it holds
+
+
 @dataclass(frozen=True)
 class IndexedTrace:
     """A trace as assembled before: when its first span was received, and the sessions it belonged to."""
@@ -213,22 +219,29 @@ class SessionTables:
         return {}
 
     # ------------------------------------------------------------------ sessions
-    def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
-        """Every trace these sessions own → when its first span was received (the earliest, when indexed twice)."""
+    def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
+                  index: SessionIndex | None = None) -> dict[str, datetime]:
+        """Every trace these sessions own → when its first span was received (the earliest, when indexed twice).
+        ``index``: these sessions' ``index_of``, when the job has read it already."""
         out: dict[str, datetime] = {}
-        for _, tid, since in self._index_rows_of(con, session_ids, "trace_id, first_received"):
-            out[tid] = min(since, out.get(tid, since))  # a trace of two of them, or (on a lake) indexed twice
+        for entries in (self.index_of(con, session_ids) if index is None else index).values():
+            for tid, since, *_ in entries:
+                out[tid] = min(since, out.get(tid, since))  # a trace of two of them, or (on a lake) indexed twice
         return out
 
-    def _index_rows_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
-                       columns: str) -> list[tuple[Any, ...]]:
-        """(session, *columns) for each index row of a trace these sessions hold, once per session of theirs it holds.
+    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
+        """The index rows of every trace these sessions hold, by session: a job reads them once, for the traces
+        it gathers and for the slices it writes.
 
         The index's session lists are unnested and matched by a hash join: ``list_has_any`` over them cost 1.1 s
-        a call at a million indexed traces (twice a session job), this 30-40 ms (``bench/session_lookup.py``).
+        a read at a million indexed traces, this 30-60 ms (``bench/session_lookup.py``).
         """
-        return con.execute(f"SELECT s, {columns} FROM (SELECT unnest(session_ids) AS s, {columns} "
-                           f"FROM {self.session_sources.trace_index}) WHERE s {_IN}", [_strings(session_ids)]).fetchall()
+        out: SessionIndex = {}
+        for sid, *entry in con.execute(
+                f"SELECT s, {_INDEX_ENTRY} FROM (SELECT unnest(session_ids) AS s, {_INDEX_ENTRY} "
+                f"FROM {self.session_sources.trace_index}) WHERE s {_IN}", [_strings(session_ids)]).fetchall():
+            out.setdefault(sid, []).append(tuple(entry))  # type: ignore[arg-type]
+        return out
 
     def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
         return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {_IN}",
@@ -236,35 +249,34 @@ class SessionTables:
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
-                         stored: Collection[str] | None = None) -> None:
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
         calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``. ``stored``: those
-        of ``replaced`` that have a row now, when known (the others need no delete)."""
+        of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
+        ``index_of``, when the job has read it already."""
         ids = list(replaced)
         deleted = ids if stored is None else list(stored)
         if deleted:  # an empty IN still scans the table
             con.execute(f"DELETE FROM sessions WHERE session_id {_IN}", [_strings(deleted)])
-        self._insert(con, "sessions", self._with_slices(con, sessions))
+        self._insert(con, "sessions", self._with_slices(con, sessions, index))
         self._write_call_steps(con, ids, call_steps)
         if cased:
             con.execute(f"DELETE FROM case_runs WHERE session_id {_IN}", [_strings(cased)])
         self._insert(con, "case_runs", case_runs)
 
-    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
+    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
+                     index: SessionIndex | None = None) -> list[Row]:
         """The rows with what their traces' index rows say they are sliced by: the agent version of the latest
         trace, the provider most of their traces name, and every MCP server they called."""
         if not sessions:
             return []
-        found: dict[str, list[tuple[Any, Any, Any, Any]]] = {}
-        for sid, first, version, providers, servers in self._index_rows_of(
-                con, [r["session_id"] for r in sessions], "first_received, agent_version, providers, servers"):
-            found.setdefault(sid, []).append((first, version, providers, servers))
+        found = self.index_of(con, [r["session_id"] for r in sessions]) if index is None else index
         out = []
         for row in sessions:
-            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[0] is None, t[0]))
-            versions = [v for _, v, _, _ in traces if v]
-            providers = Counter(p for _, _, ps, _ in traces for p in ps or ())
-            servers = sorted({sv for _, _, _, svs in traces for sv in svs or ()})
+            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
+            versions = [version for _, _, version, _, _ in traces if version]
+            providers = Counter(p for _, _, _, ps, _ in traces for p in ps or ())
+            servers = sorted({sv for _, _, _, _, svs in traces for sv in svs or ()})
             out.append({**row, "agent_version": versions[-1] if versions else None,
                         "provider": providers.most_common(1)[0][0] if providers else None, "servers": servers})
         return out
@@ -426,10 +438,10 @@ class LakeSessionTables(SessionTables):
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
-                         stored: Collection[str] | None = None) -> None:
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         from .shipper import mark
 
-        super().replace_sessions(con, replaced, sessions, call_steps, case_runs, cased, stored)
+        super().replace_sessions(con, replaced, sessions, call_steps, case_runs, cased, stored, index)
         had = set(replaced) if stored is None else set(stored)  # a session never stored here was never shipped
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
         mark(con, "case_run", sorted(set(cased)))
@@ -473,13 +485,9 @@ class LakeSessionTables(SessionTables):
             sources = Sources(sources.spans, logs, sources.trace_index)
         return super().read_traces(con, trace_ids, since, sources)
 
-    def traces_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, datetime]:
+    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
         self._refresh(con)
-        return super().traces_of(con, session_ids)
-
-    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row]) -> list[Row]:
-        self._refresh(con)
-        return super()._with_slices(con, sessions)
+        return super().index_of(con, session_ids)
 
     def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
         """Every session this replica owns, wherever its traces are; rows of sessions it no longer owns
