@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from ...semconv import SpanView
 from ..config import LakeSettings, StoreSettings
+from .schema import append_arrow, describe
 
 Row = Mapping[str, Any]
 log = logging.getLogger(__name__)
@@ -44,8 +45,8 @@ class UnknownColumn(KeyError):
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, pa.DataType]:
-    """The table's columns as the migrations made them (in this connection's schema)."""
-    return {name: _ARROW_OF_DUCKDB[kind] for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
+    """The table's columns as the migrations made them (in this connection's schema), in their stored order."""
+    return {name: _ARROW_OF_DUCKDB[kind] for name, kind in describe(con, table).items()}
 
 
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row],
@@ -60,13 +61,8 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row],
     unknown = sorted(named - columns.keys())
     if unknown:
         raise UnknownColumn(f"{table} has no column {', '.join(unknown)}")
-    data = pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in columns.items() if c in named})
-    name = f"_new_{table}"
-    con.register(name, data)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
-    finally:
-        con.unregister(name)
+    append_arrow(con, table, pa.table({c: pa.array([r.get(c) for r in rows], t) for c, t in columns.items()
+                                       if c in named}), list(columns))
 
 
 # A list of strings goes in as one JSON text: DuckDB 1.5.5 (the lake's) binds a Python list element by element, at

@@ -32,7 +32,7 @@ from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
 from .metrics_table import metrics_arrow_table
-from .schema import migrate, transaction
+from .schema import append_arrow, describe, migrate, transaction
 from .shipper import Shipper
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ class Store:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.con: duckdb.DuckDBPyConnection | None = None
+        self._columns: dict[str, list[str]] = {}  # spans, logs, metrics: their columns in stored order
         self.dedupe = DedupeWindow(settings.dedupe_window_seconds, settings.dedupe_max_keys)
         self.shipper: Shipper | None = None  # on a lake: copies what is committed here to the replica's schema
         self._last_received = datetime.min  # received_at strictly increases from commit to commit
@@ -186,6 +187,7 @@ class Store:
             self.con.close()
             self.con = None
             raise
+        self._columns = {table: list(describe(self.con, table)) for table in ("spans", "logs", "metrics")}
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
         self._thread.start()
@@ -501,7 +503,7 @@ class Store:
                 log_parts.append((b, part_mask))
 
         t0 = time.perf_counter()
-        tables: dict[str, pa.Table] = {}  # registered by name: with external access off, DuckDB scans no Python locals
+        tables: dict[str, pa.Table] = {}
         if span_parts:
             spans_tbl = self._span_table(span_parts, received_at)
             if spans_tbl.num_rows:
@@ -514,19 +516,13 @@ class Store:
             metrics_tbl = metrics_arrow_table(metric_parts, received_at)
             if metrics_tbl.num_rows:
                 tables["metrics"] = metrics_tbl
-        for table, rows in tables.items():
-            con.register(f"_new_{table}", rows)
-        try:
-            inserts = [f"INSERT INTO {table} BY NAME SELECT * FROM _new_{table}" for table in tables]
-            if len(inserts) == 1:
-                con.execute(inserts[0])  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
-            elif inserts:
-                with transaction(con):
-                    for sql in inserts:
-                        con.execute(sql)
-        finally:
-            for table in tables:
-                con.unregister(f"_new_{table}")
+        if len(tables) == 1:  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
+            for table, rows in tables.items():
+                append_arrow(con, table, rows, self._columns[table])
+        elif tables:
+            with transaction(con):
+                for table, rows in tables.items():
+                    append_arrow(con, table, rows, self._columns[table])
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
         if self.shipper is not None:
