@@ -9,6 +9,7 @@ one commit. The queue is bounded in payload bytes: when it is full, ``submit`` r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import queue
@@ -516,13 +517,10 @@ class Store:
             metrics_tbl = metrics_arrow_table(metric_parts, received_at)
             if metrics_tbl.num_rows:
                 tables["metrics"] = metrics_tbl
-        if len(tables) == 1:  # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
+        # one statement commits atomically on its own: no BEGIN/COMMIT to pay for
+        with transaction(con) if len(tables) > 1 else contextlib.nullcontext():
             for table, rows in tables.items():
                 append_arrow(con, table, rows, self._columns[table])
-        elif tables:
-            with transaction(con):
-                for table, rows in tables.items():
-                    append_arrow(con, table, rows, self._columns[table])
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
         if self.shipper is not None:
