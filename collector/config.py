@@ -101,8 +101,10 @@ class LakeSettings(_Model):
     replica: int = Field(ge=0, description="This replica's index, 0..replicas-1; a name ending in -N (a StatefulSet "
                                            "pod's hostname) gives N.")
     replicas: int = Field(ge=1, le=1024, description="How many replicas share the lake (fixes session ownership).")
-    poll_interval_seconds: float = Field(
-        1.0, gt=0, description="How often a replica looks for traces other replicas assembled for sessions it owns.")
+    poll_interval_seconds: float | None = Field(
+        None, gt=0, description="How often a replica looks for traces other replicas assembled for sessions it owns; "
+        "unset: every ship_interval_seconds, since what the others assemble reaches the lake only as often as they "
+        "ship (a shorter poll mostly finds nothing new, and each one is a catalog read in a store job).")
     ship_interval_seconds: float = Field(
         5.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
         "waits before it is shipped to the lake, in one transaction with everything else pending.")
@@ -131,6 +133,11 @@ class LakeSettings(_Model):
                 raise ValueError(f"{value!r} is neither an index nor a name ending in -N")
             return int(tail)
         return value
+
+    @property
+    def follow_interval_seconds(self) -> float:
+        """How often this replica follows the others: ``poll_interval_seconds``, else as often as they ship."""
+        return self.poll_interval_seconds if self.poll_interval_seconds is not None else self.ship_interval_seconds
 
     @model_validator(mode="after")
     def _in_range(self) -> "LakeSettings":

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 import duckdb
 
@@ -82,6 +83,17 @@ def test_lake_settings_name_the_bad_field(tmp_path: Path) -> None:
         load_settings(cfg, environ={"AGENTFUNNEL_LAKE_REPLICA": "agentfunnel"})
     with pytest.raises(ConfigError, match=r"store\.lake\.replicas"):
         load_settings(cfg, environ={"AGENTFUNNEL_LAKE_REPLICAS": "0"})
+
+
+def test_a_replica_follows_the_others_as_often_as_they_ship_unless_told_otherwise() -> None:
+    base = {"catalog": "postgres:dbname=x", "data_path": "/tmp/x", "replica": 0, "replicas": 2}
+    assert LakeSettings.model_validate(base).follow_interval_seconds == 5.0
+    assert LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5}).follow_interval_seconds == 2.5
+    told = LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5, "poll_interval_seconds": 0.5})
+    assert told.follow_interval_seconds == 0.5
+    assert LakeSessionTables(told).poll_interval_seconds == 0.5
+    with pytest.raises(ValidationError, match="poll_interval_seconds"):
+        LakeSettings.model_validate({**base, "poll_interval_seconds": 0})
 
 
 def test_ownership_is_stable_and_spread() -> None:

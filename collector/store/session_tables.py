@@ -355,7 +355,7 @@ class LakeSessionTables(SessionTables):
         self._schemas_checked = 0.0
         self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
-        self.poll_interval_seconds = lake.poll_interval_seconds
+        self.poll_interval_seconds = lake.follow_interval_seconds
 
     @property
     def session_sources(self) -> Sources:  # type: ignore[override]
