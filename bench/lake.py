@@ -62,7 +62,8 @@ from lake_support import (Postgres, free_port, lake_config, lake_maintenance, la
 from payloads import genai_request  # noqa: E402
 
 SPANS_PER_REQUEST = 512
-SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0}
+SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
+            "poll_interval_seconds": float(os.environ["POLL"]) if os.environ.get("POLL") else None}  # None: the default
 SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0}  # the default check interval, a short idle time
 STORE = {"threads": 1}  # up to three replicas and PostgreSQL share two cores here: one DuckDB thread each, for every N
 
