@@ -144,6 +144,7 @@ class _Trace:
     spans: dict[str, tuple[HeldRow, SpanRecord]] = field(default_factory=dict)
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
+    session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
 
 
 class HeldTraces:
@@ -204,6 +205,8 @@ class HeldTraces:
                 if sid in trace.spans:
                     continue  # a retry of a span held already (one stored before is read back with its trace)
                 trace.spans[sid] = (row, record)
+                if trace.session_key is None and record.session_key:
+                    trace.session_key = record.session_key
                 trace.cost += prepared.costs[i]
                 self._bytes += prepared.costs[i]
             self._evict()
@@ -263,6 +266,12 @@ class HeldTraces:
             rows.append(row)
             records.append(record)
         return LazyViews(rows, made), records
+
+    def session_hints(self, trace_ids: Iterable[str]) -> dict[str, str]:
+        """The session key each of these traces' held spans name first (traces held with none are left out)."""
+        with self._lock:
+            return {tid: t.session_key for tid in trace_ids
+                    if (t := self._traces.get(tid)) is not None and t.session_key is not None}
 
     def count_read_back(self, traces: int) -> None:
         if traces:

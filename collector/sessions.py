@@ -248,10 +248,7 @@ class SessionService:
         return fut
 
     def _chunks(self, traces: dict[str, datetime]) -> list[dict[str, datetime]]:
-        """Bounded jobs: ingest commits wait at most one chunk's work (see Store._run)."""
-        n = self.settings.max_traces_per_job
-        items = list(traces.items())
-        return [dict(items[i:i + n]) for i in range(0, len(items), n)]
+        return job_chunks(traces, self.settings.max_traces_per_job, self.held.session_hints)
 
     def follow_others(self) -> Future | None:
         """Re-score the owned sessions whose traces other writers (a lake's other replicas) assembled."""
@@ -449,6 +446,22 @@ class _OpenTraces(Container[str]):
 
     def __contains__(self, trace_id: object) -> bool:
         return trace_id in self.tracker or trace_id in self.previewed
+
+
+def job_chunks(traces: dict[str, datetime], per_job: int,
+               session_hints: Callable[[Iterable[str]], Mapping[str, str]]) -> list[dict[str, datetime]]:
+    """The traces in jobs of at most ``per_job``: ingest commits wait at most one job's work (see Store._run).
+
+    Traces whose spans name the same session key go in one job where they fit, so traces that go
+    idle together (a backlog, a burst) score their session once, not once per job holding one of
+    them, and never as closed while its next turn waits in a later job. ``session_hints``: a key
+    per trace, for those that have one.
+    """
+    items = list(traces.items())
+    if len(items) > per_job:
+        hints = session_hints(traces)
+        items.sort(key=lambda item: hints.get(item[0], item[0]))  # stable: in order of idleness within a key
+    return [dict(items[i:i + per_job]) for i in range(0, len(items), per_job)]
 
 
 def _settle_like(target: Future, source: Future) -> None:

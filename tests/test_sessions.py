@@ -207,3 +207,67 @@ def test_a_stop_that_runs_out_of_assembly_time_leaves_the_rest_for_the_next_star
     again = server_factory(["--config", str(fast_config)], db=db)
     row = _wait(lambda: (s := _session(again.db, CONV)) and s["status"] == "closed" and s)
     assert row["trace_count"] == 3 and row["outcome"] == "purchase_completed"
+
+
+def _two_turns(conversation: str) -> list[list[dict]]:
+    """Two turns of a conversation, a trace each: an agent span (which alone names the conversation) over a tool call."""
+    turns = []
+    for n in range(2):
+        tid, root, base = os.urandom(16), os.urandom(8), 1_700_000_000_000_000_000 + n * 60_000_000_000
+        turns.append([
+            {"trace_id": tid, "span_id": root, "name": "invoke_agent shop", "start": base, "end": base + 9_000_000,
+             "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "shop",
+                            "gen_ai.conversation.id": conversation}},
+            {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "execute_tool search_products",
+             "start": base + 1_000_000, "end": base + 2_000_000,
+             "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_products",
+                            "gen_ai.tool.call.arguments": json.dumps({"q": conversation}),
+                            "gen_ai.tool.call.result": json.dumps({"products": [{"id": "p1"}]})}}])
+    return turns
+
+
+def test_job_chunks_keep_the_traces_of_a_session_together_where_they_fit():
+    from datetime import datetime
+
+    from agentfunnel.collector.sessions import job_chunks
+
+    at = datetime(2026, 1, 1)
+    traces = {t: at for t in ("a1", "b1", "c1", "a2", "b2", "c2", "x")}  # in order of idleness; x names no session
+    hints = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "c1": "c", "c2": "c"}
+    assert job_chunks(traces, 2, lambda ids: {t: hints[t] for t in ids if t in hints}) == [
+        {"a1": at, "a2": at}, {"b1": at, "b2": at}, {"c1": at, "c2": at}, {"x": at}]
+    assert job_chunks(traces, 7, lambda ids: hints) == [traces]  # one job: left in order of idleness
+    assert list(job_chunks(traces, 7, lambda ids: hints)[0]) == list(traces)
+
+
+def test_a_burst_split_over_several_jobs_scores_each_session_once(tmp_path):
+    """Turns of a session that go idle together land in one job, even when the tick's traces need several: every
+    session is written once, with both turns, never first as closed with the one turn its first job held."""
+    from agentfunnel.collector.config import Settings
+    from agentfunnel.collector.decode import decode_traces_protobuf
+    from agentfunnel.collector.pipeline import Admission
+    from agentfunnel.collector.telemetry import Metrics
+    from agentfunnel.collector.wiring import build_ingest_path
+
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "s.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600, "max_traces_per_job": 2}})
+    metrics = Metrics()
+    path = build_ingest_path(settings, metrics, Admission(1 << 30, 1.0, metrics))
+    store = path.stage.store.open()
+    service = path.stage.sessions
+    try:
+        service.recover()
+        by_conversation = {c: _two_turns(c) for c in ("conv-a", "conv-b", "conv-c")}
+        for n in range(2):  # every first turn, then every second: in order of idleness, sessions interleave
+            for turns in by_conversation.values():
+                batch = decode_traces_protobuf(trace_request(turns[n]).SerializeToString())
+                store.submit(batch).result()
+                service.observe(batch)
+        service.preparer.drain(None)
+        service.flush()
+        rows = store.submit_job(lambda con: con.execute(
+            "SELECT session_id, version, trace_count, status FROM sessions ORDER BY session_id").fetchall()).result()
+    finally:
+        store.close()
+    assert rows == [(c, 1, 2, "closed") for c in by_conversation]
+    assert metrics.get("traces_assembled") == 6
