@@ -25,15 +25,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+sys.path[:0] = [p for p in (str(HERE), str(HERE.parent / "tests")) if p not in sys.path]
 
 from agentfunnel.collector.config import Settings  # noqa: E402
-from agentfunnel.collector.decode import decode_traces_protobuf  # noqa: E402
-from agentfunnel.collector.pipeline import Admission  # noqa: E402
-from agentfunnel.collector.telemetry import Metrics  # noqa: E402
-from agentfunnel.collector.wiring import build_ingest_path  # noqa: E402
 from sessions_payloads import session_streams  # noqa: E402
+from stage_support import commit, session_stage  # noqa: E402
 
 
 def flush_cost(size: int, sessions: int, turns: int, tmp: Path) -> tuple[int, float]:
@@ -41,24 +37,15 @@ def flush_cost(size: int, sessions: int, turns: int, tmp: Path) -> tuple[int, fl
     settings = Settings.model_validate({
         "store": {"path": str(tmp / f"jobs-{size}.duckdb"), "threads": 1},
         "sessions": {"idle_timeout_seconds": 3600, "max_traces_per_job": size}})
-    metrics = Metrics()
-    path = build_ingest_path(settings, metrics, Admission(1 << 30, 1.0, metrics))
-    store = path.stage.store.open()
-    service = path.stage.sessions
-    try:
-        service.recover()
+    with session_stage(settings) as (store, service, metrics):
         for stream in session_streams(sessions, turns, 1).bodies:
             for body in stream:
-                batch = decode_traces_protobuf(body)
-                store.submit(batch).result()
-                service.observe(batch)
+                commit(store, service, body)
         service.preparer.drain(None)
         traces = len(service.tracker)
         before = metrics.get("writer_cpu_microseconds", "sessions")
         service.flush()
         spent = (metrics.get("writer_cpu_microseconds", "sessions") - before) / 1e6
-    finally:
-        store.close()
     return -(-traces // size), spent
 
 

@@ -244,30 +244,18 @@ def test_a_burst_split_over_several_jobs_scores_each_session_once(tmp_path):
     """Turns of a session that go idle together land in one job, even when the tick's traces need several: every
     session is written once, with both turns, never first as closed with the one turn its first job held."""
     from agentfunnel.collector.config import Settings
-    from agentfunnel.collector.decode import decode_traces_protobuf
-    from agentfunnel.collector.pipeline import Admission
-    from agentfunnel.collector.telemetry import Metrics
-    from agentfunnel.collector.wiring import build_ingest_path
+    from stage_support import commit, session_stage
 
     settings = Settings.model_validate({"store": {"path": str(tmp_path / "s.duckdb")},
                                         "sessions": {"idle_timeout_seconds": 3600, "max_traces_per_job": 2}})
-    metrics = Metrics()
-    path = build_ingest_path(settings, metrics, Admission(1 << 30, 1.0, metrics))
-    store = path.stage.store.open()
-    service = path.stage.sessions
-    try:
-        service.recover()
+    with session_stage(settings) as (store, service, metrics):
         by_conversation = {c: _two_turns(c) for c in ("conv-a", "conv-b", "conv-c")}
         for n in range(2):  # every first turn, then every second: in order of idleness, sessions interleave
             for turns in by_conversation.values():
-                batch = decode_traces_protobuf(trace_request(turns[n]).SerializeToString())
-                store.submit(batch).result()
-                service.observe(batch)
+                commit(store, service, trace_request(turns[n]).SerializeToString())
         service.preparer.drain(None)
         service.flush()
         rows = store.submit_job(lambda con: con.execute(
             "SELECT session_id, version, trace_count, status FROM sessions ORDER BY session_id").fetchall()).result()
-    finally:
-        store.close()
     assert rows == [(c, 1, 2, "closed") for c in by_conversation]
     assert metrics.get("traces_assembled") == 6
