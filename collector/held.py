@@ -145,6 +145,7 @@ class _Trace:
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
     session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
+    shown: bool = False  # assembled while open (a preview), and held whole since: its closing assembly may use it
 
 
 class HeldTraces:
@@ -238,9 +239,10 @@ class HeldTraces:
         if evicted:
             self.metrics.inc("held_traces_evicted", evicted)
 
-    def take(self, trace_id: str) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
+    def take(self, trace_id: str, shown_only: bool = False) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
         """The held trace's views (parsed when read) and records, in the store's order, released; None when it is
-        not held whole."""
+        not held whole. ``shown_only``: the store has rows of the trace already, and only a trace held whole
+        since a preview assembled it will do (spans of a trace reopened after it closed are not all of it)."""
         with self._lock:
             if self._pending.get(trace_id):  # the worker is behind: what is held is not all of it
                 self._drop(trace_id)
@@ -254,10 +256,27 @@ class HeldTraces:
             if trace is None:
                 return None
             self._bytes -= trace.cost
-        pairs = sorted(trace.spans.values(), key=lambda p: (p[0][11], p[0][1]))  # start, span id
+            if shown_only and not trace.shown:
+                return None
+        return self._read(list(trace.spans.values()), trace.logs)
+
+    def peek(self, trace_id: str, shown_only: bool = False) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
+        """Like ``take``, for a trace still open (a preview): it stays held, and its closing assembly may use it."""
+        with self._lock:
+            trace = self._traces.get(trace_id)
+            if (trace is None or self._pending.get(trace_id) or trace_id in self._partial
+                    or (shown_only and not trace.shown)):
+                return None
+            trace.shown = True
+            spans, logs = list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
+        return self._read(spans, logs)
+
+    def _read(self, spans: list[tuple[HeldRow, SpanRecord]], logs: dict[str, list[dict]]
+              ) -> tuple[Sequence[SpanView], list[SpanRecord]]:
+        pairs = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
         rows, records, made = [], [], {}
         for row, record in pairs:
-            extra = trace.logs.get(row[1])
+            extra = logs.get(row[1])
             if extra:  # a log record arrived for this span: read it again with the record as an event
                 view = view_of(row)
                 view = replace(view, events=list(view.events) + sorted(extra, key=lambda e: e["time_unix_nano"]))

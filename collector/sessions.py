@@ -126,23 +126,24 @@ class SessionService:
                 self._assemble(self.tracker.take(evicted))
 
     # ------------------------------------------------------------------ jobs (writer thread)
-    def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime]) -> tuple[list[AssembledTrace], set[str]]:
+    def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime], preview: bool = False
+                     ) -> tuple[list[AssembledTrace], set[str]]:
         """Assemble these traces and write what the store keeps of them; also returns the sessions they belonged to before.
 
-        A trace held whole in memory is assembled from its records; any other (assembled before
-        and reopened by a late span, evicted, unprepared) is read back from the store.
+        A trace held whole in memory is assembled from its records; any other (assembled before and
+        reopened by a late span, evicted, unprepared) is read back from the store. A ``preview`` (the
+        traces are still open) leaves the records held, so the trace's closing assembly, and the
+        next preview, use them too, instead of reading the trace back.
         """
         indexed = self.tables.indexed(con, list(traces))
         before = {sid for t in indexed for sid in t.session_ids}
-        known = {t.trace_id for t in indexed}
+        known = {t.trace_id for t in indexed}  # rows stored already: held records do only if held whole since then
         since = min([*traces.values(), *(t.first_received for t in indexed)])
         assembled: list[AssembledTrace] = []
-        read_back = list(known)
-        self.held.forget(known)
+        read_back: list[str] = []
+        held = self.held.peek if preview else self.held.take
         for tid in traces:
-            if tid in known:
-                continue
-            found = self.held.take(tid)
+            found = held(tid, shown_only=tid in known)
             if found is None:
                 read_back.append(tid)
             elif found[0]:
@@ -189,7 +190,8 @@ class SessionService:
     def _score_one(self, session: Session) -> SessionScore:
         return self.scorer.score_session(session)
 
-    def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = (), follow: bool = False) -> Future:
+    def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = (), follow: bool = False,
+             preview: bool = False) -> Future:
         """Assemble these traces and re-score their sessions, in one store transaction. ``follow``: also the
         owned sessions other writers assembled traces of (``follow_others`` in the same job: one set of
         session reads and writes instead of two)."""
@@ -199,7 +201,7 @@ class SessionService:
         def job(con: duckdb.DuckDBPyConnection) -> list[AssembledTrace]:
             if not traces:
                 return []
-            assembled, before = self._assemble_in(con, traces)
+            assembled, before = self._assemble_in(con, traces, preview)
             ids = before | {s for t in assembled for s in t.session_ids}
             if follow:
                 ids |= self.tables.assembled_elsewhere(con) or set()
@@ -312,7 +314,7 @@ class SessionService:
         if not traces:
             return None
         still_open = frozenset(traces)  # made once: every chunk's job shares it
-        return _gather([self._job(chunk, still_open=still_open) for chunk in self._chunks(traces)])
+        return _gather([self._job(chunk, still_open=still_open, preview=True) for chunk in self._chunks(traces)])
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""

@@ -224,7 +224,7 @@ class _InlineStore:
 def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
     store = _InlineStore()
 
-    def fake_assemble_in(self, con, traces):
+    def fake_assemble_in(self, con, traces, preview=False):
         store.jobs.append(tuple(traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")
@@ -262,7 +262,7 @@ def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_r
             events.append(("poll",))
             return {"remote-session"}
 
-    def fake_assemble_in(self, con, traces):
+    def fake_assemble_in(self, con, traces, preview=False):
         events.append(("assemble", *traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")

@@ -259,3 +259,51 @@ def test_a_burst_split_over_several_jobs_scores_each_session_once(tmp_path):
             "SELECT session_id, version, trace_count, status FROM sessions ORDER BY session_id").fetchall()).result()
     assert rows == [(c, 1, 2, "closed") for c in by_conversation]
     assert metrics.get("traces_assembled") == 6
+
+
+def test_a_preview_leaves_the_records_held_and_a_reopened_trace_is_still_read_back(tmp_path):
+    """Showing a session while its trace is open must not cost reading the trace back when it closes (with the
+    default 30 s idle timeout and 5 s refresh, every trace is shown before it closes); a trace reopened after it
+    closed holds only its late spans, and is read back whole."""
+    from agentfunnel.collector.config import Settings
+    from stage_support import commit, session_stage
+
+    turn = _two_turns("conv-shown")[0]
+    root = turn[0]
+    late = [{"trace_id": root["trace_id"], "span_id": os.urandom(8), "parent_span_id": root["span_id"],
+             "name": "execute_tool get_product_details", "start": root["start"] + 3_000_000,
+             "end": root["start"] + 4_000_000,
+             "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_product_details",
+                            "gen_ai.tool.call.arguments": json.dumps({"id": "p1"}),
+                            "gen_ai.tool.call.result": json.dumps({"id": "p1"})}}]
+    query = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * FROM tool_calls ORDER BY span_id",
+             "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id")
+
+    def run(name: str, shown: bool) -> tuple[list, int, list]:
+        settings = Settings.model_validate({"store": {"path": str(tmp_path / f"{name}.duckdb")},
+                                            "sessions": {"idle_timeout_seconds": 3600}})
+        with session_stage(settings) as (store, service, metrics):
+            commit(store, service, trace_request(turn[:1]).SerializeToString())
+            service.preparer.drain(None)
+            if shown:
+                service.preview_open().result()  # the trace is open: its session is written as open
+                assert store.submit_job(lambda con: con.execute(
+                    "SELECT status FROM sessions").fetchall()).result() == [("open",)]
+            commit(store, service, trace_request(turn[1:]).SerializeToString())  # more of it, after the preview
+            service.preparer.drain(None)
+            service.flush()
+            closed = [store.submit_job(lambda con, q=q: con.execute(q).fetchall()).result() for q in query]
+            read_back = metrics.get("traces_read_back")
+            commit(store, service, trace_request(late).SerializeToString())  # reopened after it closed
+            service.preparer.drain(None)
+            service.flush()
+            reopened = store.submit_job(lambda con: con.execute(
+                "SELECT status, span_count, tool_call_count FROM sessions").fetchall()).result()
+            assert metrics.get("traces_read_back") == read_back + 1  # the late span alone is not the trace
+        return closed, read_back, reopened
+
+    shown, shown_read_back, shown_reopened = run("shown", True)
+    plain, plain_read_back, plain_reopened = run("plain", False)
+    assert shown_read_back == plain_read_back == 0
+    assert shown == plain and shown[0][0][0] == "conv-shown"
+    assert shown_reopened == plain_reopened == [("closed", 3, 2)]
