@@ -153,8 +153,9 @@ def span_stamps(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
             for t in traces for r in t.records]
 
 
-def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime) -> list[dict[str, Any]]:
-    """A ``trace_index`` row per trace: what a later span, a re-score or a restart needs to find it again."""
+def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime | None) -> list[dict[str, Any]]:
+    """A ``trace_index`` row per trace: what a later span, a re-score or a restart needs to find it again.
+    ``now`` None: the traces are still open (shown by a preview), and a restart reopens them."""
     return [{"trace_id": t.trace_id, "first_received": first_received, "span_count": len(t.records),
              "session_ids": sorted(t.session_ids), "assembled_at": now, "agent_version": t.agent_version,
              "providers": sorted({r.provider for r in t.records if r.provider}),

@@ -155,7 +155,7 @@ class SessionService:
             assembled += [assemble(v, keys) for v in views_of.values() if v]
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, utcnow()), reassembled=known,
+                                    index_rows(assembled, since, None if preview else utcnow()), reassembled=known,
                                     texts=self._texts(assembled))
         return assembled, before
 

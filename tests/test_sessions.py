@@ -307,3 +307,23 @@ def test_a_preview_leaves_the_records_held_and_a_reopened_trace_is_still_read_ba
     assert shown_read_back == plain_read_back == 0
     assert shown == plain and shown[0][0][0] == "conv-shown"
     assert shown_reopened == plain_reopened == [("closed", 3, 2)]
+
+
+def test_a_trace_shown_open_is_finished_after_a_restart(tmp_path):
+    """A preview stamps the trace's spans and writes its index row, as an assembly does; a process that ends before
+    the trace closes (killed) must still leave it to be finished by the next start, not open for good."""
+    from agentfunnel.collector.config import Settings
+    from stage_support import commit, session_stage
+
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "r.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600}})
+    status = "SELECT status, trace_count, tool_call_count FROM sessions"
+    with session_stage(settings) as (store, service, _):
+        commit(store, service, trace_request(_two_turns("conv-restart")[0]).SerializeToString())
+        service.preparer.drain(None)
+        service.preview_open().result()
+        assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("open", 1, 1)]
+    with session_stage(settings) as (store, service, _):  # the store closed with the trace still open
+        assert len(service.tracker) == 1
+        service.flush()
+        assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("closed", 1, 1)]

@@ -153,8 +153,12 @@ class SessionTables:
 
     # ------------------------------------------------------------------ traces
     def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
-        """Traces with spans stored but never assembled (after a restart): trace → earliest received_at."""
-        rows = con.execute("SELECT trace_id, min(received_at) FROM spans WHERE dialect IS NULL GROUP BY trace_id").fetchall()
+        """Traces with spans stored but never assembled, or only shown while open (``assembled_at`` NULL), after a
+        restart: trace → earliest received_at."""
+        rows = con.execute(
+            "SELECT trace_id, min(since) FROM (SELECT trace_id, received_at AS since FROM spans WHERE dialect IS NULL "
+            "UNION ALL SELECT trace_id, first_received FROM trace_index WHERE assembled_at IS NULL) GROUP BY trace_id"
+        ).fetchall()
         return {tid: since - timedelta(seconds=1) for tid, since in rows}
 
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
