@@ -146,6 +146,9 @@ class _Trace:
     cost: int = 0
     session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
     shown: bool = False  # assembled while open (a preview), and held whole since: its closing assembly may use it
+    version: int = 0  # one more each time spans or log records arrive for it
+    peeked: int = -1  # its version when a preview last read it
+    shown_version: int = -1  # its version when the last preview that committed read it
 
 
 class HeldTraces:
@@ -206,6 +209,7 @@ class HeldTraces:
                 if sid in trace.spans:
                     continue  # a retry of a span held already (one stored before is read back with its trace)
                 trace.spans[sid] = (row, record)
+                trace.version += 1
                 if trace.session_key is None and record.session_key:
                     trace.session_key = record.session_key
                 trace.cost += prepared.costs[i]
@@ -225,6 +229,7 @@ class HeldTraces:
                 else:
                     self._traces.move_to_end(tid)
                 trace.logs.setdefault(sid, []).extend(evs)
+                trace.version += 1
                 trace.cost += cost
                 self._bytes += cost
             self._evict()
@@ -267,9 +272,29 @@ class HeldTraces:
             if (trace is None or self._pending.get(trace_id) or trace_id in self._partial
                     or (shown_only and not trace.shown)):
                 return None
-            trace.shown = True
+            trace.shown, trace.peeked = True, trace.version
             spans, logs = list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
         return self._read(spans, logs)
+
+    def shown_committed(self, trace_ids: Iterable[str]) -> None:
+        """The preview that read these traces committed: what it read is what their sessions show."""
+        with self._lock:
+            for tid in trace_ids:
+                trace = self._traces.get(tid)
+                if trace is not None:
+                    trace.shown_version = trace.peeked
+
+    def take_unchanged(self, trace_id: str) -> bool:
+        """Release the trace if it is held whole and nothing arrived for it since the last committed preview
+        read it (its closing assembly is then that preview's); False, and held as it was, otherwise."""
+        with self._lock:
+            trace = self._traces.get(trace_id)
+            if (trace is None or not trace.shown or trace.shown_version != trace.version or self._pending.get(trace_id)
+                    or trace_id in self._partial):
+                return False
+            del self._traces[trace_id]
+            self._bytes -= trace.cost
+            return True
 
     def _read(self, spans: list[tuple[HeldRow, SpanRecord]], logs: dict[str, list[dict]]
               ) -> tuple[Sequence[SpanView], list[SpanRecord]]:

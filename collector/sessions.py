@@ -141,8 +141,14 @@ class SessionService:
         since = min([*traces.values(), *(t.first_received for t in indexed)])
         assembled: list[AssembledTrace] = []
         read_back: list[str] = []
+        # closing as last shown (nothing arrived since the preview whose assembly the cache keeps): rows are written
+        shown = [] if preview or not self.tables.assembles_every_trace else [
+            t for tid in known if (t := self.assembled.get(tid)) is not None and self.held.take_unchanged(tid)]
         held = self.held.peek if preview else self.held.take
+        closed_as_shown = {t.trace_id for t in shown}
         for tid in traces:
+            if tid in closed_as_shown:
+                continue
             found = held(tid, shown_only=tid in known)
             if found is None:
                 read_back.append(tid)
@@ -154,10 +160,13 @@ class SessionService:
             keys = tuple(self.settings.session_keys)
             assembled += [assemble(v, keys) for v in views_of.values() if v]
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
+        now = None if preview else utcnow()
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, None if preview else utcnow()), reassembled=known,
+                                    index_rows(assembled, since, now), reassembled=known - {t.trace_id for t in shown},
                                     texts=self._texts(assembled))
-        return assembled, before
+        if shown:
+            self.tables.close_shown(con, [t.trace_id for t in shown], now)
+        return assembled + shown, before
 
     def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
         """The traces the tables keep as text for another writer (a lake's owners of their sessions), encoded."""
@@ -209,10 +218,16 @@ class SessionService:
             return assembled
 
         fut = self.store.submit_job(job, work="sessions")
-        # committed: the next turn of these sessions is scored from them, not read back (callbacks
-        # run on the writer thread as the job ends, before it starts the next one)
-        fut.add_done_callback(lambda f: self.assembled.put(f.result()) if f.exception() is None else None)
+        # committed: the next turn of these sessions is scored from them, not read back, and a trace a preview
+        # showed closes as shown if nothing arrives for it meanwhile (callbacks run on the writer thread as the
+        # job ends, before it starts the next one)
+        fut.add_done_callback(lambda f: self._committed(f, traces if preview else ()))
         return self._notify(fut, written)
+
+    def _committed(self, job: Future, shown: Collection[str]) -> None:
+        if job.exception() is None:
+            self.assembled.put(job.result())
+            self.held.shown_committed(shown)
 
     def _score_job(self, session_ids: Collection[str]) -> Future:
         """Re-score these sessions from what is stored, without re-assembling their traces."""

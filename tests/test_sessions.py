@@ -327,3 +327,54 @@ def test_a_trace_shown_open_is_finished_after_a_restart(tmp_path):
         assert len(service.tracker) == 1
         service.flush()
         assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("closed", 1, 1)]
+
+
+def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arrived_since(tmp_path, monkeypatch):
+    """Closing a trace a preview showed, with no span since, assembles nothing again (the preview's rows are the
+    trace's); one whose preview failed after more spans arrived is assembled again, with them."""
+    import agentfunnel.collector.sessions as sessions_module
+    from agentfunnel.collector.config import Settings
+    from agentfunnel.collector.store.session_tables import SessionTables
+    from stage_support import commit, session_stage
+
+    assembled: list[str] = []
+    real = sessions_module.assemble_records
+    monkeypatch.setattr(sessions_module, "assemble_records",
+                        lambda records, views: assembled.append(records[0].trace_id) or real(records, views))
+    turn = _two_turns("conv-as-shown")[0]
+    rows = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * FROM tool_calls ORDER BY span_id",
+            "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id",
+            "SELECT trace_id, span_count, session_ids, assembled_at IS NOT NULL FROM trace_index")
+
+    def closed(name: str, shown: bool) -> list:
+        settings = Settings.model_validate({"store": {"path": str(tmp_path / f"{name}.duckdb")},
+                                            "sessions": {"idle_timeout_seconds": 3600}})
+        with session_stage(settings) as (store, service, _):
+            commit(store, service, trace_request(turn).SerializeToString())
+            service.preparer.drain(None)
+            if shown:
+                service.preview_open().result()
+            assembled.clear()
+            service.flush()
+            assert assembled == ([] if shown else [turn[0]["trace_id"].hex()])
+            return [store.submit_job(lambda con, q=q: con.execute(q).fetchall()).result() for q in rows]
+
+    assert closed("shown", True) == closed("plain", False)
+
+    # a preview that fails after more spans arrived leaves the earlier one's assembly stale: not used
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "failed.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600}})
+    with session_stage(settings) as (store, service, _):
+        commit(store, service, trace_request(turn[:1]).SerializeToString())
+        service.preparer.drain(None)
+        service.preview_open().result()
+        commit(store, service, trace_request(turn[1:]).SerializeToString())
+        service.preparer.drain(None)
+        with monkeypatch.context() as failing:
+            failing.setattr(SessionTables, "replace_sessions", lambda *a, **k: (_ for _ in ()).throw(OSError("disk")))
+            with pytest.raises(OSError):
+                service.preview_open().result()
+        service.flush()
+        counts = store.submit_job(lambda con: con.execute(
+            "SELECT status, span_count, tool_call_count FROM sessions").fetchall()).result()
+    assert counts == [("closed", 2, 1)]

@@ -212,6 +212,12 @@ class SessionTables:
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
         self._insert(con, "trace_index", index)
 
+    def close_shown(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], now: datetime) -> None:
+        """These traces close as a preview showed them, its rows already written: only their index rows change
+        (``assembled_at`` set: a restart no longer reopens them). Used where ``assembles_every_trace``."""
+        if trace_ids:
+            con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {_IN}", [now, _strings(trace_ids)])
+
     def wants_text(self, session_ids: Collection[str]) -> bool:
         """Whether a trace of these sessions is to be kept assembled, as text, for another writer (none here)."""
         return False
