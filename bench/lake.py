@@ -32,6 +32,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --replicas 3 --rate 5000 --seconds 60
     python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
     python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
+    POLL=1 python bench/lake.py                    # owners polling every second (default: as often as replicas ship)
 """
 
 from __future__ import annotations
