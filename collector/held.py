@@ -145,10 +145,14 @@ class _Trace:
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
     session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
-    shown: bool = False  # assembled while open (a preview), and held whole since: its closing assembly may use it
     version: int = 0  # one more each time spans or log records arrive for it
     peeked: int = -1  # its version when a preview last read it
     shown_version: int = -1  # its version when the last preview that committed read it
+
+    @property
+    def shown(self) -> bool:
+        """Assembled while open (a preview), and held whole since: its closing assembly may use it."""
+        return self.peeked >= 0
 
 
 class HeldTraces:
@@ -272,7 +276,7 @@ class HeldTraces:
             if (trace is None or self._pending.get(trace_id) or trace_id in self._partial
                     or (shown_only and not trace.shown)):
                 return None
-            trace.shown, trace.peeked = True, trace.version
+            trace.peeked = trace.version
             spans, logs = list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
         return self._read(spans, logs)
 

@@ -162,10 +162,10 @@ class SessionService:
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
         now = None if preview else utcnow()
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, now), reassembled=known - {t.trace_id for t in shown},
+                                    index_rows(assembled, since, now), reassembled=known - closed_as_shown,
                                     texts=self._texts(assembled))
-        if shown:
-            self.tables.close_shown(con, [t.trace_id for t in shown], now)
+        if closed_as_shown:
+            self.tables.close_shown(con, closed_as_shown, now)
         return assembled + shown, before
 
     def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
