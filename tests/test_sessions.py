@@ -90,7 +90,9 @@ def test_three_traces_shuffled_across_a_restart_equal_the_in_order_run(server_fa
     in_order = server_factory(["--config", str(fast_config)], db=tmp_path / "ordered.duckdb")
     for spans in turns:
         _post(in_order, spans)
-    expected = _wait(lambda: (s := _session(in_order.db, CONV)) and s["status"] == "closed" and s)
+    # every turn: on a loaded machine the first ones may go idle, and close, before the last is posted (it reopens)
+    expected = _wait(lambda: (s := _session(in_order.db, CONV)) and s["status"] == "closed" and s["trace_count"] == 3
+                     and s)
     assert expected["outcome"] == "purchase_completed" and expected["trace_count"] == 3
     assert expected["steps"] == ["search", "details", "cart", "checkout"]
 
