@@ -57,9 +57,12 @@ class TraceTracker:
         return evicted
 
     def take_dirty(self) -> dict[str, datetime]:
-        """Traces with new spans since their last preview; they stay open."""
+        """Traces with new spans since their last preview; they stay open. A trace idle past the timeout is left
+        out: it closes with the next job (see ``take``), and showing it first would assemble it twice."""
+        now = self.clock()
         with self._lock:
-            dirty = {tid: e.since for tid, e in self._open.items() if e.dirty}
+            dirty = {tid: e.since for tid, e in self._open.items()
+                     if e.dirty and now - e.last_seen < self.idle_timeout}
             for tid in dirty:
                 self._open[tid].dirty = False
             return dirty
@@ -68,8 +71,14 @@ class TraceTracker:
         with self._lock:
             return list(self._open)
 
-    def take(self, trace_ids: Iterable[str] | None = None, idle_only: bool = False) -> dict[str, datetime]:
-        """Remove and return traces to assemble: all, the named ones, or those idle past the timeout."""
+    def take(self, trace_ids: Iterable[str] | None = None, idle_only: bool = False, at_least: int = 1,
+             or_waited: float = 0.0) -> dict[str, datetime]:
+        """Remove and return traces to assemble: all, the named ones, or those idle past the timeout.
+
+        ``idle_only`` with ``at_least``: the idle traces only once there are that many of them, or once the
+        first to go idle has waited ``or_waited`` seconds past the timeout (a job's statements cost the same
+        however few traces it holds; until then the idle ones stay open, and a span for one keeps it open).
+        """
         now = self.clock()
         with self._lock:
             if trace_ids is not None:
@@ -80,6 +89,9 @@ class TraceTracker:
                     if now - entry.last_seen < self.idle_timeout:
                         break
                     chosen.append(tid)
+                if chosen and len(chosen) < at_least and \
+                        now - self._open[chosen[0]].last_seen < self.idle_timeout + or_waited:
+                    return {}
             else:
                 chosen = list(self._open)
             return {tid: self._open.pop(tid).since for tid in chosen}

@@ -98,6 +98,12 @@ class SessionService:
         self._taking = threading.Lock()
         metrics.gauge("open_traces", lambda: len(self.tracker))
 
+    @property
+    def job_wait_seconds(self) -> float:
+        """How long idle traces wait for ``min_traces_per_job`` others: the setting, else the tables' default."""
+        wait = self.settings.max_job_wait_seconds
+        return self.tables.job_wait_seconds if wait is None else wait
+
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled."""
         self._write_funnel_steps()
@@ -431,8 +437,9 @@ class SessionService:
             poll = False
             if poll_interval is not None and loop.time() >= next_poll:
                 next_poll, poll = loop.time() + poll_interval, True
-            with self._taking:
-                idle = self.tracker.take(idle_only=True)
+            with self._taking:  # a poll due takes every idle trace: its job re-scores sessions anyway
+                idle = self.tracker.take(idle_only=True, at_least=1 if poll else self.settings.min_traces_per_job,
+                                         or_waited=self.job_wait_seconds)
                 futures = [self._assemble(idle, follow=poll)] if idle else []
             if poll and not idle:  # nothing to assemble: the poll is a job of its own
                 polled = self.follow_others()

@@ -132,6 +132,7 @@ class SessionTables:
 
     session_sources: Sources = LOCAL  # where a session's traces are read from
     poll_interval_seconds: float | None = None  # how often to follow other writers (never: there are none)
+    job_wait_seconds: float = 0.0  # how long idle traces wait for a fuller job by default (not at all: one writer)
     assembles_every_trace = True  # so traces it assembled recently may be kept in memory and trusted
 
     def __init__(self) -> None:
@@ -366,6 +367,7 @@ class LakeSessionTables(SessionTables):
         self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
         self.poll_interval_seconds = lake.follow_interval_seconds
+        self.job_wait_seconds = lake.ship_interval_seconds
 
     @property
     def session_sources(self) -> Sources:  # type: ignore[override]
