@@ -20,8 +20,9 @@ and PostgreSQL: the postmaster, its live backends and the backends that exited):
 - Parquet files per million spans in the lake's current snapshot, before and after
   ``ducklake_merge_adjacent_files`` (what the replicas' scheduled compaction runs);
 
-the writer threads' CPU per span by the work it went to (``writer_cpu_microseconds`` on each
-replica's ``/metrics``: ingest commits, sessions, following other replicas' traces, shipping);
+the writer threads' CPU per span by the work it went to, and how many commits or jobs that took
+(``writer_cpu_microseconds`` and ``writer_runs`` on each replica's ``/metrics``: ingest commits,
+sessions, following other replicas' traces, shipping);
 and, once, the report's queries on the lake against the same queries on the one replica's own
 file (the single-process store with the same rows). The machine's load average is printed beside
 the figures: on a shared machine they move with it.
@@ -33,6 +34,8 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
     python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
     POLL=1 python bench/lake.py                    # owners polling every second (default: as often as replicas ship)
+    JOB_WAIT=0 python bench/lake.py                # idle traces assembled at once (default: up to a ship interval
+                                                   # waiting for sessions.min_traces_per_job of them)
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ from payloads import genai_request  # noqa: E402
 SPANS_PER_REQUEST = 512
 SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
             "poll_interval_seconds": float(os.environ["POLL"]) if os.environ.get("POLL") else None}  # None: the default
-SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0}  # the default check interval, a short idle time
+SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0,  # the default check interval, a short idle time
+            "max_job_wait_seconds": float(os.environ["JOB_WAIT"]) if os.environ.get("JOB_WAIT") else None}
 STORE = {"threads": 1}  # up to three replicas and PostgreSQL share two cores here: one DuckDB thread each, for every N
 
 
@@ -102,13 +106,17 @@ def cpu_seconds(pids: list[int], postmaster: int) -> tuple[float, float]:
     return replicas, pg
 
 
-def writer_cpu(servers: list[ServerProcess]) -> dict[str, float]:
-    """Writer CPU-seconds by work so far, summed over the replicas (their ``writer_cpu_microseconds``)."""
-    out: dict[str, float] = {}
+def writer_work(servers: list[ServerProcess]) -> dict[str, tuple[float, int]]:
+    """Writer (CPU-seconds, runs) by work so far, summed over the replicas (``writer_cpu_microseconds``,
+    ``writer_runs``: group commits and jobs)."""
+    out: dict[str, tuple[float, int]] = {}
     for s in servers:
         with urllib.request.urlopen(s.admin + "/metrics?format=json", timeout=60) as resp:
-            for work, us in json.loads(resp.read()).get("writer_cpu_microseconds", {}).items():
-                out[work] = out.get(work, 0.0) + us / 1e6
+            doc = json.loads(resp.read())
+        runs = doc.get("writer_runs", {})
+        for work, us in doc.get("writer_cpu_microseconds", {}).items():
+            seconds, n = out.get(work, (0.0, 0))
+            out[work] = (seconds + us / 1e6, n + runs.get(work, 0))
     return out
 
 
@@ -149,12 +157,12 @@ class Run:
     files_before: int
     files_after: int
     load: tuple[float, float, float]
-    writer: dict[str, float]  # writer CPU-seconds by work, over every replica
+    writer: dict[str, tuple[float, int]]  # writer (CPU-seconds, runs) by work, over every replica
 
     @property
     def writer_per_span(self) -> str:
-        return ", ".join(f"{work} {seconds / self.spans * 1e6:.0f}" for work, seconds in
-                         sorted(self.writer.items(), key=lambda kv: -kv[1]) if seconds / self.spans >= 0.5e-6)
+        return ", ".join(f"{work} {seconds / self.spans * 1e6:.0f} ({n} runs)" for work, (seconds, n) in
+                         sorted(self.writer.items(), key=lambda kv: -kv[1][0]) if seconds / self.spans >= 0.5e-6)
 
     @property
     def cpu_per_span(self) -> float:
@@ -187,7 +195,7 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
     try:
         time.sleep(2.0)  # start-up work (migrations, views) settles first
         before = cpu_seconds(pids, postmaster), pg_commits(pg, db), lake_maintenance(python, configs[0])["snapshot"]
-        writer_before = writer_cpu(servers)
+        writer_before = writer_work(servers)
         t0 = time.perf_counter()
 
         def send(item: tuple[float, int, bytes, int]) -> None:
@@ -203,7 +211,8 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
                 s.admin_post("/flush", timeout=600)
         elapsed = time.perf_counter() - t0
         after = cpu_seconds(pids, postmaster), pg_commits(pg, db)
-        writer = {w: t - writer_before.get(w, 0.0) for w, t in writer_cpu(servers).items()}
+        writer = {w: (t - writer_before.get(w, (0.0, 0))[0], n - writer_before.get(w, (0.0, 0))[1])
+                  for w, (t, n) in writer_work(servers).items()}
         facts = lake_maintenance(python, configs[0], "compact")
         sent = sum(w[3] for w in work)
         stored = lake_rows(python, configs[0], {"n": "SELECT count(*) AS n FROM spans"})["n"][0]["n"]

@@ -223,8 +223,9 @@ class SessionSettings(_Model):
         256, gt=0, description="Traces assembled in one store job; larger batches are split so ingest never waits long."
     )
     min_traces_per_job: int = Field(
-        256, gt=0, description="Idle traces wait, open, until this many have gone idle (each store job pays for its "
-        "statements however few traces it holds), but never longer than max_job_wait_seconds past their idle timeout.")
+        256, gt=0, description="Idle traces are assembled in multiples of this many (each store job pays for its "
+        "statements however few traces it holds); the rest wait, open, at most max_job_wait_seconds past their idle "
+        "timeout.")
     max_job_wait_seconds: float | None = Field(
         None, ge=0, description="The longest an idle trace waits for min_traces_per_job others; unset: 0 on a file of "
         "its own (a trace is assembled as soon as it is idle), store.lake.ship_interval_seconds on a lake (what a "

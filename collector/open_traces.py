@@ -75,9 +75,10 @@ class TraceTracker:
              or_waited: float = 0.0) -> dict[str, datetime]:
         """Remove and return traces to assemble: all, the named ones, or those idle past the timeout.
 
-        ``idle_only`` with ``at_least``: the idle traces only once there are that many of them, or once the
-        first to go idle has waited ``or_waited`` seconds past the timeout (a job's statements cost the same
-        however few traces it holds; until then the idle ones stay open, and a span for one keeps it open).
+        ``idle_only`` with ``at_least``: the idle traces in multiples of that many, the first to go idle first,
+        until the first has waited ``or_waited`` seconds past the timeout, and then all of them (a job's
+        statements cost the same however few traces it holds; until then the rest stay open, and a span for
+        one keeps it open).
         """
         now = self.clock()
         with self._lock:
@@ -89,9 +90,8 @@ class TraceTracker:
                     if now - entry.last_seen < self.idle_timeout:
                         break
                     chosen.append(tid)
-                if chosen and len(chosen) < at_least and \
-                        now - self._open[chosen[0]].last_seen < self.idle_timeout + or_waited:
-                    return {}
+                if chosen and now - self._open[chosen[0]].last_seen < self.idle_timeout + or_waited:
+                    del chosen[len(chosen) - len(chosen) % at_least:]  # whole jobs' worth; the rest waits on
             else:
                 chosen = list(self._open)
             return {tid: self._open.pop(tid).since for tid in chosen}

@@ -74,6 +74,8 @@ DESCRIPTIONS = {
                                "scoring), follow (a lake replica's polls for sessions others assembled that ran as jobs of "
                                "their own; one that ran with an assembly is in sessions), ship, judgments, "
                                "retention, other. Beside jobs_waiting it says what a busy writer is busy with.",
+    "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
+                   "what one costs on average (a job pays for its statements however little it holds).",
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",

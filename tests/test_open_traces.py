@@ -54,6 +54,20 @@ def test_idle_traces_wait_for_company_until_the_first_has_waited_long_enough() -
     assert list(tracker.open_ids()) == ["e"]
 
 
+def test_idle_traces_go_in_whole_jobs_and_the_rest_waits() -> None:
+    clock = Clock()
+    tracker = _tracker(clock)
+    tracker.observe(["a", "b", "c"], SINCE)
+    clock.now += 0.2
+    tracker.observe(["d", "e"], SINCE)
+    clock.now += 1.0  # five idle: two jobs of two, the latest to go idle waits
+    assert tracker.take(idle_only=True, at_least=2, or_waited=2.0).keys() == {"a", "b", "c", "d"}
+    clock.now += 1.5  # e has waited 1.5 s past its timeout
+    assert tracker.take(idle_only=True, at_least=2, or_waited=2.0) == {}
+    clock.now += 0.6
+    assert tracker.take(idle_only=True, at_least=2, or_waited=2.0).keys() == {"e"}
+
+
 def test_a_span_for_a_waiting_trace_keeps_it_open() -> None:
     clock = Clock()
     tracker = _tracker(clock)

@@ -105,5 +105,7 @@ def test_the_writers_cpu_time_is_counted_by_the_work_it_did(tmp_path):
         assert 50_000 <= cpu["sessions"] < 50_000 + 20_000  # the job's time, not the commit's
         assert 20_000 <= cpu["other"] < 50_000  # a job that names no work
         assert set(cpu) == {"commit", "sessions", "other"}
+        store.submit_job(lambda con: None, work="sessions").result(30)
+        assert store.metrics.snapshot()["writer_runs"] == {"commit": 1, "sessions": 2, "other": 1}
     finally:
         store.close()

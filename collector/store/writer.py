@@ -406,6 +406,7 @@ class Store:
     def _count_cpu(self, work: str, started: float) -> None:
         """Count the writer thread's CPU time since ``started`` as ``work``'s: where a busy writer's time goes."""
         self.metrics.inc("writer_cpu_microseconds", round((time.thread_time() - started) * 1e6), label=work)
+        self.metrics.inc("writer_runs", label=work)
 
     def _run_job_in_transaction(self, item: _Item) -> None:
         assert self.con is not None and item.job is not None
