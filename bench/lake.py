@@ -8,7 +8,8 @@ DuckDB thread per replica (``store.threads: 1``; the default 2 would give three 
 cores six DuckDB threads), the same for every N. GenAI-shaped requests
 (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
 loadbalancing exporter would (the test router's ``split``) and posted over OTLP/HTTP at a fixed
-rate, the same for every N. After the last one every replica is flushed (traces assembled,
+rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead, each turn
+its own trace, so an owner scores a session again from the turns before). After the last one every replica is flushed (traces assembled,
 sessions scored, everything shipped), and the stored row count is checked through a lake reader.
 
 Measured over that window, for every process involved (the replicas, with their shipper threads,
@@ -34,6 +35,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
     python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
     POLL=1 python bench/lake.py                    # owners polling every second (default: as often as replicas ship)
+    python bench/lake.py --turns 5 --active 1500   # 5-turn sessions, all in flight: a turn goes idle before the next
     JOB_WAIT=0 python bench/lake.py                # idle traces assembled at once (default: up to a ship interval
                                                    # waiting for sessions.min_traces_per_job of them)
 """
@@ -64,12 +66,15 @@ from conftest import ServerProcess  # noqa: E402
 from lake_support import (Postgres, free_port, lake_config, lake_maintenance, lake_python, lake_rows, pg_bindir,  # noqa: E402
                           split)
 from payloads import genai_request  # noqa: E402
+from sessions_payloads import session_streams  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
 SPANS_PER_REQUEST = 512
 SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
             "poll_interval_seconds": float(os.environ["POLL"]) if os.environ.get("POLL") else None}  # None: the default
 SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0,  # the default check interval, a short idle time
             "max_job_wait_seconds": float(os.environ["JOB_WAIT"]) if os.environ.get("JOB_WAIT") else None}
+TURN_SPANS = 9  # sessions_payloads: an invoke_agent span over four chat and four execute_tool spans
 STORE = {"threads": 1}  # up to three replicas and PostgreSQL share two cores here: one DuckDB thread each, for every N
 
 
@@ -169,8 +174,20 @@ class Run:
         return (self.cpu_replicas + self.cpu_pg) / self.spans
 
 
+def offered(rate: float, seconds: float, turns: int, active: int) -> list[ExportTraceServiceRequest]:
+    """The requests offered, in the order they go: ``payloads.genai_request`` (one trace per conversation), or with
+    ``turns`` > 1 the agent sessions of ``ingest.py --sessions`` (one agent process working ``active``
+    conversations at once; a turn is its own trace, so with enough of them in flight a turn goes idle before
+    the next one of its conversation arrives, and its session is scored again from the turns before)."""
+    if turns <= 1:
+        return [genai_request(SPANS_PER_REQUEST, seed=k) for k in range(max(1, round(rate * seconds / SPANS_PER_REQUEST)))]
+    count = max(1, round(rate * seconds / (TURN_SPANS * turns)))
+    stream = session_streams(count, turns, 1, SPANS_PER_REQUEST, active=active).bodies[0]
+    return [ExportTraceServiceRequest.FromString(body) for body in stream]
+
+
 def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, clients: int,
-        keep: list[Path], shares: int | None = None) -> Run:
+        keep: list[Path], shares: int | None = None, turns: int = 1, active: int = 128) -> Run:
     tmp = Path(tempfile.mkdtemp(prefix="agentfunnel-lakebench-"))
     db = f"bench_{replicas}_{int(time.time())}"
     catalog = pg.createdb(db)
@@ -183,13 +200,14 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
         t.start()
     for t in threads:
         t.join()
-    requests = max(1, round(rate * seconds / SPANS_PER_REQUEST))
     work: list[tuple[float, int, bytes, int]] = []  # (when, replica, body, spans)
-    for k in range(requests):
-        for share, part in split(genai_request(SPANS_PER_REQUEST, seed=k), shares or replicas).items():
+    sent_before = 0
+    for request in offered(rate, seconds, turns, active):
+        for share, part in split(request, shares or replicas).items():
             i = share % replicas
             n = sum(len(ss.spans) for rs in part.resource_spans for ss in rs.scope_spans)
-            work.append((k * SPANS_PER_REQUEST / rate, i, part.SerializeToString(), n))
+            work.append((sent_before / rate, i, part.SerializeToString(), n))
+        sent_before += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
     pids = [s.proc.pid for s in servers]  # type: ignore[union-attr]
     try:
@@ -237,6 +255,10 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4, help="concurrent clients per replica")
     ap.add_argument("--split", type=int, default=None, help="cut each request into this many shares by trace id "
                     "(default: one per replica); --replicas 1 --split 3 sends one replica what three would take")
+    ap.add_argument("--turns", type=int, default=1, help="turns per conversation, each its own trace (default 1: "
+                    "payloads.genai_request; more: the agent sessions of ingest.py --sessions)")
+    ap.add_argument("--active", type=int, default=128, help="with --turns: conversations the agent works at once "
+                    "(more spreads a conversation's turns further apart)")
     ap.add_argument("--rounds", type=int, default=1, help="run the --replicas list this many times, interleaved, "
                     "and print each N's median")
     args = ap.parse_args()
@@ -249,9 +271,10 @@ def main() -> int:
     keep: list[Path] = []
     runs: list[Run] = []
     try:
-        print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s; {os.cpu_count()} CPUs", flush=True)
+        shape = f"; sessions of {args.turns} turns, {args.active} at once" if args.turns > 1 else ""
+        print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s{shape}; {os.cpu_count()} CPUs", flush=True)
         for n in args.replicas * args.rounds:
-            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split)
+            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split, args.turns, args.active)
             runs.append(r)
             base = runs[0].cpu_per_span if runs[0].replicas == 1 and len(runs) <= len(args.replicas) else None
             ratio = f", {r.cpu_per_span / base:.2f}x one replica's" if base else ""

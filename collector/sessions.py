@@ -48,18 +48,14 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
                     fresh: Sequence[AssembledTrace] = (), session_keys: Sequence[str] = (),
                     open_traces: Container[str] = (), cache: AssembledTraces | None = None,
                     index: SessionIndex | None = None) -> dict[str, Session]:
-    """These sessions whole: from the traces just assembled, those kept in ``cache``, and the rest read back.
-    ``index``: their ``index_of``, when the job has read it already."""
+    """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say this store
+    holds whole, and the rest read back. ``index``: their ``index_of``, when the job has read it already."""
     traces = {t.trace_id: t for t in fresh}
-    older: dict[str, datetime] = {}
-    for tid, since in tables.traces_of(con, session_ids, index).items():
-        if tid in traces:
-            continue
-        kept = cache.get(tid) if cache is not None else None
-        if kept is not None:
-            traces[tid] = kept
-        else:
-            older[tid] = since
+    older = {tid: since for tid, since in tables.traces_of(con, session_ids, index).items() if tid not in traces}
+    kept = {tid: t for tid in older if (t := cache.get(tid)) is not None} if cache is not None else {}
+    for tid in tables.held_whole(con, kept) if kept else ():  # the cache holds what this store assembled
+        traces[tid] = kept[tid]
+        del older[tid]
     if older:
         wanted = trace_text.format_for(session_keys)
         for tid, (fmt, text) in tables.assembled_texts(con, older).items():  # on a lake: as another replica kept them
@@ -189,7 +185,7 @@ class SessionService:
         index = self.tables.index_of(con, ids)  # read once: for the traces gathered, and the slices written
         sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
                                    _OpenTraces(self.tracker, still_open),
-                                   self.assembled if self.tables.assembles_every_trace else None, index)
+                                   self.assembled, index)
         versions = self.tables.versions(con, ids)
         scoring = score_sessions(
             sessions, ids, self._score_one, versions, self.evaluator,

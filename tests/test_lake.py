@@ -31,6 +31,7 @@ import duckdb
 
 from agentfunnel.collector.assembly import AssembledTrace, assemble, index_rows, span_stamps, tool_call_rows
 from agentfunnel.collector.config import ConfigError, LakeSettings, load_settings
+from agentfunnel.collector.held import AssembledTraces
 from agentfunnel.collector.demo.agents import run_population
 from agentfunnel.collector import trace_text
 from agentfunnel.collector.sessions import gather_sessions
@@ -758,6 +759,41 @@ def test_the_sessions_a_reassembled_trace_held_are_read_from_its_index_rows(tmp_
                                             {"trace_id": "t8", "replica": 1, "session_ids": ["untouched-too"]}])
     held = _tables()._sessions_indexed_with(con, ["t1", "t2", "t3"])
     assert held == {"provisional", "s2", "s2-before-the-move"}
+
+
+def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless_another_replica_holds_them(
+        tmp_path: Path, monkeypatch) -> None:
+    """Issue 14's incremental re-score on a lake too: an earlier turn this replica assembled is taken from its
+    cache, not read back and normalized again; one another replica also holds spans of is read from everywhere."""
+    con = _replica_file(tmp_path)
+    tables = LakeSessionTables(LakeSettings(catalog="postgres:dbname=x", data_path="/tmp/x", replica=0, replicas=2))
+    mine = next(f"conv-{i}" for i in range(100) if owner_of(f"conv-{i}", 2) == 0)
+    views = _conversation("ef" * 16, mine)
+    _stored(con, views)
+    earlier = assemble(views)
+    con.execute("BEGIN TRANSACTION")
+    tables.write_assembled(con, T0, tool_call_rows([earlier]), span_stamps([earlier]), index_rows([earlier], T0, T0))
+    con.execute("COMMIT")
+    tables._refresh(con)
+    cache = AssembledTraces(1 << 20, Metrics())
+    cache.put([earlier])
+    read: list[str] = []
+    real_read = tables.read_traces
+
+    def read_traces(con, traces, *args, **kwargs):
+        read.extend(traces)
+        return real_read(con, traces, *args, **kwargs)
+
+    monkeypatch.setattr(tables, "read_traces", read_traces)
+    expected = SessionScorer().score(mine, earlier.records)
+    session = gather_sessions(con, tables, [mine], cache=cache)[mine]
+    assert session.traces[earlier.trace_id] is earlier.shares[mine] and read == []
+    assert SessionScorer().score_session(session) == expected
+    # another replica assembled spans of the same trace (the ring changed): the cached part is not the whole trace
+    tables._index_remote(con, [(1, earlier.trace_id, T0, [mine], None, [], [])])
+    session = gather_sessions(con, tables, [mine], cache=cache)[mine]
+    assert read == [earlier.trace_id] and session.traces[earlier.trace_id] is not earlier.shares[mine]
+    assert SessionScorer().score_session(session) == expected  # its spans here are the same ones
 
 
 def test_a_shipment_that_loses_to_a_compaction_goes_again_at_once(tmp_path: Path, monkeypatch) -> None:

@@ -133,13 +133,18 @@ class SessionTables:
     session_sources: Sources = LOCAL  # where a session's traces are read from
     poll_interval_seconds: float | None = None  # how often to follow other writers (never: there are none)
     job_wait_seconds: float = 0.0  # how long idle traces wait for a fuller job by default (not at all: one writer)
-    assembles_every_trace = True  # so traces it assembled recently may be kept in memory and trusted
+    assembles_every_trace = True  # so a trace it assembled and showed may close as shown, its rows already written
 
     def __init__(self) -> None:
         self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
 
     def owns(self, session_id: str) -> bool:
         return True
+
+    def held_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+        """Those of these traces whose every span this store took, so that its own assembly of one is the whole
+        trace (all of them: no other writer takes spans)."""
+        return trace_ids
 
     def _insert(self, con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
         """``insert_rows``, with the table's columns read once per connection (they change only when it migrates,
@@ -394,6 +399,16 @@ class LakeSessionTables(SessionTables):
             indexed = (f"(SELECT * FROM {self._local}.main.trace_index UNION ALL BY NAME "
                        f"SELECT * EXCLUDE (replica) FROM {self._local}.main.lake_remote_traces)")
             self._sources = Sources(self._everywhere.spans, self._everywhere.logs, indexed)
+
+    def held_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+        """Those no other replica has assembled spans of (no ``lake_remote_traces`` row): a trace is routed to
+        one replica, so these are the common case, and the owner scores their sessions from what it assembled.
+        A trace another replica holds spans of too (the ring changed, or spans were not routed by trace) is
+        read from everywhere; one it has not shipped yet is not known here, and its shipment re-scores the
+        session once a poll sees it."""
+        remote = {tid for (tid,) in con.execute(
+            f"SELECT DISTINCT trace_id FROM lake_remote_traces WHERE trace_id {_IN}", [_strings(trace_ids)]).fetchall()}
+        return [tid for tid in trace_ids if tid not in remote]
 
     def owns(self, session_id: str) -> bool:
         from .lake import owner_of
