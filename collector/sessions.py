@@ -48,19 +48,21 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
                     fresh: Sequence[AssembledTrace] = (), session_keys: Sequence[str] = (),
                     open_traces: Container[str] = (), cache: AssembledTraces | None = None,
                     index: SessionIndex | None = None) -> dict[str, Session]:
-    """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say this store
-    holds whole, and the rest read back. ``index``: their ``index_of``, when the job has read it already."""
+    """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say are still
+    whole, and the rest read back. ``index``: their ``index_of``, when the job has read it already."""
     traces = {t.trace_id: t for t in fresh}
     older = {tid: since for tid, since in tables.traces_of(con, session_ids, index).items() if tid not in traces}
     kept = {tid: t for tid in older if (t := cache.get(tid)) is not None} if cache is not None else {}
-    for tid in tables.held_whole(con, kept) if kept else ():  # the cache holds what this store assembled
+    for tid in tables.kept_whole(con, kept) if kept else ():
         traces[tid] = kept[tid]
         del older[tid]
     if older:
         wanted = trace_text.format_for(session_keys)
-        for tid, (fmt, text) in tables.assembled_texts(con, older).items():  # on a lake: as another replica kept them
-            if fmt == wanted:
-                traces[tid] = trace_text.decode(tid, text)
+        decoded = [trace_text.decode(tid, text) for tid, (fmt, text) in tables.assembled_texts(con, older).items()
+                   if fmt == wanted]  # on a lake: as another replica kept them
+        traces.update((t.trace_id, t) for t in decoded)
+        if cache is not None:  # and kept, so the session's next turn reads them only if they change there
+            cache.put(decoded)
         unread = {tid: since for tid, since in older.items() if tid not in traces}
         if unread:
             for views in tables.read_traces(con, unread, min(unread.values()), tables.session_sources).values():

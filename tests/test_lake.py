@@ -431,6 +431,48 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     assert owner.assembled_texts(con, [trace.trace_id]) == {}
 
 
+def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_there(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    con = _lake_pair(tmp_path)
+    lake0, lake1 = (LakeSettings(catalog="postgres:dbname=x", data_path="/tmp/x", replica=r, replicas=2) for r in (0, 1))
+    theirs = next(f"conv-{i}" for i in range(100) if owner_of(f"conv-{i}", 2) == 1)
+    trace = assemble(_conversation("ab" * 16, theirs))
+    text = {"trace_id": trace.trace_id, "format": trace_text.format_for(()), "assembled": trace_text.encode(trace)}
+    con.execute("BEGIN TRANSACTION")
+    LakeSessionTables(lake0).write_assembled(con, T0, tool_call_rows([trace]), span_stamps([trace]),
+                                             index_rows([trace], T0, T0), texts=[text])
+    con.execute("COMMIT")
+    assert Shipper("lake.r0", Metrics()).ship(con, T0) is not None
+    con.execute("USE r1.main")
+    owner = LakeSessionTables(lake1)
+    owner._refresh(con)
+    owner._index_remote(con, index_everywhere(con, lake1, owner._schemas))
+    cache = AssembledTraces(1 << 20, Metrics())
+    texts_read: list[str] = []
+    real_texts = owner.assembled_texts
+
+    def assembled_texts(con, trace_ids):
+        texts_read.extend(trace_ids)
+        return real_texts(con, trace_ids)
+
+    monkeypatch.setattr(owner, "assembled_texts", assembled_texts)
+    monkeypatch.setattr(owner, "read_traces", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
+    first = gather_sessions(con, owner, [theirs], cache=cache)[theirs]
+    again = gather_sessions(con, owner, [theirs], cache=cache)[theirs]  # the next turn's re-score
+    assert texts_read == [trace.trace_id]
+    assert again.traces[trace.trace_id] is first.traces[trace.trace_id]  # its summary is kept with it
+    assert SessionScorer().score_session(again) == SessionScorer().score(theirs, trace.records)
+    # replica 0 assembles the trace again (a late span): once a poll sees it, the text is read again
+    owner._index_remote(con, [(0, trace.trace_id, T0, [theirs], None, [], [])])
+    gather_sessions(con, owner, [theirs], cache=cache)
+    assert texts_read == [trace.trace_id] * 2
+    # a trace the owner holds spans of too (after a change of the ring) is read from everywhere
+    con.execute("BEGIN TRANSACTION")
+    owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
+    con.execute("COMMIT")
+    assert owner.kept_whole(con, [trace.trace_id]) == []
+
+
 def test_assembled_traces_are_pruned_from_the_lake_after_their_time(tmp_path: Path) -> None:
     con = _lake_pair(tmp_path)
     now = [0.0]

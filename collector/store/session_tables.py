@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,6 +32,7 @@ from .schema import append_arrow, describe
 Row = Mapping[str, Any]
 log = logging.getLogger(__name__)
 SCHEMAS_EVERY_SECONDS = 30.0  # how often a replica looks for replicas that joined the lake (a catalog query)
+TEXTS_REMEMBERED = 100_000  # traces read as another replica's text that an owner remembers reading (~100 bytes each)
 
 _ARROW_OF_DUCKDB = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BOOLEAN": pa.bool_(), "INTEGER": pa.int32(),
@@ -141,9 +142,9 @@ class SessionTables:
     def owns(self, session_id: str) -> bool:
         return True
 
-    def held_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
-        """Those of these traces whose every span this store took, so that its own assembly of one is the whole
-        trace (all of them: no other writer takes spans)."""
+    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+        """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
+        assembles every trace, from every span of it)."""
         return trace_ids
 
     def _insert(self, con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
@@ -371,6 +372,8 @@ class LakeSessionTables(SessionTables):
         self._schemas_checked = 0.0
         self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
+        # trace -> the replica whose text of it was read, until a poll sees the trace change (``kept_whole``)
+        self._read_as_text: OrderedDict[str, int] = OrderedDict()
         self.poll_interval_seconds = lake.follow_interval_seconds
         self.job_wait_seconds = lake.ship_interval_seconds
 
@@ -400,15 +403,21 @@ class LakeSessionTables(SessionTables):
                        f"SELECT * EXCLUDE (replica) FROM {self._local}.main.lake_remote_traces)")
             self._sources = Sources(self._everywhere.spans, self._everywhere.logs, indexed)
 
-    def held_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
-        """Those no other replica has assembled spans of (no ``lake_remote_traces`` row): a trace is routed to
-        one replica, so these are the common case, and the owner scores their sessions from what it assembled.
-        A trace another replica holds spans of too (the ring changed, or spans were not routed by trace) is
-        read from everywhere; one it has not shipped yet is not known here, and its shipment re-scores the
-        session once a poll sees it."""
-        remote = {tid for (tid,) in con.execute(
-            f"SELECT DISTINCT trace_id FROM lake_remote_traces WHERE trace_id {_IN}", [_strings(trace_ids)]).fetchall()}
-        return [tid for tid in trace_ids if tid not in remote]
+    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+        """Those kept in memory as this replica assembled them, of which no other replica holds spans (no
+        ``lake_remote_traces`` row), and those kept as read from another replica's text, while that replica
+        alone holds the trace and no poll has seen it assembled again there since.
+
+        A trace is routed to one replica, so a session's earlier turns are usually of the first kind or the
+        second. A trace held by two replicas (the ring changed, or spans were not routed by trace) is read
+        from everywhere. One another replica has not shipped yet is not known here: its shipment re-scores
+        the session once a poll sees it.
+        """
+        remote = {tid: (n, replica, local) for tid, n, replica, local in con.execute(
+            "SELECT trace_id, count(*), any_value(replica), trace_id IN (SELECT trace_id FROM trace_index) "
+            f"FROM lake_remote_traces WHERE trace_id {_IN} GROUP BY trace_id", [_strings(trace_ids)]).fetchall()}
+        return [tid for tid in trace_ids if tid not in remote or (
+            remote[tid][0] == 1 and not remote[tid][2] and self._read_as_text.get(tid) == remote[tid][1])]
 
     def owns(self, session_id: str) -> bool:
         from .lake import owner_of
@@ -452,10 +461,15 @@ class LakeSessionTables(SessionTables):
         for replica, ids, since in single:
             schema = schema_of(replica)
             if schema in self._schemas:
-                out.update((tid, (fmt, text)) for tid, fmt, text in con.execute(
-                    f"SELECT trace_id, format, assembled FROM {CATALOG}.{schema}.lake_assembled_traces "
-                    f"WHERE first_received >= ? AND trace_id {_IN} AND assembled IS NOT NULL",
-                    [since, _strings(ids)]).fetchall())
+                for tid, fmt, text in con.execute(
+                        f"SELECT trace_id, format, assembled FROM {CATALOG}.{schema}.lake_assembled_traces "
+                        f"WHERE first_received >= ? AND trace_id {_IN} AND assembled IS NOT NULL",
+                        [since, _strings(ids)]).fetchall():
+                    out[tid] = fmt, text
+                    self._read_as_text[tid] = replica
+                    self._read_as_text.move_to_end(tid)
+        while len(self._read_as_text) > TEXTS_REMEMBERED:
+            self._read_as_text.popitem(last=False)
         return out
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
@@ -565,6 +579,8 @@ class LakeSessionTables(SessionTables):
 
         if not rows:
             return
+        for row in rows:  # assembled again there: a text of it read before is not the trace any more
+            self._read_as_text.pop(row[1], None)
         changed, params = _relation({"trace_id": "VARCHAR", "replica": "INTEGER"},
                                     [{"trace_id": r[1], "replica": r[0]} for r in rows])
         con.execute(f"DELETE FROM lake_remote_traces r USING {changed} c WHERE r.trace_id = c.trace_id "
@@ -592,6 +608,7 @@ class LakeSessionTables(SessionTables):
                                                 maybe_expired=read_at is None or read_at < kept_since)
         ids: set[str] = set()
         if changed is None:
+            self._read_as_text.clear()  # what changed is not known: every text is read again
             log.warning("the lake's snapshots since %d were expired: re-scoring every session this replica owns", after)
             ids = self._owned_everywhere(con)
         elif changed:
