@@ -8,9 +8,10 @@ DuckDB thread per replica (``store.threads: 1``; the default 2 would give three 
 cores six DuckDB threads), the same for every N. GenAI-shaped requests
 (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
 loadbalancing exporter would (the test router's ``split``) and posted over OTLP/HTTP at a fixed
-rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead, each turn
-its own trace, so an owner scores a session again from the turns before). After the last one every replica is flushed (traces assembled,
-sessions scored, everything shipped), and the stored row count is checked through a lake reader.
+rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead,
+each turn its own trace, so an owner scores a session again from the turns before). After the
+last one every replica is flushed (traces assembled, sessions scored, everything shipped), and
+the stored row count is checked through a lake reader.
 
 Measured over that window, for every process involved (the replicas, with their shipper threads,
 and PostgreSQL: the postmaster, its live backends and the backends that exited):
