@@ -58,7 +58,8 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
         del older[tid]
     if older:
         wanted = trace_text.format_for(session_keys)
-        decoded = [trace_text.decode(tid, text) for tid, (fmt, text) in tables.assembled_texts(con, older).items()
+        decoded = [trace_text.decode(tid, text) for tid, (fmt, text)
+                   in tables.assembled_texts(con, older, remember=cache is not None).items()
                    if fmt == wanted]  # on a lake: as another replica kept them
         traces.update((t.trace_id, t) for t in decoded)
         if cache is not None:  # and kept, so the session's next turn reads them only if they change there
@@ -230,7 +231,8 @@ class SessionService:
 
     def _committed(self, job: Future, shown: Collection[str]) -> None:
         if job.exception() is None:
-            self.assembled.put(job.result())
+            # kept for re-scoring their sessions here: on a lake, only the traces of sessions this replica owns
+            self.assembled.put(t for t in job.result() if any(map(self.tables.owns, t.session_ids)))
             self.held.shown_committed(shown)
 
     def _score_job(self, session_ids: Collection[str]) -> Future:

@@ -451,21 +451,23 @@ def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_t
     texts_read: list[str] = []
     real_texts = owner.assembled_texts
 
-    def assembled_texts(con, trace_ids):
+    def assembled_texts(con, trace_ids, remember=False):
         texts_read.extend(trace_ids)
-        return real_texts(con, trace_ids)
+        return real_texts(con, trace_ids, remember)
 
     monkeypatch.setattr(owner, "assembled_texts", assembled_texts)
     monkeypatch.setattr(owner, "read_traces", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
+    gather_sessions(con, owner, [theirs])  # without a cache (a judge's reading, off the writer thread): not kept
+    assert owner._read_as_text == {}
     first = gather_sessions(con, owner, [theirs], cache=cache)[theirs]
     again = gather_sessions(con, owner, [theirs], cache=cache)[theirs]  # the next turn's re-score
-    assert texts_read == [trace.trace_id]
+    assert texts_read == [trace.trace_id] * 2
     assert again.traces[trace.trace_id] is first.traces[trace.trace_id]  # its summary is kept with it
     assert SessionScorer().score_session(again) == SessionScorer().score(theirs, trace.records)
     # replica 0 assembles the trace again (a late span): once a poll sees it, the text is read again
     owner._index_remote(con, [(0, trace.trace_id, T0, [theirs], None, [], [])])
     gather_sessions(con, owner, [theirs], cache=cache)
-    assert texts_read == [trace.trace_id] * 2
+    assert texts_read == [trace.trace_id] * 3
     # a trace the owner holds spans of too (after a change of the ring) is read from everywhere
     con.execute("BEGIN TRANSACTION")
     owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
@@ -831,11 +833,21 @@ def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless
     session = gather_sessions(con, tables, [mine], cache=cache)[mine]
     assert session.traces[earlier.trace_id] is earlier.shares[mine] and read == []
     assert SessionScorer().score_session(session) == expected
-    # another replica assembled spans of the same trace (the ring changed): the cached part is not the whole trace
-    tables._index_remote(con, [(1, earlier.trace_id, T0, [mine], None, [], [])])
+    # another replica assembled spans of the same trace (the ring changed), into a session another replica owns:
+    # the remote index keeps no row of it, and yet the cached part is not the whole trace
+    theirs = next(f"conv-{i}" for i in range(100) if owner_of(f"conv-{i}", 2) == 1)
+    tables._index_remote(con, [(1, earlier.trace_id, T0, [theirs], None, [], [])])
+    assert _lake(con, "SELECT count(*) FROM lake_remote_traces") == [(0,)]
     session = gather_sessions(con, tables, [mine], cache=cache)[mine]
     assert read == [earlier.trace_id] and session.traces[earlier.trace_id] is not earlier.shares[mine]
     assert SessionScorer().score_session(session) == expected  # its spans here are the same ones
+    # and so when the other part names a session this replica owns (the remote index has it)
+    fresh_tables = LakeSessionTables(tables.lake)
+    fresh_tables._refresh(con)
+    monkeypatch.setattr(fresh_tables, "read_traces", read_traces)
+    fresh_tables._index_remote(con, [(1, earlier.trace_id, T0, [mine], None, [], [])])
+    gather_sessions(con, fresh_tables, [mine], cache=cache)
+    assert read == [earlier.trace_id] * 2
 
 
 def test_a_shipment_that_loses_to_a_compaction_goes_again_at_once(tmp_path: Path, monkeypatch) -> None:

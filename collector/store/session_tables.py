@@ -32,7 +32,7 @@ from .schema import append_arrow, describe
 Row = Mapping[str, Any]
 log = logging.getLogger(__name__)
 SCHEMAS_EVERY_SECONDS = 30.0  # how often a replica looks for replicas that joined the lake (a catalog query)
-TEXTS_REMEMBERED = 100_000  # traces read as another replica's text that an owner remembers reading (~100 bytes each)
+TRACES_REMEMBERED = 100_000  # traces an owner remembers reading as text, or finding split (~170 bytes each)
 
 _ARROW_OF_DUCKDB = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BOOLEAN": pa.bool_(), "INTEGER": pa.int32(),
@@ -229,9 +229,11 @@ class SessionTables:
         """Whether a trace of these sessions is to be kept assembled, as text, for another writer (none here)."""
         return False
 
-    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                        remember: bool = False) -> dict[str, tuple[str, str]]:
         """Trace → (format, text) for those of these traces another writer alone assembled and kept as text (none
-        here: every trace is this store's)."""
+        here: every trace is this store's). ``remember``: the session stage keeps what it decodes of them
+        (``kept_whole``); the writer thread's calls only."""
         return {}
 
     # ------------------------------------------------------------------ sessions
@@ -374,6 +376,10 @@ class LakeSessionTables(SessionTables):
         self.assembles_every_trace = False  # another replica may (re)assemble a trace of a session it owns
         # trace -> the replica whose text of it was read, until a poll sees the trace change (``kept_whole``)
         self._read_as_text: OrderedDict[str, int] = OrderedDict()
+        # traces of this file's index that the feed showed another replica holding spans of too, whatever sessions
+        # its part names (the remote index keeps only those naming a session this replica owns)
+        self._split: dict[str, None] = {}
+        self._split_overflow = False  # too many to remember: no trace kept in memory is trusted (``kept_whole``)
         self.poll_interval_seconds = lake.follow_interval_seconds
         self.job_wait_seconds = lake.ship_interval_seconds
 
@@ -404,20 +410,27 @@ class LakeSessionTables(SessionTables):
             self._sources = Sources(self._everywhere.spans, self._everywhere.logs, indexed)
 
     def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
-        """Those kept in memory as this replica assembled them, of which no other replica holds spans (no
-        ``lake_remote_traces`` row), and those kept as read from another replica's text, while that replica
-        alone holds the trace and no poll has seen it assembled again there since.
+        """Those kept in memory as this replica assembled them, of which no other replica holds spans as far as
+        the polls have seen, and those kept as read from another replica's text, while that replica alone holds
+        the trace and no poll has seen it assembled again there since.
 
         A trace is routed to one replica, so a session's earlier turns are usually of the first kind or the
         second. A trace held by two replicas (the ring changed, or spans were not routed by trace) is read
-        from everywhere. One another replica has not shipped yet is not known here: its shipment re-scores
-        the session once a poll sees it.
+        from everywhere: the remote index names it when the other part names a session this replica owns,
+        and a poll that sees another part of a trace this file holds notes it whatever its sessions. Not
+        seen: another part shipped before this replica first assembled the trace, naming no session it owns
+        (a trace in flight across a change of the ring); that trace is scored from this replica's part while
+        it stays in memory. One another replica has not shipped yet is not known here: its shipment
+        re-scores the session once a poll sees it.
         """
+        if self._split_overflow:
+            return []
+        ids = _strings(trace_ids)
         remote = {tid: (n, replica, local) for tid, n, replica, local in con.execute(
-            "SELECT trace_id, count(*), any_value(replica), trace_id IN (SELECT trace_id FROM trace_index) "
-            f"FROM lake_remote_traces WHERE trace_id {_IN} GROUP BY trace_id", [_strings(trace_ids)]).fetchall()}
-        return [tid for tid in trace_ids if tid not in remote or (
-            remote[tid][0] == 1 and not remote[tid][2] and self._read_as_text.get(tid) == remote[tid][1])]
+            f"SELECT trace_id, count(*), any_value(replica), trace_id IN (SELECT trace_id FROM trace_index WHERE "
+            f"trace_id {_IN}) FROM lake_remote_traces WHERE trace_id {_IN} GROUP BY trace_id", [ids, ids]).fetchall()}
+        return [tid for tid in trace_ids if tid not in self._split and (tid not in remote or (
+            remote[tid][0] == 1 and not remote[tid][2] and self._read_as_text.get(tid) == remote[tid][1]))]
 
     def owns(self, session_id: str) -> bool:
         from .lake import owner_of
@@ -446,7 +459,8 @@ class LakeSessionTables(SessionTables):
     def wants_text(self, session_ids: Collection[str]) -> bool:
         return not all(map(self.owns, session_ids))
 
-    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                        remember: bool = False) -> dict[str, tuple[str, str]]:
         """Those another replica alone holds, as it stored them (``lake_assembled_traces``); a trace this replica
         holds too, or two others do (after a change of the ring), is read from its spans."""
         from .lake import CATALOG, schema_of
@@ -466,9 +480,10 @@ class LakeSessionTables(SessionTables):
                         f"WHERE first_received >= ? AND trace_id {_IN} AND assembled IS NOT NULL",
                         [since, _strings(ids)]).fetchall():
                     out[tid] = fmt, text
-                    self._read_as_text[tid] = replica
-                    self._read_as_text.move_to_end(tid)
-        while len(self._read_as_text) > TEXTS_REMEMBERED:
+                    if remember:  # newest last; the oldest forgotten beyond the bound (then only read again)
+                        self._read_as_text[tid] = replica
+                        self._read_as_text.move_to_end(tid)
+        while remember and len(self._read_as_text) > TRACES_REMEMBERED:
             self._read_as_text.popitem(last=False)
         return out
 
@@ -581,6 +596,12 @@ class LakeSessionTables(SessionTables):
             return
         for row in rows:  # assembled again there: a text of it read before is not the trace any more
             self._read_as_text.pop(row[1], None)
+        for (tid,) in con.execute(f"SELECT trace_id FROM trace_index WHERE trace_id {_IN}",
+                                  [_strings({r[1] for r in rows})]).fetchall():
+            self._split[tid] = None  # held here too: what is kept of it here is not the whole trace
+        if len(self._split) > TRACES_REMEMBERED:  # many split traces (a resize): trust nothing kept from now on
+            self._split.clear()
+            self._split_overflow = True
         changed, params = _relation({"trace_id": "VARCHAR", "replica": "INTEGER"},
                                     [{"trace_id": r[1], "replica": r[0]} for r in rows])
         con.execute(f"DELETE FROM lake_remote_traces r USING {changed} c WHERE r.trace_id = c.trace_id "
