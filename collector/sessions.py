@@ -231,8 +231,9 @@ class SessionService:
 
     def _committed(self, job: Future, shown: Collection[str]) -> None:
         if job.exception() is None:
-            # kept for re-scoring their sessions here: on a lake, only the traces of sessions this replica owns
-            self.assembled.put(t for t in job.result() if any(map(self.tables.owns, t.session_ids)))
+            # kept for re-scoring their sessions here: on a lake, not the traces whose sessions all have other owners
+            owns = self.tables.owns
+            self.assembled.put(t for t in job.result() if not t.session_ids or any(map(owns, t.session_ids)))
             self.held.shown_committed(shown)
 
     def _score_job(self, session_ids: Collection[str]) -> Future:

@@ -466,11 +466,12 @@ class LakeSessionTables(SessionTables):
         from .lake import CATALOG, schema_of
 
         self._refresh(con)
-        single = con.execute(
+        asked = _strings(trace_ids)
+        single = con.execute(  # the file's index looked up for these traces only, not read whole
             "SELECT replica, list(trace_id), min(first_received) FROM (SELECT trace_id, any_value(replica) AS replica, "
             f"min(first_received) AS first_received FROM lake_remote_traces WHERE trace_id {_IN} GROUP BY trace_id "
-            "HAVING count(*) = 1) WHERE trace_id NOT IN (SELECT trace_id FROM trace_index) GROUP BY replica",
-            [_strings(trace_ids)]).fetchall()
+            f"HAVING count(*) = 1) WHERE trace_id NOT IN (SELECT trace_id FROM trace_index WHERE trace_id {_IN}) "
+            "GROUP BY replica", [asked, asked]).fetchall()
         out: dict[str, tuple[str, str]] = {}
         for replica, ids, since in single:
             schema = schema_of(replica)
