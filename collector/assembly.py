@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -72,6 +72,9 @@ class AssembledTrace:
     records: list[SpanRecord]
     sessions: dict[str, str | None]  # span_id -> session id
     agent_version: str | None = None  # gen_ai.agent.version, else the resource's service.version (slicing)
+    # what keeping its records in memory costs, estimated by whoever made them cheaply (held spans know the
+    # length of their text); None: measured from the records when they are kept
+    records_bytes: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_ids(self) -> set[str]:
@@ -92,10 +95,11 @@ def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> Ass
     return assemble_records([normalize(v, session_keys=session_keys) for v in views], views)
 
 
-def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> AssembledTrace:
+def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView],
+                     records_bytes: int | None = None) -> AssembledTrace:
     """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
     ruled = apply_trace_rules(records, views)
-    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
+    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views), records_bytes)
 
 
 @runtime_checkable

@@ -89,6 +89,13 @@ class LazyViews(Sequence[SpanView]):
         """Each span's resource attributes (the batch's shared dict), without parsing the span."""
         return (row[5] for row in self._rows)
 
+    def records_bytes(self, records: Sequence[SpanRecord]) -> int:
+        """What keeping these records (made from these rows, in order) costs: a span with a short text at the flat
+        rate, one with a long text (a large result, many tools offered) or read with a log record measured."""
+        made = self._made
+        return sum(RECORD_COST_BYTES if len(row[4]) + len(row[6] or "") <= MEASURED_TEXT_BYTES and i not in made
+                   else record_bytes(r) for i, (row, r) in enumerate(zip(self._rows, records)))
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -248,7 +255,7 @@ class HeldTraces:
         if evicted:
             self.metrics.inc("held_traces_evicted", evicted)
 
-    def take(self, trace_id: str, shown_only: bool = False) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
+    def take(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | None:
         """The held trace's views (parsed when read) and records, in the store's order, released; None when it is
         not held whole. ``shown_only``: the store has rows of the trace already, and only a trace held whole
         since a preview assembled it will do (spans of a trace reopened after it closed are not all of it)."""
@@ -269,7 +276,7 @@ class HeldTraces:
                 return None
         return self._read(list(trace.spans.values()), trace.logs)
 
-    def peek(self, trace_id: str, shown_only: bool = False) -> tuple[Sequence[SpanView], list[SpanRecord]] | None:
+    def peek(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | None:
         """Like ``take``, for a trace still open (a preview): it stays held, and its closing assembly may use it."""
         with self._lock:
             trace = self._traces.get(trace_id)
@@ -301,7 +308,7 @@ class HeldTraces:
             return True
 
     def _read(self, spans: list[tuple[HeldRow, SpanRecord]], logs: dict[str, list[dict]]
-              ) -> tuple[Sequence[SpanView], list[SpanRecord]]:
+              ) -> tuple[LazyViews, list[SpanRecord]]:
         pairs = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
         rows, records, made = [], [], {}
         for row, record in pairs:
@@ -352,8 +359,38 @@ class HeldTraces:
                     self._partial.pop(tid, None)
 
 
-RECORD_COST_BYTES = 1500  # one assembled record, its parsed arguments and result included (an estimate)
+RECORD_COST_BYTES = 1500  # a record of a span with a short text, its small arguments and result included
+MEASURED_TEXT_BYTES = 1024  # a held span with more JSON text than this has its record measured (``record_bytes``)
 SUMMARY_COST_BYTES = 10_000  # the scoring summary kept with each share of a cached trace (bench/turns.py: ~8-18 KB)
+
+
+def value_bytes(value: Any) -> int:
+    """About what a value parsed from JSON holds in CPython: a str about 50 bytes and its length, a dict about 100
+    and 90 an item with its key, a list 60 and 8 an item, anything else 32 (walked with a stack of its own)."""
+    total = 0
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        kind = type(v)
+        if kind is str:
+            total += 50 + len(v)
+        elif kind is dict:
+            total += 100 + 90 * len(v) + sum(len(k) for k in v if type(k) is str)
+            extend(v.values())
+        elif kind is list or kind is tuple:
+            total += 60 + 8 * len(v)
+            extend(v)
+        elif v is not None:
+            total += 32
+    return total
+
+
+def record_bytes(record: SpanRecord) -> int:
+    """A record measured: the flat rate, and what its parsed values and longer texts hold."""
+    texts = (record.final_answer, record.input_message, record.error)
+    return (RECORD_COST_BYTES + value_bytes(record.arguments) + value_bytes(record.result)
+            + value_bytes(record.tool_definitions) + sum(len(t) for t in texts if t))
 
 
 class AssembledTraces:
@@ -364,6 +401,8 @@ class AssembledTraces:
     before. Filled after each assembly commits, bounded by ``max_bytes`` (least recently used
     first out, counted); a trace not found here is read back as before. A cached trace keeps its
     sessions' shares, and so the scorer keeps their summaries: turn n summarizes only its own trace.
+    A trace counts at what its records hold (``records_bytes``, else measured), so large tool results
+    fill the bound as they fill memory.
     """
 
     def __init__(self, max_bytes: int, metrics: Metrics) -> None:
@@ -375,12 +414,13 @@ class AssembledTraces:
         metrics.gauge("assembled_cache_bytes", lambda: self._bytes)
 
     def put(self, traces: Iterable[AssembledTrace]) -> None:
+        costs = [(t, (t.records_bytes if t.records_bytes is not None else sum(map(record_bytes, t.records)))
+                  + RECORD_COST_BYTES + SUMMARY_COST_BYTES * len(t.session_ids)) for t in traces]
         with self._lock:
-            for t in traces:
+            for t, cost in costs:
                 old = self._traces.pop(t.trace_id, None)
                 if old is not None:
                     self._bytes -= old[1]
-                cost = RECORD_COST_BYTES * (len(t.records) + 1) + SUMMARY_COST_BYTES * len(t.session_ids)
                 self._traces[t.trace_id] = (t, cost)
                 self._bytes += cost
             evicted = 0

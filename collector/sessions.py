@@ -159,7 +159,7 @@ class SessionService:
                 read_back.append(tid)
             elif found[0]:
                 views, records = found
-                assembled.append(assemble_records(records, views))
+                assembled.append(assemble_records(records, views, views.records_bytes(records)))
         if read_back:
             views_of = self.tables.read_traces(con, read_back, since)
             keys = tuple(self.settings.session_keys)

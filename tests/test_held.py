@@ -8,8 +8,13 @@ hold the same tool calls, span stamps and sessions; the counters say which path 
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
+import tracemalloc
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
 from agentfunnel.collector.held import HeldTraces, log_events, prepare
@@ -82,36 +87,107 @@ def test_held_records_assemble_like_the_views_they_came_from():
         assert held.take(next(iter(by_trace))) is None  # taken once
 
 
-def test_the_held_bytes_estimate_is_close_to_what_holding_costs():
-    """``sessions.max_held_bytes`` bounds real memory only if the estimate tracks it: measured with tracemalloc,
-    for agent traffic (bench/payloads.py) and for every recorded framework together."""
-    import gc
-    import sys
-    import tracemalloc
+def _bytes_kept(build: Callable[[], Any]) -> tuple[Any, int]:
+    """What ``build`` returns, and the bytes still allocated once it has run (tracemalloc, after a collection)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        kept = build()
+        gc.collect()
+        return kept, tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
 
+
+def _payloads(*extra: tuple[str, list[bytes]]) -> dict[str, list[bytes]]:
+    """Agent traffic (bench/payloads.py) and every recorded framework's requests together."""
     sys.path.insert(0, str(FIXTURES.parents[1] / "bench"))
     from payloads import genai_request
 
-    bodies = {"agent traffic": [genai_request(2000, seed=7).SerializeToString()],
-              "recorded frameworks": [p.read_bytes() for p in sorted(OTLP.glob("*/*.traces.binpb"))]}
-    for label, payloads in bodies.items():
-        gc.collect()
-        tracemalloc.start()
-        try:
-            metrics = Metrics()
-            held = HeldTraces(1 << 40, metrics)
-            for body in payloads:
-                batch = decode_traces_protobuf(body)
-                held.add(prepare(batch), trace_ids=())
-                del batch
-            gc.collect()
-            real = tracemalloc.get_traced_memory()[0]
-        finally:
-            tracemalloc.stop()
+    return {"agent traffic": [genai_request(2000, seed=7).SerializeToString()],
+            "recorded frameworks": [p.read_bytes() for p in sorted(OTLP.glob("*/*.traces.binpb"))], **dict(extra)}
+
+
+def _hold(payloads: list[bytes], metrics: Metrics) -> HeldTraces:
+    held = HeldTraces(1 << 40, metrics)
+    for body in payloads:
+        held.add(prepare(decode_traces_protobuf(body)), trace_ids=())
+    return held
+
+
+def test_the_held_bytes_estimate_is_close_to_what_holding_costs():
+    """``sessions.max_held_bytes`` bounds real memory only if the estimate tracks it: measured with tracemalloc,
+    for agent traffic and for every recorded framework together."""
+    for label, payloads in _payloads().items():
+        metrics = Metrics()
+        held, real = _bytes_kept(lambda: _hold(payloads, metrics))
         estimated = metrics.snapshot()["held_bytes"]
         assert 0.8 * real <= estimated <= 1.4 * real, f"{label}: estimated {estimated:,} for {real:,} bytes held"
         taken = held.take(decode_traces_protobuf(payloads[0]).trace_id[0])
         assert taken is not None and taken[0][0].attributes  # a view parses its attributes when read
+
+
+def _documents_request(traces: int, result_bytes: int) -> bytes:
+    """Agent turns whose four tool calls each return documents of about ``result_bytes`` (a retrieval agent's)."""
+    import random
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    sys.path.insert(0, str(FIXTURES.parents[1] / "bench"))
+    from payloads import _kv
+
+    rnd = random.Random(3)
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.extend([_kv("service.name", "research-agent")])
+    spans = rs.scope_spans.add().spans
+    for t in range(traces):
+        trace_id, root = rnd.randbytes(16), rnd.randbytes(8)
+        agent = spans.add(trace_id=trace_id, span_id=root, name="invoke_agent research", start_time_unix_nano=1,
+                          end_time_unix_nano=9)
+        agent.attributes.extend([_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.conversation.id", f"c{t}")])
+        for call in range(4):
+            docs = [{"id": f"doc-{t}-{call}-{i}", "title": f"Result {i}",
+                     "text": " ".join(f"w{rnd.randrange(10**6)}" for _ in range(100))}
+                    for i in range(max(1, result_bytes // 800))]
+            tool = spans.add(trace_id=trace_id, span_id=rnd.randbytes(8), parent_span_id=root,
+                             name="execute_tool search", start_time_unix_nano=2 + call, end_time_unix_nano=3 + call)
+            tool.attributes.extend([_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "search"),
+                                    _kv("gen_ai.tool.call.id", f"call-{t}-{call}"),
+                                    _kv("gen_ai.tool.call.arguments", json.dumps({"query": f"topic {call}"})),
+                                    _kv("gen_ai.tool.call.result", json.dumps({"documents": docs}))])
+    return req.SerializeToString()
+
+
+def test_the_assembled_cache_counts_what_its_traces_hold():
+    """``sessions.max_assembled_cache_bytes`` bounds real memory only if a kept trace counts at what it holds:
+    measured with tracemalloc (records and the scoring summaries kept with them) for agent traffic, every recorded
+    framework, and turns whose tool results are 100 KB of documents, which a flat rate per record counted at a
+    thirtieth of their size. Traces come both from held spans (sized from their text) and read back (measured)."""
+    from agentfunnel.collector.assembly import sessions_of
+    from agentfunnel.collector.held import AssembledTraces
+    from agentfunnel.scoring import SessionScorer
+
+    def kept(payloads: list[bytes], held_path: bool, metrics: Metrics) -> tuple[AssembledTraces, SessionScorer]:
+        """The cache and scorer, holding the traces and their summaries (the spans held on the way are let go)."""
+        held = _hold(payloads, Metrics())
+        taken = [held.take(tid) for tid in sorted({tid for body in payloads
+                                                   for tid in decode_traces_protobuf(body).trace_id})]
+        traces = [assemble_records(records, views, views.records_bytes(records)) if held_path
+                  else assemble(list(views)) for views, records in taken]
+        cache, scorer = AssembledTraces(1 << 40, metrics), SessionScorer()
+        cache.put(traces)
+        for session in sessions_of(traces, {s for t in traces for s in t.session_ids}, ()).values():
+            scorer.score_session(session)
+        return cache, scorer
+
+    for label, payloads in _payloads(("large tool results", [_documents_request(30, 100_000)])).items():
+        for held_path in (True, False):
+            metrics = Metrics()
+            _, real = _bytes_kept(lambda: kept(payloads, held_path, metrics))
+            counted = metrics.snapshot()["assembled_cache_bytes"]
+            assert 0.8 * real <= counted <= 1.6 * real, (
+                f"{label}, {'held' if held_path else 'read back'}: counted {counted:,} for {real:,} bytes kept")
 
 
 def test_a_log_record_for_a_held_span_is_read_with_it():
