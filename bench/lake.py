@@ -24,7 +24,7 @@ and PostgreSQL: the postmaster, its live backends and the backends that exited):
 
 the writer threads' CPU per span by the work it went to, and how many commits or jobs that took
 (``writer_cpu_microseconds`` and ``writer_runs`` on each replica's ``/metrics``: ingest commits,
-sessions, following other replicas' traces, shipping);
+sessions, following other replicas' traces, shipping) and what one of them cost;
 and, once, the report's queries on the lake against the same queries on the one replica's own
 file (the single-process store with the same rows). The machine's load average is printed beside
 the figures: on a shared machine they move with it.
@@ -167,7 +167,8 @@ class Run:
 
     @property
     def writer_per_span(self) -> str:
-        return ", ".join(f"{work} {seconds / self.spans * 1e6:.0f} ({n} runs)" for work, (seconds, n) in
+        return ", ".join(f"{work} {seconds / self.spans * 1e6:.0f} ({n} runs, {seconds / max(n, 1) * 1e3:.1f} ms each)"
+                         for work, (seconds, n) in
                          sorted(self.writer.items(), key=lambda kv: -kv[1][0]) if seconds / self.spans >= 0.5e-6)
 
     @property
