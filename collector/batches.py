@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .metric_batches import MetricBatch
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -337,3 +340,17 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
             batch.attrs = [json.loads(a) for a in batch.attributes]
             batch.body_value = [None if b is None else json.loads(b) for b in batch.body]
     return count[0]
+
+
+DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
+
+
+def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
+    """What a decoded batch holds in memory: its payload text and each row's other columns.
+
+    A request is admitted again at this size once decoded (a small protobuf body of many spans
+    costs several times its bytes as Python objects, and admission by body bytes alone let a
+    flood of such bodies grow the process without ever pushing back), and a committed batch
+    waits to be prepared at this size.
+    """
+    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch)

@@ -208,7 +208,8 @@ class SessionSettings(_Model):
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
     max_prepare_queue_bytes: int = Field(
-        32 * MiB, gt=0, description="Committed request bytes waiting to be normalized and held; a batch beyond it is "
+        32 * MiB, gt=0, description="Committed batches waiting to be normalized and held, counted at what they hold "
+        "decoded (as receivers.max_bytes_in_flight counts them); a batch beyond it is "
         "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits.")
     max_assembled_cache_bytes: int = Field(
         64 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "

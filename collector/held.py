@@ -31,7 +31,7 @@ from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
 from .assembly import AssembledTrace
-from .batches import LogBatch, SpanBatch
+from .batches import LogBatch, SpanBatch, decoded_cost
 from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -474,7 +474,7 @@ class Preparer:
     def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
         """A committed batch (on the writer thread, right after its commit): queue it and return."""
         trace_ids = list(dict.fromkeys(batch.trace_id))
-        size = max(batch.payload_bytes, 1)
+        size = max(decoded_cost(batch), 1)
         with self._cond:
             fits = not self._stopping and (not self._queue or self._queue_bytes + size <= self.max_queue_bytes)
             if fits:
@@ -499,7 +499,7 @@ class Preparer:
                     self._cond.wait(GIVE_WAY_SECONDS)  # requests first: come back in a moment
                     continue
                 batch, trace_ids = self._queue.popleft()
-                self._queue_bytes -= max(batch.payload_bytes, 1)
+                self._queue_bytes -= max(decoded_cost(batch), 1)
                 self._busy = True
             try:
                 batch.prepared = prepare(batch, self.session_keys)

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
-from .batches import LogBatch, SpanBatch, bound_values
+from .batches import LogBatch, SpanBatch, bound_values, decoded_cost
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
 from .decode_metrics import decode_metrics_json, decode_metrics_protobuf
 from .errors import CommitsBehind, IngestError, Saturated
@@ -53,19 +53,6 @@ class ExportResult:
 
 
 RATE_WINDOW_SECONDS = 0.5  # how often the rate requests are answered at is measured
-DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
-
-
-def decoded_cost(batch: Batch) -> int:
-    """What a decoded batch holds in memory until its commit: its payload text and each row's other columns.
-
-    A request is admitted again at this size once decoded: a small protobuf body of many spans
-    costs several times its bytes as Python objects, and admission by body bytes alone let a
-    flood of such bodies grow the process without ever pushing back.
-    """
-    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch)
-
-
 class Admission:
     """Bytes in flight, bounded: the memory guard that runs before a body is read or decoded.
 

@@ -87,7 +87,7 @@ GAUGES = {
     "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",
     "forward_held_bytes": "Forwarding, hold mode: bytes of spans held until their session closes.",
     "uptime_seconds": "Seconds since the process started.",
-    "prepare_queue_bytes": "Committed request bytes waiting to be normalized and held (sessions.max_prepare_queue_bytes).",
+    "prepare_queue_bytes": "Committed batches waiting to be normalized and held, at what they hold decoded (sessions.max_prepare_queue_bytes).",
     "assembled_cache_bytes": "Estimated bytes of recently assembled traces kept for scoring later turns.",
     "held_bytes": "Estimated bytes of open traces' spans held in memory (bounded by sessions.max_held_bytes).",
     "held_traces": "Open traces whose spans are held in memory.",

@@ -283,6 +283,26 @@ def test_sessions_from_held_records_score_as_the_scenarios_say_without_a_store()
         assert got == want, expected_file
 
 
+def test_the_prepare_queue_counts_batches_at_what_they_hold_decoded():
+    """``sessions.max_prepare_queue_bytes`` bounds real memory only if a queued batch counts at what it holds:
+    measured with tracemalloc while the worker gives way to ingest; request bytes alone were half of it."""
+    from agentfunnel.collector.held import Preparer
+
+    for label, payloads in _payloads().items():
+        metrics = Metrics()
+        preparer = Preparer(HeldTraces(1 << 40, Metrics()), (), max_queue_bytes=1 << 40, metrics=metrics,
+                            ingest_waiting=lambda: True)  # requests always waiting: the batches stay queued
+        try:
+            def queue() -> None:
+                for body in payloads:
+                    preparer.submit(decode_traces_protobuf(body), [])
+            _, real = _bytes_kept(queue)
+            counted = metrics.snapshot()["prepare_queue_bytes"]
+            assert 0.8 * real <= counted <= 1.6 * real, f"{label}: counted {counted:,} for {real:,} bytes queued"
+        finally:
+            preparer.stop(1)
+
+
 def test_a_full_prepare_queue_never_holds_up_ingest_and_its_traces_are_read_back():
     import threading
 
