@@ -39,6 +39,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --turns 5 --active 1500   # 5-turn sessions, all in flight: a turn goes idle before the next
     JOB_WAIT=0 python bench/lake.py                # idle traces assembled at once (default: up to a ship interval
                                                    # waiting for sessions.min_traces_per_job of them)
+    CACHE_MB=256 python bench/lake.py --turns 5 --active 1500   # sessions.max_assembled_cache_bytes (default 64 MiB)
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ SPANS_PER_REQUEST = 512
 SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
             "poll_interval_seconds": float(os.environ["POLL"]) if os.environ.get("POLL") else None}  # None: the default
 SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0,  # the default check interval, a short idle time
-            "max_job_wait_seconds": float(os.environ["JOB_WAIT"]) if os.environ.get("JOB_WAIT") else None}
+            "max_job_wait_seconds": float(os.environ["JOB_WAIT"]) if os.environ.get("JOB_WAIT") else None,
+            **({"max_assembled_cache_bytes": int(float(os.environ["CACHE_MB"]) * 2**20)} if os.environ.get("CACHE_MB")
+               else {})}
 TURN_SPANS = 9  # sessions_payloads: an invoke_agent span over four chat and four execute_tool spans
 STORE = {"threads": 1}  # up to three replicas and PostgreSQL share two cores here: one DuckDB thread each, for every N
 

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         rss_samples.append(proc_status(pid).get("VmRSS", 0))
         try:
             m = get_json(f"{admin}/metrics")
-            for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "jobs_waiting", "open_traces"):
+            for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "assembled_cache_bytes",
+                         "jobs_waiting", "open_traces"):
                 gauges[name] = max(gauges.get(name, 0), int(m.get(name, 0) or 0))
         except OSError:
             pass

@@ -212,7 +212,7 @@ class SessionSettings(_Model):
         "decoded (as receivers.max_bytes_in_flight counts them); a batch beyond it is "
         "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits.")
     max_assembled_cache_bytes: int = Field(
-        64 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
+        256 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back, each counted at what its records hold (large tool results in "
         "full); beyond it the least recently used go (assembled_cache_evicted).")
     shutdown_assembly_seconds: float = Field(
