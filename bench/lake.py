@@ -39,7 +39,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --turns 5 --active 1500   # 5-turn sessions, all in flight: a turn goes idle before the next
     JOB_WAIT=0 python bench/lake.py                # idle traces assembled at once (default: up to a ship interval
                                                    # waiting for sessions.min_traces_per_job of them)
-    CACHE_MB=256 python bench/lake.py --turns 5 --active 1500   # sessions.max_assembled_cache_bytes (default 64 MiB)
+    CACHE_MB=256 python bench/lake.py --turns 5 --active 1500   # sessions.max_assembled_cache_bytes (default 256 MiB)
 """
 
 from __future__ import annotations

@@ -95,11 +95,10 @@ def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> Ass
     return assemble_records([normalize(v, session_keys=session_keys) for v in views], views)
 
 
-def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView],
-                     records_bytes: int | None = None) -> AssembledTrace:
+def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> AssembledTrace:
     """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
     ruled = apply_trace_rules(records, views)
-    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views), records_bytes)
+    return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
 
 
 @runtime_checkable

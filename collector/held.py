@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
-from .assembly import AssembledTrace
+from .assembly import AssembledTrace, assemble_records
 from .batches import LogBatch, SpanBatch, decoded_cost
 from .telemetry import Metrics
 
@@ -61,6 +61,7 @@ class LazyViews(Sequence[SpanView]):
     def __init__(self, rows: list[HeldRow], made: dict[int, SpanView]) -> None:
         self._rows = rows
         self._made = made
+        self._joined = frozenset(made)  # the spans read again with a log record (made before any is read)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -89,12 +90,22 @@ class LazyViews(Sequence[SpanView]):
         """Each span's resource attributes (the batch's shared dict), without parsing the span."""
         return (row[5] for row in self._rows)
 
-    def records_bytes(self, records: Sequence[SpanRecord]) -> int:
-        """What keeping these records (made from these rows, in order) costs: a span with a short text at the flat
-        rate, one with a long text (a large result, many tools offered) or read with a log record measured."""
-        made = self._made
-        return sum(RECORD_COST_BYTES if len(row[4]) + len(row[6] or "") <= MEASURED_TEXT_BYTES and i not in made
-                   else record_bytes(r) for i, (row, r) in enumerate(zip(self._rows, records)))
+    def records_bytes(self, kept: Sequence[SpanRecord], made_from: Sequence[SpanRecord]) -> int:
+        """What keeping ``kept`` costs: the records of these rows, in order, after the trace rules, which were
+        ``made_from`` these. A span with a short text whose record the rules left as it was is at the flat rate;
+        one with a long text (a large result, many tools offered), read with a log record, or given arguments by
+        the rules (recovered from its parent's call list) is measured."""
+        joined = self._joined
+        return sum(RECORD_COST_BYTES if (r is made and i not in joined
+                                         and len(row[4]) + len(row[6] or "") <= MEASURED_TEXT_BYTES)
+                   else record_bytes(r)
+                   for i, (row, r, made) in enumerate(zip(self._rows, kept, made_from, strict=True)))
+
+
+def assemble_held(views: LazyViews, records: list[SpanRecord]) -> AssembledTrace:
+    """A trace from what was held of it, with what keeping its records costs (for the assembled-trace cache)."""
+    trace = assemble_records(records, views)
+    return replace(trace, records_bytes=views.records_bytes(trace.records, records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,13 +371,16 @@ class HeldTraces:
 
 
 RECORD_COST_BYTES = 1500  # a record of a span with a short text, its small arguments and result included
-MEASURED_TEXT_BYTES = 1024  # a held span with more JSON text than this has its record measured (``record_bytes``)
+# a held span with more JSON text than this has its record measured (``record_bytes``): its text may be a large
+# result, or messages its record does not keep (a chat span's), so the text alone would say too much or too little
+MEASURED_TEXT_BYTES = 1024
 SUMMARY_COST_BYTES = 10_000  # the scoring summary kept with each share of a cached trace (bench/turns.py: ~8-18 KB)
 
 
 def value_bytes(value: Any) -> int:
-    """About what a value parsed from JSON holds in CPython: a str about 50 bytes and its length, a dict about 100
-    and 90 an item with its key, a list 60 and 8 an item, anything else 32 (walked with a stack of its own)."""
+    """About what a value parsed from JSON holds in CPython: a str about 50 bytes and its length, a dict about 64
+    and 40 an item (and its keys' characters: the parser shares repeated keys), a list 56 and 8 an item, a number
+    24 (small ints are shared), true, false and null nothing (walked with a stack of its own)."""
     total = 0
     stack = [value]
     pop, extend = stack.pop, stack.extend
@@ -376,13 +390,15 @@ def value_bytes(value: Any) -> int:
         if kind is str:
             total += 50 + len(v)
         elif kind is dict:
-            total += 100 + 90 * len(v) + sum(len(k) for k in v if type(k) is str)
+            total += 64 + 40 * len(v) + sum(len(k) for k in v if type(k) is str)
             extend(v.values())
         elif kind is list or kind is tuple:
-            total += 60 + 8 * len(v)
+            total += 56 + 8 * len(v)
             extend(v)
-        elif v is not None:
-            total += 32
+        elif kind is bytes:
+            total += 33 + len(v)
+        elif v is not None and kind is not bool:
+            total += 24
     return total
 
 
@@ -443,8 +459,9 @@ class AssembledTraces:
 class Preparer:
     """The worker that prepares committed span batches, off the ingest path, in commit order.
 
-    Its queue is bounded in payload bytes: a batch that does not fit is not prepared (its traces
-    are read back at assembly, counted in ``prepare_skipped``), so ingest never waits for it.
+    Its queue is bounded in what its batches hold decoded (``decoded_cost``): a batch that does not
+    fit is not prepared (its traces are read back at assembly, counted in ``prepare_skipped``), so
+    ingest never waits for it.
     While ``ingest_waiting()`` says requests are queued for a commit, the worker gives way (it
     shares the interpreter with the receivers), until its own queue is half full: a burst is
     acknowledged at full speed and prepared right after. Every batch then goes to the listeners
@@ -461,7 +478,7 @@ class Preparer:
         self.max_queue_bytes = max_queue_bytes
         self.metrics = metrics
         self.listeners = tuple(listeners)
-        self._queue: deque[tuple[SpanBatch, list[str]]] = deque()
+        self._queue: deque[tuple[SpanBatch, list[str], int]] = deque()  # a batch, its traces, what it counts
         self._queue_bytes = 0
         self._cond = threading.Condition()
         self._stopping = False
@@ -479,7 +496,7 @@ class Preparer:
             fits = not self._stopping and (not self._queue or self._queue_bytes + size <= self.max_queue_bytes)
             if fits:
                 self.held.expect(trace_ids, already_open)
-                self._queue.append((batch, trace_ids))
+                self._queue.append((batch, trace_ids, size))
                 self._queue_bytes += size
                 self._cond.notify()
         if not fits:
@@ -498,8 +515,8 @@ class Preparer:
                         and self._queue_bytes < self.max_queue_bytes // 2):
                     self._cond.wait(GIVE_WAY_SECONDS)  # requests first: come back in a moment
                     continue
-                batch, trace_ids = self._queue.popleft()
-                self._queue_bytes -= max(decoded_cost(batch), 1)
+                batch, trace_ids, size = self._queue.popleft()
+                self._queue_bytes -= size
                 self._busy = True
             try:
                 batch.prepared = prepare(batch, self.session_keys)
@@ -544,7 +561,7 @@ class Preparer:
             self._queue.clear()
             self._queue_bytes = 0
             self._cond.notify_all()
-        for batch, trace_ids in left:
+        for batch, trace_ids, _ in left:
             self.held.not_held(trace_ids, announced=True)
             self._tell(batch)
         self._thread.join(timeout)

@@ -23,10 +23,10 @@ import duckdb
 from ..scoring import ScoringConfig, SessionScore, SessionScorer
 from ..scoring.assembled import Session
 from ..scoring.judge import Judgment
-from .assembly import AssembledTrace, assemble, assemble_records, index_rows, sessions_of, span_stamps, tool_call_rows
+from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
-from .held import AssembledTraces, HeldTraces, Preparer, log_events
+from .held import AssembledTraces, HeldTraces, Preparer, assemble_held, log_events
 from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
@@ -158,8 +158,7 @@ class SessionService:
             if found is None:
                 read_back.append(tid)
             elif found[0]:
-                views, records = found
-                assembled.append(assemble_records(records, views, views.records_bytes(records)))
+                assembled.append(assemble_held(*found))
         if read_back:
             views_of = self.tables.read_traces(con, read_back, since)
             keys = tuple(self.settings.session_keys)

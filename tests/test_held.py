@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
-from agentfunnel.collector.held import HeldTraces, log_events, prepare
+from agentfunnel.collector.held import HeldTraces, assemble_held, log_events, prepare
 from agentfunnel.collector.assembly import assemble, assemble_records
 from agentfunnel.collector.telemetry import Metrics
 from conftest import FIXTURES, read_db, run_cli
@@ -127,8 +127,9 @@ def test_the_held_bytes_estimate_is_close_to_what_holding_costs():
         assert taken is not None and taken[0][0].attributes  # a view parses its attributes when read
 
 
-def _documents_request(traces: int, result_bytes: int) -> bytes:
-    """Agent turns whose four tool calls each return documents of about ``result_bytes`` (a retrieval agent's)."""
+def _documents_request(traces: int, result_bytes: int, dense: bool = False) -> bytes:
+    """Agent turns whose four tool calls each return documents of about ``result_bytes`` (a retrieval agent's), or
+    ``dense``: rows of small numbers (a query tool's), which parse to many times their text."""
     import random
 
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -147,9 +148,10 @@ def _documents_request(traces: int, result_bytes: int) -> bytes:
                           end_time_unix_nano=9)
         agent.attributes.extend([_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.conversation.id", f"c{t}")])
         for call in range(4):
-            docs = [{"id": f"doc-{t}-{call}-{i}", "title": f"Result {i}",
-                     "text": " ".join(f"w{rnd.randrange(10**6)}" for _ in range(100))}
-                    for i in range(max(1, result_bytes // 800))]
+            docs = ([{"row": i, "a": rnd.randrange(100), "b": i % 7} for i in range(result_bytes // 25)] if dense
+                    else [{"id": f"doc-{t}-{call}-{i}", "title": f"Result {i}",
+                           "text": " ".join(f"w{rnd.randrange(10**6)}" for _ in range(100))}
+                          for i in range(max(1, result_bytes // 800))])
             tool = spans.add(trace_id=trace_id, span_id=rnd.randbytes(8), parent_span_id=root,
                              name="execute_tool search", start_time_unix_nano=2 + call, end_time_unix_nano=3 + call)
             tool.attributes.extend([_kv("gen_ai.operation.name", "execute_tool"), _kv("gen_ai.tool.name", "search"),
@@ -162,8 +164,8 @@ def _documents_request(traces: int, result_bytes: int) -> bytes:
 def test_the_assembled_cache_counts_what_its_traces_hold():
     """``sessions.max_assembled_cache_bytes`` bounds real memory only if a kept trace counts at what it holds:
     measured with tracemalloc (records and the scoring summaries kept with them) for agent traffic, every recorded
-    framework, and turns whose tool results are 100 KB of documents, which a flat rate per record counted at a
-    thirtieth of their size. Traces come both from held spans (sized from their text) and read back (measured)."""
+    framework, and turns whose tool results are 100 KB of documents or 50 KB of rows of numbers, which a flat rate
+    per record counted at a thirtieth of their size. Traces come both from held spans and read back."""
     from agentfunnel.collector.assembly import sessions_of
     from agentfunnel.collector.held import AssembledTraces
     from agentfunnel.scoring import SessionScorer
@@ -173,15 +175,15 @@ def test_the_assembled_cache_counts_what_its_traces_hold():
         held = _hold(payloads, Metrics())
         taken = [held.take(tid) for tid in sorted({tid for body in payloads
                                                    for tid in decode_traces_protobuf(body).trace_id})]
-        traces = [assemble_records(records, views, views.records_bytes(records)) if held_path
-                  else assemble(list(views)) for views, records in taken]
+        traces = [assemble_held(views, records) if held_path else assemble(list(views)) for views, records in taken]
         cache, scorer = AssembledTraces(1 << 40, metrics), SessionScorer()
         cache.put(traces)
         for session in sessions_of(traces, {s for t in traces for s in t.session_ids}, ()).values():
             scorer.score_session(session)
         return cache, scorer
 
-    for label, payloads in _payloads(("large tool results", [_documents_request(30, 100_000)])).items():
+    for label, payloads in _payloads(("large tool results", [_documents_request(30, 100_000)]),
+                                     ("dense tool results", [_documents_request(10, 50_000, dense=True)])).items():
         for held_path in (True, False):
             metrics = Metrics()
             _, real = _bytes_kept(lambda: kept(payloads, held_path, metrics))
@@ -281,6 +283,28 @@ def test_sessions_from_held_records_score_as_the_scenarios_say_without_a_store()
         got = {k: getattr(score, k) for k in want}
         assert got.pop("completion_rate") == pytest.approx(want.pop("completion_rate"), abs=1e-5), expected_file
         assert got == want, expected_file
+
+
+def test_a_held_record_the_trace_rules_or_a_log_record_changed_is_measured():
+    """A short span text says little of a record the trace rules gave arguments to (recovered from its parent's
+    call list) or that was read again with a log record: those are measured, the others charged the flat rate."""
+    from dataclasses import replace
+
+    from agentfunnel.collector.held import RECORD_COST_BYTES, LazyViews, value_bytes
+
+    sys.path.insert(0, str(FIXTURES.parents[1] / "bench"))
+    from payloads import genai_request
+
+    prepared = prepare(decode_traces_protobuf(genai_request(9, seed=1).SerializeToString()))
+    records = prepared.records
+    flat = RECORD_COST_BYTES * len(records)
+    assert LazyViews(prepared.rows, {}).records_bytes(records, records) == flat  # agent spans' texts are short
+    recovered = {"rows": [{"sku": f"sku-{i}", "quantity": i} for i in range(2000)]}
+    ruled = [replace(r, arguments=recovered) if i == 2 else r for i, r in enumerate(records)]
+    grown = value_bytes(recovered)
+    assert LazyViews(prepared.rows, {}).records_bytes(ruled, records) >= flat + grown
+    joined = LazyViews(prepared.rows, {2: prepared.views[2]})  # as ``take`` gives a span read with a log record
+    assert joined.records_bytes(ruled, ruled) >= flat + grown
 
 
 def test_the_prepare_queue_counts_batches_at_what_they_hold_decoded():

@@ -340,9 +340,9 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
     from stage_support import commit, session_stage
 
     assembled: list[str] = []
-    real = sessions_module.assemble_records
-    monkeypatch.setattr(sessions_module, "assemble_records",
-                        lambda records, views, *size: assembled.append(records[0].trace_id) or real(records, views, *size))
+    real = sessions_module.assemble_held
+    monkeypatch.setattr(sessions_module, "assemble_held",
+                        lambda views, records: assembled.append(records[0].trace_id) or real(views, records))
     turn = _two_turns("conv-as-shown")[0]
     rows = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * FROM tool_calls ORDER BY span_id",
             "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id",
