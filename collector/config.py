@@ -265,7 +265,8 @@ class ForwardSettings(_Model):
     compression: Literal["gzip", "none"] = "gzip"
     mode: Literal["immediate", "hold"] = Field(
         "immediate", description="immediate: forward at once, summary span on close; hold: forward sessions labelled on close.")
-    queue_max_bytes: int = Field(64 * MiB, gt=0, description="Encoded requests waiting to be sent; the oldest drop first.")
+    queue_max_bytes: int = Field(64 * MiB, gt=0, description="Encoded requests waiting to be sent, and apart from them "
+                                 "committed batches waiting to be labelled (at what they hold); the oldest drop first.")
     queue_max_items: int = Field(2048, gt=0, description="Requests waiting to be sent; the oldest drop first.")
     hold_max_bytes: int = Field(128 * MiB, gt=0, description="Hold mode: spans held for open sessions; the oldest go unlabelled.")
     max_request_bytes: int = Field(4 * MiB, gt=0, description="Split outgoing requests above this (gRPC's default limit).")

@@ -86,6 +86,8 @@ GAUGES = {
     "forward_queue_bytes": "Forwarding: encoded request bytes waiting to be sent downstream.",
     "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",
     "forward_held_bytes": "Forwarding, hold mode: bytes of spans held until their session closes.",
+    "forward_intake_bytes": "Forwarding: committed span batches waiting to be labelled and encoded, at what they hold "
+                            "(forward.queue_max_bytes).",
     "uptime_seconds": "Seconds since the process started.",
     "prepare_queue_bytes": "Committed batches waiting to be normalized and held, at what they hold decoded (sessions.max_prepare_queue_bytes).",
     "assembled_cache_bytes": "Estimated bytes of recently assembled traces kept for scoring later turns.",

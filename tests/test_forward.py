@@ -437,3 +437,42 @@ def test_readme_documents_every_attribute_and_its_config_example_is_valid():
     assert emitted <= documented, emitted - documented
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     ForwardSettings.model_validate(tomllib.loads(block)["forward"])
+
+
+def test_the_forward_intake_counts_a_batch_at_what_it_keeps_alive():
+    """Batches wait to be labelled with the views and records the session stage made of them (immediate mode
+    labels from those): ``forward.queue_max_bytes`` bounds their memory only if the intake counts them. Measured
+    with tracemalloc for agent traffic and every recorded framework; request bytes alone were an eighth of it."""
+    import gc
+    import sys
+    import tracemalloc
+
+    from agentfunnel.collector.forward.forwarder import Forwarder
+    from agentfunnel.collector.held import prepare
+    from agentfunnel.collector.telemetry import Metrics
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from payloads import genai_request
+
+    fixtures = Path(__file__).parent / "fixtures" / "otlp"
+    payloads = {"agent traffic": [genai_request(2000, seed=7).SerializeToString()],
+                "recorded frameworks": [p.read_bytes() for p in sorted(fixtures.glob("*/*.traces.binpb"))]}
+    for label, bodies in payloads.items():
+        metrics = Metrics()
+        forwarder = Forwarder(ForwardSettings(endpoint="127.0.0.1:1", insecure=True, queue_max_bytes=1 << 40),
+                              metrics)  # not started: what it is given stays queued
+        gc.collect()
+        tracemalloc.start()
+        try:
+            for body in bodies:
+                batch = decode_traces_protobuf_wire(body)
+                batch.prepared = prepare(batch)  # as the session stage hands it on
+                forwarder.on_batch(batch)
+            del batch
+            gc.collect()
+            real = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        counted = metrics.snapshot()["forward_intake_bytes"]
+        assert 0.8 * real <= counted <= 1.6 * real, f"{label}: counted {counted:,} for {real:,} bytes queued"
+

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
-from ..batches import LogBatch, SpanBatch
+from ..batches import LogBatch, SpanBatch, decoded_cost
 from ..config import ForwardSettings
 from ..scoring_stage import ScoredSession
 from ..telemetry import Metrics
@@ -72,13 +72,15 @@ class Forwarder:
         metrics.gauge("forward_queue_bytes", lambda: self.exporter.queue_bytes)
         metrics.gauge("forward_queue_requests", lambda: self.exporter.queue_requests)
         metrics.gauge("forward_held_bytes", lambda: self.hold.nbytes if self.hold is not None else 0)
+        metrics.gauge("forward_intake_bytes", lambda: self._intake_bytes)
 
     # ------------------------------------------------------------------ listeners (writer thread)
     def on_batch(self, batch: SpanBatch | LogBatch) -> None:
         """Pipeline listener, after COMMIT: queue the spans and return."""
         if not isinstance(batch, SpanBatch) or not len(batch):
             return  # log records are stored, not forwarded
-        size = batch.payload_bytes or sum(map(len, batch.attributes))
+        # what the queued batch keeps alive: its columns, and the views and records the session stage made of it
+        size = decoded_cost(batch) + (sum(batch.prepared.costs) if batch.prepared is not None else 0)
         dropped = 0
         with self._cond:
             while self._intake_bytes + size > self.settings.queue_max_bytes and self._spans_queued():
