@@ -130,8 +130,7 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
                  batch.event_list, batch.kind, batch.status_code, batch.status_message, batch.scope_name,
                  batch.start_ns, batch.end_ns)]
     records = [normalize(v, session_keys=session_keys) for v in views]
-    costs = [SPAN_OVERHEAD_BYTES + PARSED_FACTOR * (len(a) + len(e or ""))
-             for a, e in zip(batch.attributes, batch.events)]
+    costs = [held_span_bytes(len(a) + len(e or ""), r) for a, e, r in zip(batch.attributes, batch.events, records)]
     rows = [(v.trace_id, v.span_id, v.parent_span_id, v.name, a, v.resource_attributes, e, v.span_kind,
              v.status_code, v.status_message, v.scope_name, v.start_ns, v.end_ns)
             for v, a, e in zip(views, batch.attributes, batch.events)]
@@ -402,6 +401,14 @@ def value_bytes(value: Any) -> int:
     return total
 
 
+def held_span_bytes(text_length: int, record: SpanRecord) -> int:
+    """A held span: its row with its text, and its record, whose values cost about the text again for a short
+    text and are measured for a long one (a result of many small values parses to several times its text)."""
+    if text_length <= MEASURED_TEXT_BYTES:
+        return SPAN_OVERHEAD_BYTES + PARSED_FACTOR * text_length
+    return SPAN_OVERHEAD_BYTES + text_length + record_bytes(record) - RECORD_COST_BYTES
+
+
 def record_bytes(record: SpanRecord) -> int:
     """A record measured: the flat rate, and what its parsed values and longer texts hold."""
     texts = (record.final_answer, record.input_message, record.error)
@@ -432,14 +439,17 @@ class AssembledTraces:
     def put(self, traces: Iterable[AssembledTrace]) -> None:
         costs = [(t, (t.records_bytes if t.records_bytes is not None else sum(map(record_bytes, t.records)))
                   + RECORD_COST_BYTES + SUMMARY_COST_BYTES * len(t.session_ids)) for t in traces]
+        evicted = 0
         with self._lock:
             for t, cost in costs:
                 old = self._traces.pop(t.trace_id, None)
                 if old is not None:
                     self._bytes -= old[1]
+                if cost > self.max_bytes:  # alone it would push out every other: not kept at all
+                    evicted += 1
+                    continue
                 self._traces[t.trace_id] = (t, cost)
                 self._bytes += cost
-            evicted = 0
             while self._bytes > self.max_bytes and self._traces:
                 _, (_, cost) = self._traces.popitem(last=False)
                 self._bytes -= cost

@@ -117,8 +117,9 @@ def _hold(payloads: list[bytes], metrics: Metrics) -> HeldTraces:
 
 def test_the_held_bytes_estimate_is_close_to_what_holding_costs():
     """``sessions.max_held_bytes`` bounds real memory only if the estimate tracks it: measured with tracemalloc,
-    for agent traffic and for every recorded framework together."""
-    for label, payloads in _payloads().items():
+    for agent traffic, every recorded framework together, and large and dense tool results (rows of small numbers
+    parse to several times their text, which twice the text counted at a third of what they held)."""
+    for label, payloads in _payloads(*_large_results()).items():
         metrics = Metrics()
         held, real = _bytes_kept(lambda: _hold(payloads, metrics))
         estimated = metrics.snapshot()["held_bytes"]
@@ -161,6 +162,11 @@ def _documents_request(traces: int, result_bytes: int, dense: bool = False) -> b
     return req.SerializeToString()
 
 
+def _large_results() -> tuple[tuple[str, list[bytes]], ...]:
+    return (("large tool results", [_documents_request(30, 100_000)]),
+            ("dense tool results", [_documents_request(10, 50_000, dense=True)]))
+
+
 def test_the_assembled_cache_counts_what_its_traces_hold():
     """``sessions.max_assembled_cache_bytes`` bounds real memory only if a kept trace counts at what it holds:
     measured with tracemalloc (records and the scoring summaries kept with them) for agent traffic, every recorded
@@ -182,8 +188,7 @@ def test_the_assembled_cache_counts_what_its_traces_hold():
             scorer.score_session(session)
         return cache, scorer
 
-    for label, payloads in _payloads(("large tool results", [_documents_request(30, 100_000)]),
-                                     ("dense tool results", [_documents_request(10, 50_000, dense=True)])).items():
+    for label, payloads in _payloads(*_large_results()).items():
         for held_path in (True, False):
             metrics = Metrics()
             _, real = _bytes_kept(lambda: kept(payloads, held_path, metrics))
@@ -305,6 +310,19 @@ def test_a_held_record_the_trace_rules_or_a_log_record_changed_is_measured():
     assert LazyViews(prepared.rows, {}).records_bytes(ruled, records) >= flat + grown
     joined = LazyViews(prepared.rows, {2: prepared.views[2]})  # as ``take`` gives a span read with a log record
     assert joined.records_bytes(ruled, ruled) >= flat + grown
+
+
+def test_a_trace_larger_than_the_whole_cache_is_not_kept_and_pushes_nothing_out():
+    from agentfunnel.collector.assembly import AssembledTrace
+    from agentfunnel.collector.held import AssembledTraces
+
+    metrics = Metrics()
+    cache = AssembledTraces(100_000, metrics)
+    small = [AssembledTrace(f"t{i}", [], {"span": f"s{i}"}, records_bytes=1_500) for i in range(3)]
+    cache.put(small)
+    cache.put([AssembledTrace("huge", [], {"span": "s9"}, records_bytes=500_000)])
+    assert cache.get("huge") is None and all(cache.get(t.trace_id) is t for t in small)
+    assert metrics.get("assembled_cache_evicted") == 1
 
 
 def test_the_prepare_queue_counts_batches_at_what_they_hold_decoded():

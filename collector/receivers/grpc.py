@@ -19,7 +19,8 @@ import grpc
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PermanentError, Saturated
-from ..pipeline import ExportResult, Pipeline, Signal, decoded_cost
+from ..batches import decoded_cost
+from ..pipeline import ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, grpc_code, rpc_status
 
