@@ -72,8 +72,8 @@ class AssembledTrace:
     records: list[SpanRecord]
     sessions: dict[str, str | None]  # span_id -> session id
     agent_version: str | None = None  # gen_ai.agent.version, else the resource's service.version (slicing)
-    # what keeping its records in memory costs, estimated by whoever made them cheaply (held spans know the
-    # length of their text); None: measured from the records when they are kept
+    # what keeping its records in memory costs, as whoever made it could tell cheaply (``held.assemble_held``);
+    # None: measured from the records when they are kept
     records_bytes: int | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
-from .batches import LogBatch, SpanBatch, bound_values, decoded_cost
+from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
 from .decode_metrics import decode_metrics_json, decode_metrics_protobuf
 from .errors import CommitsBehind, IngestError, Saturated
@@ -53,6 +53,8 @@ class ExportResult:
 
 
 RATE_WINDOW_SECONDS = 0.5  # how often the rate requests are answered at is measured
+
+
 class Admission:
     """Bytes in flight, bounded: the memory guard that runs before a body is read or decoded.
 
