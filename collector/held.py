@@ -58,10 +58,11 @@ def view_of(row: HeldRow) -> SpanView:
 class LazyViews(Sequence[SpanView]):
     """A held trace's views, each parsed from its row the first time it is read."""
 
-    def __init__(self, rows: list[HeldRow], made: dict[int, SpanView]) -> None:
+    def __init__(self, rows: list[HeldRow], made: dict[int, SpanView], record_costs: list[int]) -> None:
         self._rows = rows
         self._made = made
         self._joined = frozenset(made)  # the spans read again with a log record (made before any is read)
+        self._record_costs = record_costs  # what each span's record held as prepared (``record_cost``)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -92,14 +93,11 @@ class LazyViews(Sequence[SpanView]):
 
     def records_bytes(self, kept: Sequence[SpanRecord], made_from: Sequence[SpanRecord]) -> int:
         """What keeping ``kept`` costs: the records of these rows, in order, after the trace rules, which were
-        ``made_from`` these. A span with a short text whose record the rules left as it was is at the flat rate;
-        one with a long text (a large result, many tools offered), read with a log record, or given arguments by
-        the rules (recovered from its parent's call list) is measured."""
+        ``made_from`` these. A record as it was prepared costs what preparing it found; one read again with a log
+        record, or given arguments by the rules (recovered from its parent's call list), is measured."""
         joined = self._joined
-        return sum(RECORD_COST_BYTES if (r is made and i not in joined
-                                         and len(row[4]) + len(row[6] or "") <= MEASURED_TEXT_BYTES)
-                   else record_bytes(r)
-                   for i, (row, r, made) in enumerate(zip(self._rows, kept, made_from, strict=True)))
+        return sum(cost if r is made and i not in joined else record_bytes(r)
+                   for i, (r, made, cost) in enumerate(zip(kept, made_from, self._record_costs, strict=True)))
 
 
 def assemble_held(views: LazyViews, records: list[SpanRecord]) -> AssembledTrace:
@@ -114,8 +112,9 @@ class Prepared:
 
     views: list[SpanView]
     records: list[SpanRecord]
-    costs: list[int]
-    rows: list[HeldRow] = field(default_factory=list)  # what is held of each span beside its record
+    costs: list[int]  # what holding each span costs (``held_span_bytes``)
+    rows: list[HeldRow]  # what is held of each span beside its record
+    record_costs: list[int]  # what each record holds (``record_cost``)
 
 
 def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
@@ -130,11 +129,13 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
                  batch.event_list, batch.kind, batch.status_code, batch.status_message, batch.scope_name,
                  batch.start_ns, batch.end_ns)]
     records = [normalize(v, session_keys=session_keys) for v in views]
-    costs = [held_span_bytes(len(a) + len(e or ""), r) for a, e, r in zip(batch.attributes, batch.events, records)]
+    texts = [len(a) + len(e or "") for a, e in zip(batch.attributes, batch.events)]
+    record_costs = [record_cost(n, r) for n, r in zip(texts, records)]
+    costs = list(map(held_span_bytes, texts, record_costs))
     rows = [(v.trace_id, v.span_id, v.parent_span_id, v.name, a, v.resource_attributes, e, v.span_kind,
              v.status_code, v.status_message, v.scope_name, v.start_ns, v.end_ns)
             for v, a, e in zip(views, batch.attributes, batch.events)]
-    return Prepared(views, records, costs, rows)
+    return Prepared(views, records, costs, rows, record_costs)
 
 
 def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]:
@@ -158,7 +159,7 @@ def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]
 
 @dataclass
 class _Trace:
-    spans: dict[str, tuple[HeldRow, SpanRecord]] = field(default_factory=dict)
+    spans: dict[str, tuple[HeldRow, SpanRecord, int]] = field(default_factory=dict)  # row, record, record_cost
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
     session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
@@ -218,7 +219,7 @@ class HeldTraces:
         """Hold the committed spans of a batch that ``expect`` announced for ``trace_ids``."""
         with self._lock:
             self._arrived(trace_ids)
-            for i, (row, record) in enumerate(zip(prepared.rows, prepared.records)):
+            for i, (row, record, size) in enumerate(zip(prepared.rows, prepared.records, prepared.record_costs)):
                 tid, sid = row[0], row[1]
                 if tid in self._partial:
                     continue
@@ -229,7 +230,7 @@ class HeldTraces:
                     self._traces.move_to_end(tid)
                 if sid in trace.spans:
                     continue  # a retry of a span held already (one stored before is read back with its trace)
-                trace.spans[sid] = (row, record)
+                trace.spans[sid] = (row, record, size)
                 trace.version += 1
                 if trace.session_key is None and record.session_key:
                     trace.session_key = record.session_key
@@ -317,11 +318,11 @@ class HeldTraces:
             self._bytes -= trace.cost
             return True
 
-    def _read(self, spans: list[tuple[HeldRow, SpanRecord]], logs: dict[str, list[dict]]
+    def _read(self, spans: list[tuple[HeldRow, SpanRecord, int]], logs: dict[str, list[dict]]
               ) -> tuple[LazyViews, list[SpanRecord]]:
-        pairs = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
-        rows, records, made = [], [], {}
-        for row, record in pairs:
+        held = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
+        rows, records, costs, made = [], [], [], {}
+        for row, record, cost in held:
             extra = logs.get(row[1])
             if extra:  # a log record arrived for this span: read it again with the record as an event
                 view = view_of(row)
@@ -330,7 +331,8 @@ class HeldTraces:
                 made[len(rows)] = view
             rows.append(row)
             records.append(record)
-        return LazyViews(rows, made), records
+            costs.append(cost)
+        return LazyViews(rows, made, costs), records
 
     def session_hints(self, trace_ids: Iterable[str]) -> dict[str, str]:
         """The session key each of these traces' held spans name first (traces held with none are left out)."""
@@ -401,12 +403,18 @@ def value_bytes(value: Any) -> int:
     return total
 
 
-def held_span_bytes(text_length: int, record: SpanRecord) -> int:
-    """A held span: its row with its text, and its record, whose values cost about the text again for a short
-    text and are measured for a long one (a result of many small values parses to several times its text)."""
+def record_cost(text_length: int, record: SpanRecord) -> int:
+    """What a record made from a span with this much JSON text holds: the flat rate for a short text, measured for
+    a long one (made once, when the span is prepared; held and assembled-trace bounds both count it)."""
+    return RECORD_COST_BYTES if text_length <= MEASURED_TEXT_BYTES else record_bytes(record)
+
+
+def held_span_bytes(text_length: int, record_size: int) -> int:
+    """A held span: its row with its text, and its record (``record_cost``), whose values cost about the text
+    again for a short text and were measured for a long one (many small values parse to several times their text)."""
     if text_length <= MEASURED_TEXT_BYTES:
         return SPAN_OVERHEAD_BYTES + PARSED_FACTOR * text_length
-    return SPAN_OVERHEAD_BYTES + text_length + record_bytes(record) - RECORD_COST_BYTES
+    return SPAN_OVERHEAD_BYTES + text_length + record_size - RECORD_COST_BYTES
 
 
 def record_bytes(record: SpanRecord) -> int:

@@ -303,12 +303,12 @@ def test_a_held_record_the_trace_rules_or_a_log_record_changed_is_measured():
     prepared = prepare(decode_traces_protobuf(genai_request(9, seed=1).SerializeToString()))
     records = prepared.records
     flat = RECORD_COST_BYTES * len(records)
-    assert LazyViews(prepared.rows, {}).records_bytes(records, records) == flat  # agent spans' texts are short
+    assert LazyViews(prepared.rows, {}, prepared.record_costs).records_bytes(records, records) == flat  # agent spans' texts are short
     recovered = {"rows": [{"sku": f"sku-{i}", "quantity": i} for i in range(2000)]}
     ruled = [replace(r, arguments=recovered) if i == 2 else r for i, r in enumerate(records)]
     grown = value_bytes(recovered)
-    assert LazyViews(prepared.rows, {}).records_bytes(ruled, records) >= flat + grown
-    joined = LazyViews(prepared.rows, {2: prepared.views[2]})  # as ``take`` gives a span read with a log record
+    assert LazyViews(prepared.rows, {}, prepared.record_costs).records_bytes(ruled, records) >= flat + grown
+    joined = LazyViews(prepared.rows, {2: prepared.views[2]}, prepared.record_costs)  # as ``take`` gives a span read with a log record
     assert joined.records_bytes(ruled, ruled) >= flat + grown
 
 
