@@ -151,20 +151,9 @@ def tool_call_rows(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
 
 
 def span_stamps(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
-    """Each span's session and dialect, stamped on its stored row (a NULL dialect means not yet assembled).
-
-    A trace whose spans all share one session and one dialect (the usual case) gets one row with ``span_id``
-    None, for every stored span of the trace: an assembled trace's records are all of its stored spans, and
-    joining the update on the trace alone costs half as much as joining it span by span."""
-    rows: list[dict[str, Any]] = []
-    for t in traces:
-        stamps = [(r.span_id, t.sessions.get(r.span_id), r.dialect) for r in t.records]
-        if stamps and len({(session, dialect) for _, session, dialect in stamps}) == 1:
-            rows.append({"trace_id": t.trace_id, "span_id": None, "session_id": stamps[0][1], "dialect": stamps[0][2]})
-        else:
-            rows += [{"trace_id": t.trace_id, "span_id": span_id, "session_id": session, "dialect": dialect}
-                     for span_id, session, dialect in stamps]
-    return rows
+    """Each span's session and dialect, stamped on its stored row (a NULL dialect means not yet assembled)."""
+    return [{"trace_id": r.trace_id, "span_id": r.span_id, "session_id": t.sessions.get(r.span_id), "dialect": r.dialect}
+            for t in traces for r in t.records]
 
 
 def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime | None) -> list[dict[str, Any]]:

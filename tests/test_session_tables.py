@@ -8,7 +8,6 @@ the way a job does: assemble, score, replace.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime, timezone
 
 import pytest
@@ -84,41 +83,6 @@ def test_a_row_naming_a_column_the_table_lacks_is_refused_whole_saying_which(con
     assert con.execute("SELECT count(*) FROM trace_index").fetchone() == (0,)
     insert_rows(con, "trace_index", [{"trace_id": "t1"}])  # a column left out is NULL
     assert con.execute("SELECT trace_id, span_count FROM trace_index").fetchall() == [("t1", None)]
-
-
-def test_spans_are_stamped_a_trace_at_a_time_unless_its_spans_differ(con):
-    """One stamp row for a trace whose spans share session and dialect, a row a span for one whose spans do not;
-    either way each stored span ends with its own record's session and dialect, and spans of other traces (or
-    received before the job's ``since``) are left unassembled."""
-    tables = SessionTables()
-    batch = decode_traces_protobuf(SHOP.read_bytes())
-    uniform = _traces()[0]
-    assert len(uniform.records) > 2 and len({(uniform.sessions.get(r.span_id), r.dialect) for r in uniform.records}) == 1
-    first, *rest = uniform.records
-    mixed = dataclasses.replace(uniform, trace_id="f" * 32,
-                                records=[dataclasses.replace(first, trace_id="f" * 32, dialect="openinference"),
-                                         *(dataclasses.replace(r, trace_id="f" * 32) for r in rest)],
-                                sessions={**uniform.sessions, rest[0].span_id: "another-session"})
-    stamps = span_stamps([uniform, mixed])
-    assert [s["span_id"] for s in stamps if s["trace_id"] == uniform.trace_id] == [None]
-    assert [s["span_id"] for s in stamps if s["trace_id"] == mixed.trace_id] == [r.span_id for r in mixed.records]
-
-    since = datetime(2026, 1, 1)
-    rows = [{"trace_id": tid, "span_id": batch.span_id[i], "received_at": NOW}
-            for tid in (uniform.trace_id, mixed.trace_id, "0" * 32) for i in range(len(batch))
-            if batch.trace_id[i] == uniform.trace_id]
-    rows.append({"trace_id": uniform.trace_id, "span_id": "early", "received_at": datetime(2025, 12, 31)})
-    insert_rows(con, "spans", rows)
-    tables.write_assembled(con, since, [], stamps, [])
-    stored = {(t, s): (sess, d) for t, s, sess, d in con.execute(
-        "SELECT trace_id, span_id, session_id, dialect FROM spans").fetchall()}
-    for trace in (uniform, mixed):
-        for r in trace.records:
-            assert stored[(trace.trace_id, r.span_id)] == (trace.sessions.get(r.span_id), r.dialect)
-    assert stored[(mixed.trace_id, rest[0].span_id)][0] == "another-session"
-    assert stored[(mixed.trace_id, first.span_id)][1] == "openinference"
-    assert {v for (t, _), v in stored.items() if t == "0" * 32} == {(None, None)}
-    assert stored[(uniform.trace_id, "early")] == (None, None)
 
 
 def test_a_job_through_the_tables_assembles_scores_and_replaces(con):

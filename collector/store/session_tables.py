@@ -210,14 +210,9 @@ class SessionTables:
             con.execute(f"DELETE FROM tool_calls WHERE trace_id {_IN}", [_strings(reassembled)])
             con.execute(f"DELETE FROM trace_index WHERE trace_id {_IN}", [_strings(reassembled)])
         self._insert(con, "tool_calls", tool_calls)
-        whole = [s for s in span_stamps if s["span_id"] is None]  # every stored span of the trace
-        if whole:
-            stamps, params = _relation(dict.fromkeys(("trace_id", "session_id", "dialect"), "VARCHAR"), whole)
-            con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {stamps} s "
-                        "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id", [*params, since])
-        if len(whole) < len(span_stamps):
+        if span_stamps:
             stamps, params = _relation(dict.fromkeys(("trace_id", "span_id", "session_id", "dialect"), "VARCHAR"),
-                                       [s for s in span_stamps if s["span_id"] is not None])
+                                       span_stamps)
             con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {stamps} s "
                         "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id AND spans.span_id = s.span_id",
                         [*params, since])
