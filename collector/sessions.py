@@ -308,6 +308,9 @@ class SessionService:
                 out.set_result(f.result())
                 return
             self.metrics.inc("assembly_errors")
+            # the job took what was held of these traces, and its writes were rolled back: a span arriving for one
+            # of them from now on must not pass for the whole trace, which is read back from the store instead
+            self.held.not_held(chunk)
             if len(chunk) == 1:
                 self._give_up(chunk, exc)
                 out.set_result([])
@@ -323,7 +326,8 @@ class SessionService:
         return out
 
     def _give_up(self, traces: dict[str, datetime], exc: BaseException) -> None:
-        """A trace that failed in a job of its own is not retried: counted, logged once, left out of the open set."""
+        """A trace that failed in a job of its own is not retried: counted, logged once, left out of the open set
+        (until a later span of it reopens it: then the whole trace is read back and tried again)."""
         self.metrics.inc("traces_failed", len(traces))
         for tid in traces:
             log.error("trace %s cannot be assembled (%s); it is no longer retried: its spans stay stored, and it is "

@@ -24,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from agentfunnel.collector.assembly import AssembledTrace, assemble, sessions_of
 from agentfunnel.collector.config import SessionSettings
+from agentfunnel.collector.decode import decode_traces_protobuf
+from agentfunnel.collector.held import prepare
 from agentfunnel.collector.scoring_stage import pass_rows, score_sessions
 from agentfunnel.collector.sessions import SessionService
 from agentfunnel.collector.store.session_tables import SessionTables
@@ -32,7 +34,7 @@ from agentfunnel.collector.store.writer import connect
 from agentfunnel.collector.telemetry import Metrics
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.semconv import SpanView
-from conftest import sql
+from conftest import FIXTURES, sql
 from otlp_build import trace_request
 from test_stages import FX, RESULT
 
@@ -243,6 +245,31 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
     assert metrics.get("traces_failed") == 1 and metrics.get("traces_assembled") == 2
     assert metrics.get("assembly_errors") == 2
     assert sum(POISON in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_span_arriving_for_a_trace_whose_job_failed_has_the_whole_trace_read_back(monkeypatch):
+    """The failed job had taken the trace's held records with it: a later span of the trace, held on its own,
+    must not pass for the whole trace (its assembly reads every stored span back instead)."""
+    store = _InlineStore()
+    batch = decode_traces_protobuf((FIXTURES / "otlp" / "strands" / "shop_purchase.traces.binpb").read_bytes())
+    poisoned = batch.trace_id[0]
+
+    def fake_assemble_in(self, con, traces, preview=False):
+        for tid in traces:
+            self.held.take(tid)  # as the real job does, before it fails
+        if poisoned in traces:
+            raise ValueError("this trace's data cannot be assembled")
+        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+
+    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    svc = SessionService(SessionSettings(), store, SessionTables(), Metrics())  # type: ignore[arg-type]
+    svc.held.add(prepare(batch), [])
+    svc.tracker.observe([poisoned, "a"], datetime(2026, 1, 1))
+    assert [t.trace_id for t in svc.flush()] == ["a"]  # the poisoned trace given up
+    svc.held.add(prepare(batch), [])  # a later span of it (and of nothing else) is held
+    assert svc.held.take(poisoned) is None
+    svc.held.add(prepare(batch), [])
+    assert svc.held.take(poisoned) is not None  # read back once, the trace is held whole again from then on
 
 
 def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_retried_alone(monkeypatch):
