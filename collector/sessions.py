@@ -331,7 +331,7 @@ class SessionService:
         self.metrics.inc("traces_failed", len(traces))
         for tid in traces:
             log.error("trace %s cannot be assembled (%s); it is no longer retried: its spans stay stored, and it is "
-                      "tried again after a restart", tid, exc)
+                      "tried again when a later span of it arrives or after a restart", tid, exc)
 
     def preview_open(self) -> Future | None:
         """Show open sessions as they stand (status open), without waiting for the idle timeout."""
