@@ -68,6 +68,10 @@ def _status(d: dict) -> str | None:
     return s.lower() if isinstance(s, str) else None
 
 
+# keys without which a result has no product options to flag (``_options_without_ids``)
+OPTION_KEYS = frozenset(("variants", "options", "sizes", "colors", "colours"))
+
+
 @dataclass(frozen=True)
 class _Keys:
     """The settings' key lists as sets, made once per settings object."""
@@ -75,6 +79,8 @@ class _Keys:
     evidence: frozenset[str]  # every key any flag reads
     confirmed: frozenset[str]
     checkout_statuses: frozenset[str]
+    by_presence: dict[str, tuple[str, ...]]  # key -> the flags its presence alone raises
+    read_with_status: frozenset[str]  # keys whose flags depend on the dict's status (and the status keys)
 
 
 _COMPILED: dict[int, tuple[EvidenceSettings, _Keys]] = {}
@@ -84,10 +90,15 @@ def _keys(ev: EvidenceSettings) -> _Keys:
     held = _COMPILED.get(id(ev))
     if held is not None and held[0] is ev:
         return held[1]
-    keys = _Keys(frozenset(ev.order_id_keys + ev.booking_id_keys + ev.order_objects + ev.checkout_url_keys
-                           + ev.checkout_objects + ev.cart_keys + ev.rfq_keys + ev.quote_keys + ev.po_keys
-                           + ev.product_id_keys + ["status", "state"]),
-                 frozenset(ev.confirmed_statuses), frozenset(ev.checkout_statuses))
+    by_presence: dict[str, tuple[str, ...]] = {}
+    for flag, flag_keys in ((CHECKOUT_URL, ev.checkout_url_keys), (CHECKOUT_STATUS, ev.checkout_objects),
+                            (CART, ev.cart_keys), (RFQ, ev.rfq_keys), (QUOTE, ev.quote_keys), (PO, ev.po_keys),
+                            (PRODUCT_IDS, ev.product_id_keys)):
+        for k in flag_keys:
+            by_presence[k] = (*by_presence.get(k, ()), flag)
+    with_status = frozenset(ev.order_id_keys + ev.booking_id_keys + ev.order_objects + ["status", "state"])
+    keys = _Keys(with_status | by_presence.keys(), frozenset(ev.confirmed_statuses), frozenset(ev.checkout_statuses),
+                 by_presence, with_status)
     if len(_COMPILED) > 64:  # settings objects are few (one per configuration); never let them pile up
         _COMPILED.clear()
     _COMPILED[id(ev)] = (ev, keys)  # holds the settings: the id stays theirs
@@ -104,13 +115,17 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
     dicts, checkout_page = _walk(result)
     if checkout_page:
         found.add(CHECKOUT_PAGE)
-    evidence_keys = compiled.evidence
+    evidence_keys, by_presence, read_with_status = compiled.evidence, compiled.by_presence, compiled.read_with_status
+    option_keys = False
     for d in dicts:
+        option_keys = option_keys or not OPTION_KEYS.isdisjoint(d)
         # only the keys a flag reads, with a value (a C-level test first: most dicts have none of them)
         if evidence_keys.isdisjoint(d):
             continue
         present = {k for k in d.keys() & evidence_keys if _present(d[k])}
-        if not present:
+        for k in present:
+            found.update(by_presence.get(k, ()))
+        if read_with_status.isdisjoint(present):  # a product, a cart: no order, booking or status to read
             continue
         for obj_key in ev.order_objects:
             obj = d.get(obj_key)
@@ -124,21 +139,9 @@ def find(result: Any, ev: EvidenceSettings) -> set[str]:
         for key in ev.booking_id_keys:  # a booking counts once confirmed (a confirmation number is one)
             if key in present and (status in confirmed or (status is None and "confirmation" in key.lower())):
                 found.add(ORDER_CONFIRMED)
-        if not present.isdisjoint(ev.checkout_url_keys):
-            found.add(CHECKOUT_URL)
-        if status in checkout_statuses or not present.isdisjoint(ev.checkout_objects):
+        if status in checkout_statuses:
             found.add(CHECKOUT_STATUS)
-        if not present.isdisjoint(ev.cart_keys):
-            found.add(CART)
-        if not present.isdisjoint(ev.rfq_keys):
-            found.add(RFQ)
-        if not present.isdisjoint(ev.quote_keys):
-            found.add(QUOTE)
-        if not present.isdisjoint(ev.po_keys):
-            found.add(PO)
-        if not present.isdisjoint(ev.product_id_keys):
-            found.add(PRODUCT_IDS)
-    if _options_without_ids(result):
+    if option_keys and _options_without_ids(result):  # its walk sees a subset of the dicts above
         found.add(OPTIONS_WITHOUT_IDS)
     return found
 

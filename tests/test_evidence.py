@@ -46,6 +46,18 @@ def test_options_without_variant_ids_are_flagged_but_variants_with_ids_are_not()
     assert ev.OPTIONS_WITHOUT_IDS not in ev.find(nested({"sizes": ["S"]}, ev.OPTIONS_DEPTH + 1), SETTINGS)
 
 
+def test_a_key_a_configuration_lists_under_several_flags_raises_each_of_them():
+    overlapping = EvidenceSettings(cart_keys=[*SETTINGS.cart_keys, "sku", "order_id"],
+                                   checkout_objects=[*SETTINGS.checkout_objects, "sku"])
+    assert ev.find({"sku": "s-1"}, overlapping) == {ev.CART, ev.CHECKOUT_STATUS, ev.PRODUCT_IDS}
+    assert ev.find({"sku": "s-1"}, SETTINGS) == {ev.PRODUCT_IDS}
+    # a key read with the status keeps that reading beside the flag its presence raises
+    assert ev.find({"order_id": "o-1", "status": "paid"}, overlapping) == {ev.CART, ev.ORDER_CONFIRMED}
+    assert ev.find({"order_id": "o-1", "status": "held"}, overlapping) == {ev.CART, ev.ORDER_PENDING}
+    # a status alone is read as one: a checkout waiting for payment, with no id beside it
+    assert ev.find({"status": "requires_payment"}, SETTINGS) == {ev.CHECKOUT_STATUS}
+
+
 def test_a_price_is_looked_up_by_exact_name_or_the_longest_glob_and_names_seen_stay_bounded():
     from agentfunnel.scoring.prices import MATCHED_REMEMBERED, Price, PriceTable
 
