@@ -6,6 +6,10 @@ work a replica does for another's trace); the replica that assembled it stores i
 text instead (the lake's ``lake_assembled_traces``, shipped with the trace). A trace is encoded only when it decodes to records equal to the assembled ones (JSON has
 no tuples, no keys other than strings, no NaN equal to itself): otherwise it has no text and the
 owner reads its spans, as it would anyway.
+
+Written and read with orjson: the text is the same JSON the standard library writes with compact separators,
+at about a third of the cost to write (and check) and two thirds to read, on the hot path of every trace whose
+session another replica owns.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from operator import attrgetter
 from typing import Any
+
+import orjson
 
 from ..semconv import SpanRecord
 from ..semconv.records import new_record
@@ -36,18 +42,20 @@ def encode(trace: AssembledTrace) -> str | None:
     """The trace as JSON, or None when JSON cannot carry it exactly."""
     rows = list(map(_values, trace.records))
     try:
-        text = json.dumps({"records": rows, "sessions": trace.sessions, "agent_version": trace.agent_version},
-                          ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):  # a value JSON has no form for
+        data = orjson.dumps({"records": rows, "sessions": trace.sessions, "agent_version": trace.agent_version})
+    except TypeError:  # a value JSON has no form for (orjson.JSONEncodeError): a key not a string, an int past 64 bits
         return None
-    doc = json.loads(text)
+    doc = orjson.loads(data)
     if list(map(_record_values, doc["records"])) != rows or doc["sessions"] != trace.sessions:
-        return None
-    return text
+        return None  # NaN and infinities come back null, a tuple a list, an object such as a date a string
+    return data.decode()
 
 
 def decode(trace_id: str, text: str) -> AssembledTrace:
-    doc = json.loads(text)
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:  # a text an earlier version wrote with the standard library: Infinity, NaN
+        doc = json.loads(text)
     records = [new_record(*_record_values(values)) for values in doc["records"]]
     return AssembledTrace(trace_id, records, doc["sessions"], doc["agent_version"])
 

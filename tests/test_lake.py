@@ -18,7 +18,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -387,8 +387,16 @@ def test_an_assembled_trace_travels_as_text_only_when_it_comes_back_equal() -> N
     back = trace_text.decode(trace.trace_id, trace_text.encode(trace))  # type: ignore[arg-type]
     assert (back.records, back.sessions, back.agent_version) == (trace.records, trace.sessions, trace.agent_version)
     first = trace.records[0]
-    for odd in ({"at": (1, 2)}, {1: "one"}, float("nan")):  # a tuple comes back a list, a key a string, NaN unequal
+    # a tuple comes back a list, a key is not a string, NaN and infinity come back null, an int past 64 bits
+    for odd in ({"at": (1, 2)}, {1: "one"}, float("nan"), float("inf"), 2**70):
         assert trace_text.encode(AssembledTrace(trace.trace_id, [replace(first, arguments=odd)], trace.sessions)) is None
+    # the text is the standard library's compact JSON, and one an earlier version wrote (Infinity and all) still reads
+    text = trace_text.encode(trace)
+    doc = json.loads(text)  # type: ignore[arg-type]
+    assert json.dumps(doc, ensure_ascii=False, separators=(",", ":")) == text
+    doc["records"][0][[f.name for f in fields(first)].index("arguments")] = float("inf")
+    legacy = trace_text.decode(trace.trace_id, json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+    assert legacy.records[0].arguments == float("inf") and legacy.records[1:] == trace.records[1:]
     assert trace_text.format_for(()) != trace_text.format_for(["app.session"])
 
 
