@@ -35,7 +35,7 @@ from ..config import LakeSettings
 from .schema import MIGRATIONS, Migration, migrate, transaction
 from .session_tables import SessionTables, Sources
 from .shipper import OUTBOX_MIGRATIONS, SHIPMENT_MIGRATIONS
-from .writer import lock_down
+from .writer import lock_down, settle_optional_imports
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,7 @@ def data_directory(lake: LakeSettings) -> str:
 
 def connect_lake(lake: LakeSettings, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as ``lake``; extensions from the wheels only."""
+    settle_optional_imports()
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
                                              "autoload_known_extensions": "false"})
     try:
