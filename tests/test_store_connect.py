@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
 import sys
 
 import pytest
@@ -12,7 +11,7 @@ from agentfunnel.collector.store.writer import connect
 
 
 def test_statements_with_parameters_never_search_the_path_for_a_missing_pandas(tmp_path, monkeypatch):
-    if "pandas" in sys.modules or importlib.util.find_spec("pandas") is not None:
+    if "pandas" in sys.modules or importlib.machinery.PathFinder.find_spec("pandas") is not None:
         pytest.skip("pandas is installed here: DuckDB imports it once and keeps it")
     searched: list[str] = []
     real = importlib.machinery.PathFinder.find_spec
