@@ -7,8 +7,9 @@ replica commits into its own file and ships every 5 s or 200,000 rows), no sched
 DuckDB thread per replica (``store.threads: 1``; the default 2 would give three replicas on two
 cores six DuckDB threads), the same for every N. GenAI-shaped requests
 (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
-loadbalancing exporter would (the test router's ``split``) and posted over OTLP/HTTP at a fixed
-rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead,
+loadbalancing exporter would (the test router's ``split``), each replica's shares merged the way
+the Collector's batch per replica in ``deploy/otelcol.yaml`` merges them (``--no-batch``: sent as
+they come), and posted over OTLP/HTTP at a fixed rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead,
 each turn its own trace, so an owner scores a session again from the turns before). After the
 last one every replica is flushed (traces assembled, sessions scored, everything shipped), and
 the stored row count is checked through a lake reader.
@@ -33,7 +34,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
 
     python bench/lake.py                         # 1, 2, 3 replicas, 3,000 spans/s for 20 s
     python bench/lake.py --replicas 3 --rate 5000 --seconds 60
-    python bench/lake.py --replicas 1 --split 3    # one replica taking the smaller requests three would get
+    python bench/lake.py --replicas 1 --split 3 --no-batch   # one replica taking the smaller requests three would get
     python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
     POLL=1 python bench/lake.py                    # owners polling every second (default: as often as replicas ship)
     python bench/lake.py --turns 5 --active 1500   # 5-turn sessions, all in flight: a turn goes idle before the next
@@ -191,8 +192,47 @@ def offered(rate: float, seconds: float, turns: int, active: int) -> list[Export
     return [ExportTraceServiceRequest.FromString(body) for body in stream]
 
 
+def span_count(request: ExportTraceServiceRequest) -> int:
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def collector_batching(path: Path = HERE.parent / "deploy" / "otelcol.yaml") -> tuple[int, float]:
+    """(min_size, flush_timeout seconds) of the Collector's batch per replica, as ``deploy/otelcol.yaml`` sets it."""
+    import yaml
+
+    otlp = yaml.safe_load(path.read_text())["exporters"]["loadbalancing"]["protocol"]["otlp"]
+    batch = otlp["sending_queue"]["batch"]
+    assert batch["sizer"] == "items", batch
+    timeout = str(batch["flush_timeout"])
+    seconds = float(timeout[:-2]) / 1000 if timeout.endswith("ms") else float(timeout.rstrip("s"))
+    return int(batch["min_size"]), seconds
+
+
+def batched(parts: list[tuple[float, ExportTraceServiceRequest, int]], min_spans: int, flush_seconds: float
+            ) -> list[tuple[float, ExportTraceServiceRequest, int]]:
+    """One replica's shares (when, request, spans), in order, as the Collector's batcher for that replica sends
+    them: merged until they hold ``min_spans``, or sent ``flush_seconds`` after the first one arrived."""
+    out: list[tuple[float, ExportTraceServiceRequest, int]] = []
+    merged, started, n = ExportTraceServiceRequest(), 0.0, 0
+    for when, part, spans in parts:
+        if n and when >= started + flush_seconds:
+            out.append((started + flush_seconds, merged, n))
+            merged, n = ExportTraceServiceRequest(), 0
+        if not n:
+            started = when
+        merged.MergeFrom(part)
+        n += spans
+        if n >= min_spans:
+            out.append((when, merged, n))
+            merged, n = ExportTraceServiceRequest(), 0
+    if n:
+        out.append((started + flush_seconds, merged, n))
+    return out
+
+
 def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, clients: int,
-        keep: list[Path], shares: int | None = None, turns: int = 1, active: int = 128) -> Run:
+        keep: list[Path], shares: int | None = None, turns: int = 1, active: int = 128,
+        batching: tuple[int, float] | None = None) -> Run:
     tmp = Path(tempfile.mkdtemp(prefix="agentfunnel-lakebench-"))
     db = f"bench_{replicas}_{int(time.time())}"
     catalog = pg.createdb(db)
@@ -205,14 +245,14 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
         t.start()
     for t in threads:
         t.join()
-    work: list[tuple[float, int, bytes, int]] = []  # (when, replica, body, spans)
+    shares_of: list[list[tuple[float, ExportTraceServiceRequest, int]]] = [[] for _ in range(replicas)]
     sent_before = 0
     for request in offered(rate, seconds, turns, active):
         for share, part in split(request, shares or replicas).items():
-            i = share % replicas
-            n = sum(len(ss.spans) for rs in part.resource_spans for ss in rs.scope_spans)
-            work.append((sent_before / rate, i, part.SerializeToString(), n))
-        sent_before += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            shares_of[share % replicas].append((sent_before / rate, part, span_count(part)))
+        sent_before += span_count(request)
+    work = sorted((when, i, part.SerializeToString(), n)  # (when, replica, body, spans)
+                  for i, parts in enumerate(shares_of) for when, part, n in (batched(parts, *batching) if batching else parts))
     postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
     pids = [s.proc.pid for s in servers]  # type: ignore[union-attr]
     try:
@@ -264,6 +304,8 @@ def main() -> int:
                     "payloads.genai_request; more: the agent sessions of ingest.py --sessions)")
     ap.add_argument("--active", type=int, default=128, help="with --turns: conversations the agent works at once "
                     "(more spreads a conversation's turns further apart)")
+    ap.add_argument("--no-batch", action="store_true", help="send each replica its share of every request as it "
+                    "comes (default: merged as the Collector's per-replica batch in deploy/otelcol.yaml does)")
     ap.add_argument("--rounds", type=int, default=1, help="run the --replicas list this many times, interleaved, "
                     "and print each N's median")
     args = ap.parse_args()
@@ -277,9 +319,14 @@ def main() -> int:
     runs: list[Run] = []
     try:
         shape = f"; sessions of {args.turns} turns, {args.active} at once" if args.turns > 1 else ""
-        print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s{shape}; {os.cpu_count()} CPUs", flush=True)
+        batching = collector_batching()
+        sent = "each replica's share of every request as it comes" if args.no_batch else \
+            f"merged per replica up to {batching[0]} spans or {batching[1]:g} s"
+        print(f"offered load: {args.rate:,.0f} spans/s for {args.seconds:g} s{shape}, {sent}; {os.cpu_count()} CPUs",
+              flush=True)
         for n in args.replicas * args.rounds:
-            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split, args.turns, args.active)
+            r = run(pg, python, n, args.rate, args.seconds, args.clients, keep, args.split, args.turns, args.active,
+                    None if args.no_batch else batching)
             runs.append(r)
             base = runs[0].cpu_per_span if runs[0].replicas == 1 and len(runs) <= len(args.replicas) else None
             ratio = f", {r.cpu_per_span / base:.2f}x one replica's" if base else ""
