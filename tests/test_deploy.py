@@ -283,6 +283,29 @@ def test_collector_routes_by_trace_id_to_the_statefulset_replicas() -> None:
     assert lb["resolver"]["static"]["hostnames"] == expected
 
 
+def go_seconds(duration: str) -> float:
+    """A Go duration as the Collector's configs spell them (``500ms``, ``1s``, ``2m``), in seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", str(duration))
+    assert m, f"not a duration this check reads: {duration!r}"
+    return float(m[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m[2]]
+
+
+def test_collector_batches_per_replica_and_answers_within_an_sdks_export_timeout() -> None:
+    lb = otelcol()["exporters"]["loadbalancing"]
+    assert "sending_queue" not in lb  # a queue before the routing would batch across replicas, then split again
+    otlp = lb["protocol"]["otlp"]
+    queue, retry = otlp["sending_queue"], otlp["retry_on_failure"]
+    assert queue["enabled"] and queue["wait_for_result"]  # answered only once the replica committed
+    batch = queue["batch"]
+    # what the Collector's queuebatch config refuses (exporterhelper/internal/queuebatch/config.go, Validate)
+    assert batch.get("sizer") in ("items", "bytes")  # unset, it would take the queue's `requests` sizer
+    assert go_seconds(batch["flush_timeout"]) > 0
+    max_size = batch.get("max_size", 0)  # 0: no limit
+    assert batch["min_size"] >= 0 and (max_size == 0 or max_size >= batch["min_size"])
+    # waiting for a batch, then the retries, still answers before an SDK's default 10 s export timeout
+    assert go_seconds(batch["flush_timeout"]) + go_seconds(retry["max_elapsed_time"]) < 10
+
+
 def test_documented_alternatives_are_valid_too() -> None:
     text = (DEPLOY / "otelcol.yaml").read_text()
     by_conversation = commented_block(text, r"routing_key: attributes", siblings=True)
