@@ -9,10 +9,11 @@ cores six DuckDB threads), the same for every N. GenAI-shaped requests
 (``payloads.genai_request``, 512 spans) are split by trace id the way the Collector's
 loadbalancing exporter would (the test router's ``split``), each replica's shares merged the way
 the Collector's batch per replica in ``deploy/otelcol.yaml`` merges them (``--no-batch``: sent as
-they come), and posted over OTLP/HTTP at a fixed rate, the same for every N (``--turns``: the agent sessions of ``ingest.py --sessions`` instead,
-each turn its own trace, so an owner scores a session again from the turns before). After the
-last one every replica is flushed (traces assembled, sessions scored, everything shipped), and
-the stored row count is checked through a lake reader.
+they come), and posted over OTLP/HTTP at a fixed rate, the same for every N (``--turns``: the
+agent sessions of ``ingest.py --sessions`` instead, each turn its own trace, so an owner scores a
+session again from the turns before). After the last one every replica is flushed (traces
+assembled, sessions scored, everything shipped), and the stored row count is checked through a
+lake reader.
 
 Measured over that window, for every process involved (the replicas, with their shipper threads,
 and PostgreSQL: the postmaster, its live backends and the backends that exited):
@@ -252,7 +253,8 @@ def run(pg: Postgres, python: str, replicas: int, rate: float, seconds: float, c
             shares_of[share % replicas].append((sent_before / rate, part, span_count(part)))
         sent_before += span_count(request)
     work = sorted((when, i, part.SerializeToString(), n)  # (when, replica, body, spans)
-                  for i, parts in enumerate(shares_of) for when, part, n in (batched(parts, *batching) if batching else parts))
+                  for i, parts in enumerate(shares_of)
+                  for when, part, n in (batched(parts, *batching) if batching else parts))
     postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
     pids = [s.proc.pid for s in servers]  # type: ignore[union-attr]
     try:
