@@ -2,7 +2,7 @@
 
 Each run gets a fresh lake (a new database in a private PostgreSQL, a new Parquet directory) and
 N ``agentfunnel serve`` replicas from the lake environment, with the shipping defaults (each
-replica commits into its own file and ships every 5 s or 200,000 rows), no scheduled compaction
+replica commits into its own file and ships every 10 s or 200,000 rows), no scheduled compaction
 (the bench compacts at the end, to count files before and after), traces idle after 2 s, and one
 DuckDB thread per replica (``store.threads: 1``; the default 2 would give three replicas on two
 cores six DuckDB threads), the same for every N. GenAI-shaped requests
@@ -38,6 +38,7 @@ By hand, from the repository root, with the lake environment made (``.ci/run`` d
     python bench/lake.py --replicas 1 --split 3 --no-batch   # one replica taking the smaller requests three would get
     python bench/lake.py --rounds 3                # 1, 2, 3, 1, 2, 3, ...: medians, less at the mercy of the machine
     POLL=1 python bench/lake.py                    # owners polling every second (default: as often as replicas ship)
+    SHIP=5 python bench/lake.py                    # store.lake.ship_interval_seconds (default 10; polls follow it)
     python bench/lake.py --turns 5 --active 1500   # 5-turn sessions, all in flight: a turn goes idle before the next
     JOB_WAIT=0 python bench/lake.py                # idle traces assembled at once (default: up to a ship interval
                                                    # waiting for sessions.min_traces_per_job of them)
@@ -70,11 +71,14 @@ from conftest import ServerProcess  # noqa: E402
 from lake_support import (Postgres, free_port, lake_config, lake_maintenance, lake_python, lake_rows, pg_bindir,  # noqa: E402
                           split)
 from payloads import genai_request  # noqa: E402
+from agentfunnel.collector.config import LakeSettings  # noqa: E402
 from sessions_payloads import session_streams  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
 SPANS_PER_REQUEST = 512
-SHIPPING = {"ship_interval_seconds": 5.0, "ship_batch_rows": 200_000, "compact_interval_seconds": 0,
+SHIP_DEFAULT = LakeSettings.model_fields["ship_interval_seconds"].default
+SHIPPING = {"ship_interval_seconds": float(os.environ.get("SHIP", SHIP_DEFAULT)), "ship_batch_rows": 200_000,
+            "compact_interval_seconds": 0,
             "poll_interval_seconds": float(os.environ["POLL"]) if os.environ.get("POLL") else None}  # None: the default
 SESSIONS = {"idle_timeout_seconds": 2.0, "check_interval_seconds": 1.0,  # the default check interval, a short idle time
             "max_job_wait_seconds": float(os.environ["JOB_WAIT"]) if os.environ.get("JOB_WAIT") else None,

@@ -106,8 +106,10 @@ class LakeSettings(_Model):
         "unset: every ship_interval_seconds, since what the others assemble reaches the lake only as often as they "
         "ship (a shorter poll mostly finds nothing new, and each one is a catalog read in a store job).")
     ship_interval_seconds: float = Field(
-        5.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
-        "waits before it is shipped to the lake, in one transaction with everything else pending.")
+        10.0, gt=0, description="Age threshold: the longest a row committed in the replica's own file (`store.path`) "
+        "waits before it is shipped to the lake, in one transaction with everything else pending. Each shipment, "
+        "and each poll that follows it, costs tens of milliseconds of CPU however little it carries, so a replica "
+        "pays that once per interval; spans reach the lake only after their trace's idle timeout anyway.")
     ship_batch_rows: int = Field(
         200_000, gt=0, description="Size threshold: rows committed locally since the last shipment that make the "
                                    "next one start before ship_interval_seconds; also the most log records and "

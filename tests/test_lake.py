@@ -88,7 +88,8 @@ def test_lake_settings_name_the_bad_field(tmp_path: Path) -> None:
 
 def test_a_replica_follows_the_others_as_often_as_they_ship_unless_told_otherwise() -> None:
     base = {"catalog": "postgres:dbname=x", "data_path": "/tmp/x", "replica": 0, "replicas": 2}
-    assert LakeSettings.model_validate(base).follow_interval_seconds == 5.0
+    defaults = LakeSettings.model_validate(base)
+    assert defaults.follow_interval_seconds == defaults.ship_interval_seconds == 10.0
     assert LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5}).follow_interval_seconds == 2.5
     told = LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5, "poll_interval_seconds": 0.5})
     assert told.follow_interval_seconds == 0.5
