@@ -68,8 +68,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from conftest import ServerProcess  # noqa: E402
-from lake_support import (Postgres, free_port, lake_config, lake_maintenance, lake_python, lake_rows, pg_bindir,  # noqa: E402
-                          split)
+from lake_support import (Postgres, free_port, go_seconds, lake_config, lake_maintenance, lake_python,  # noqa: E402
+                          lake_rows, pg_bindir, split)
 from payloads import genai_request  # noqa: E402
 from agentfunnel.collector.config import LakeSettings  # noqa: E402
 from sessions_payloads import session_streams  # noqa: E402
@@ -208,9 +208,7 @@ def collector_batching(path: Path = HERE.parent / "deploy" / "otelcol.yaml") -> 
     otlp = yaml.safe_load(path.read_text())["exporters"]["loadbalancing"]["protocol"]["otlp"]
     batch = otlp["sending_queue"]["batch"]
     assert batch["sizer"] == "items", batch
-    timeout = str(batch["flush_timeout"])
-    seconds = float(timeout[:-2]) / 1000 if timeout.endswith("ms") else float(timeout.rstrip("s"))
-    return int(batch["min_size"]), seconds
+    return int(batch["min_size"]), go_seconds(batch["flush_timeout"])
 
 
 def batched(parts: list[tuple[float, ExportTraceServiceRequest, int]], min_spans: int, flush_seconds: float

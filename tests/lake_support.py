@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -128,6 +129,13 @@ def lake_config(path: Path, catalog: str, data_path: Path, replica: int, replica
 
 
 # ---------------------------------------------------------------------------- the router
+
+
+def go_seconds(duration: str) -> float:
+    """A Go duration as the Collector's configs spell them (``500ms``, ``1s``, ``2m``), in seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", str(duration))
+    assert m, f"not a duration this check reads: {duration!r}"
+    return float(m[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m[2]]
 
 
 def route(trace_id: bytes, n: int) -> int:

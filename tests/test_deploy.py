@@ -25,6 +25,7 @@ from agentfunnel.collector.receivers.http import HttpReceiver
 from agentfunnel.collector.receivers.status import check_bearer
 from agentfunnel.collector.telemetry import Metrics
 from conftest import ROOT, agentfunnel_cmd
+from lake_support import go_seconds
 
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
@@ -281,13 +282,6 @@ def test_collector_routes_by_trace_id_to_the_statefulset_replicas() -> None:
     expected = [f"{sts['metadata']['name']}-{i}.{sts['spec']['serviceName']}:{grpc_port}"
                 for i in range(sts["spec"]["replicas"])]
     assert lb["resolver"]["static"]["hostnames"] == expected
-
-
-def go_seconds(duration: str) -> float:
-    """A Go duration as the Collector's configs spell them (``500ms``, ``1s``, ``2m``), in seconds."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", str(duration))
-    assert m, f"not a duration this check reads: {duration!r}"
-    return float(m[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m[2]]
 
 
 def test_collector_batches_per_replica_and_answers_within_an_sdks_export_timeout() -> None:
