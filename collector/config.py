@@ -307,15 +307,19 @@ class CaseSettings(_Model):
 class SqlSettings(_Model):
     """The read-only SQL endpoint (``agentfunnel sql``, ``report``, ``compare``): bounds on what one query may cost.
 
-    Queries run in a read-only transaction on a connection of their own, with DuckDB's external
-    access off (no files outside the database, no COPY/ATTACH/EXPORT, no extension install or
-    load) and its configuration locked. Hitting a bound is an error that names it, counted.
+    While a server owns the file, queries run on a DuckDB instance of their own that cannot write
+    the store (``collector.sql_sandbox``): no file system, no extensions, configuration locked.
+    Read from the file directly, they run on a read-only instance. Results are measured as Arrow
+    batches before any Python value is built. Hitting a bound is an error that names it, counted.
     """
 
     max_rows: int = Field(100_000, gt=0, description="Most rows one query returns; more is an error (add LIMIT).")
     max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as JSON) one query's result may hold.")
     timeout_seconds: float = Field(30.0, gt=0, description="A query still running after this long is interrupted.")
     max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
+    memory_limit_mb: int = Field(512, gt=0, description="Memory the SQL endpoint's own DuckDB instance may use for "
+                                 "all its queries together; a query that needs more fails, the store is unaffected.")
+    threads: int = Field(2, gt=0, description="Threads of the SQL endpoint's own DuckDB instance.")
 
 
 # The built-in detectors, by the name that switches each on (``collector.privacy.DETECTORS`` holds their patterns).

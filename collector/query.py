@@ -23,9 +23,10 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
+import pyarrow as pa
 
 from .config import LakeSettings, SqlSettings, StoreSettings
 from .store.writer import connect, lock_down
@@ -74,6 +75,8 @@ def jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, pa.MonthDayNano):  # an INTERVAL read through Arrow: seconds, months as 30 days as DuckDB does
+        return (value.months * 30 + value.days) * 86400 + value.nanoseconds / 1e9
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return str(value)
@@ -82,9 +85,10 @@ def jsonable(value: Any) -> Any:
 def checked_statements(con: duckdb.DuckDBPyConnection, query: str) -> list[duckdb.Statement]:
     """The statements of ``query`` if every one only reads; QueryError names the first that does not.
 
-    The type check is the first wall, not the only one: a SELECT can hide a data-modifying CTE and
-    EXPLAIN ANALYZE runs what it explains, so statements also run in a read-only transaction
-    (``run_query``) on a database whose external access is off (``store.writer.lock_down``).
+    The type check only gives a clear refusal early; it is not what keeps the store safe (EXPLAIN
+    ANALYZE runs what it explains, and can end the transaction it runs in). That is where the
+    statements run: a read-only DuckDB instance, or the server's sandboxed one
+    (``collector.sql_sandbox``), neither of which can write the store or open a file.
     """
     try:
         statements = con.extract_statements(query)
@@ -105,60 +109,97 @@ def checked_statements(con: duckdb.DuckDBPyConnection, query: str) -> list[duckd
     return statements
 
 
-def _row_bytes(row: list[Any]) -> int:
-    return len(json.dumps(row, ensure_ascii=False, default=str))
+BATCH_ROWS = 1024
+_WHOLE_NUMBERS = frozenset({"HUGEINT", "UHUGEINT"})  # Arrow carries them as decimal128(38, 0): give them back as int
+
+
+def _python_rows(batch: pa.RecordBatch, types: list[str]) -> list[list[Any]]:
+    """A batch's rows as JSON-friendly Python, built only once the batch is known to fit."""
+    columns = []
+    for column, kind in zip(batch.columns, types):
+        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":  # Python's datetime holds microseconds
+            column = column.cast(pa.timestamp("us", column.type.tz), safe=False)
+        elif pa.types.is_duration(column.type) and column.type.unit == "ns":
+            column = column.cast(pa.duration("us"), safe=False)
+        values = column.to_pylist(maps_as_pydicts="lossy")
+        if kind in _WHOLE_NUMBERS:
+            values = [None if v is None else int(v) for v in values]
+        columns.append([jsonable(v) for v in values])
+    return [list(row) for row in zip(*columns)] if columns else [[] for _ in range(batch.num_rows)]
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: str, limits: SqlSettings | None = None,
-              max_rows: int | None = None, params: list[Any] | dict[str, Any] | None = None) -> QueryResult:
+              max_rows: int | None = None, params: list[Any] | dict[str, Any] | None = None,
+              on_timeout: Callable[[], None] | None = None) -> QueryResult:
     """Run one or more read-only statements on ``con`` (a connection of the caller's, never the writer's).
 
-    Everything runs in one read-only transaction that is rolled back afterwards, so nothing a
-    statement tries to write can land. The last statement's rows are returned, within the row
-    and byte bounds of ``limits`` and its time bound (the query is interrupted, not abandoned).
+    Everything runs in one read-only transaction that is rolled back afterwards. The last
+    statement's result is read as Arrow batches and each batch is measured before any Python
+    value is made of it, within the row and byte bounds of ``limits``; its time bound interrupts
+    the engine (and ``on_timeout``: e.g. the store scans a sandboxed query reads from).
     ``max_rows`` (the caller's own cap, e.g. ``sql --max-rows``) truncates quietly. ``params`` binds
     the last statement's ``?`` or ``$name`` parameters (the UI's queries never splice values into SQL).
     """
     limits = limits or SqlSettings()
     statements = checked_statements(con, query)
-    timer = threading.Timer(limits.timeout_seconds, con.interrupt)
+    timed_out = threading.Event()
+
+    def interrupt() -> None:
+        timed_out.set()
+        con.interrupt()
+        if on_timeout is not None:
+            on_timeout()
+
+    timer = threading.Timer(limits.timeout_seconds, interrupt)
     timer.daemon = True
     rows: list[list[Any]] = []
+    names: list[str] = []
+    types: list[str] = []
     try:
         con.execute("BEGIN TRANSACTION READ ONLY")
         timer.start()
         for st in statements[:-1]:
-            con.execute(st)
-        cur = con.execute(statements[-1], params) if params else con.execute(statements[-1])
-        desc = cur.description or []
+            con.sql(st.query)  # only the last result is returned: an earlier SELECT is never run, nor fetched
+        result = con.sql(statements[-1].query, params=params or None)  # a relation: streamed, never fetched whole
+        names = result.columns if result is not None else []
+        types = [str(t) for t in result.types] if result is not None else []
         wanted = limits.max_rows if max_rows is None else min(max_rows, limits.max_rows)
         size = 0
-        while len(rows) < wanted:
-            chunk = cur.fetchmany(min(1024, wanted - len(rows)))
-            if not chunk:
-                break
-            for r in chunk:
-                row = [jsonable(v) for v in r]
-                size += _row_bytes(row)
+        more = False
+        if result is not None:
+            for batch in result.to_arrow_reader(BATCH_ROWS):
+                room = wanted - len(rows)
+                if batch.num_rows > room:
+                    more, batch = True, batch.slice(0, room)
+                size += batch.nbytes
                 if size > limits.max_result_bytes:
-                    raise QueryError(f"the result is larger than sql.max_result_bytes ({limits.max_result_bytes} bytes) "
-                                     f"after {len(rows)} rows; select fewer columns or rows", reason="max_result_bytes")
-                rows.append(row)
-        if len(rows) == limits.max_rows and (max_rows is None or max_rows > limits.max_rows) and cur.fetchmany(1):
+                    raise QueryError(f"the result is larger than sql.max_result_bytes ({limits.max_result_bytes} "
+                                     f"bytes) after {len(rows)} rows; select fewer columns or rows",
+                                     reason="max_result_bytes")
+                rows.extend(_python_rows(batch, types))
+                if more:
+                    break
+        if more and len(rows) == limits.max_rows and (max_rows is None or max_rows > limits.max_rows):
             raise QueryError(f"the result has more than sql.max_rows ({limits.max_rows}) rows; add a LIMIT",
                              reason="max_rows")
     except duckdb.InterruptException:
-        raise QueryError(f"the query ran longer than sql.timeout_seconds ({limits.timeout_seconds:g} s) "
-                         "and was interrupted", reason="timeout") from None
-    except duckdb.Error as exc:
+        raise _timed_out(limits) from None
+    except (duckdb.Error, pa.ArrowException) as exc:
+        if timed_out.is_set():
+            raise _timed_out(limits) from None
         raise QueryError(str(exc)) from None
     finally:
         timer.cancel()
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:
-            pass  # no transaction was open (BEGIN itself failed)
-    return QueryResult([d[0] for d in desc], [str(d[1]) for d in desc], rows)
+            pass  # no transaction was open (BEGIN itself failed, or a statement ended it)
+    return QueryResult(names, types, rows)
+
+
+def _timed_out(limits: SqlSettings) -> QueryError:
+    return QueryError(f"the query ran longer than sql.timeout_seconds ({limits.timeout_seconds:g} s) "
+                      "and was interrupted", reason="timeout")
 
 
 # ---------------------------------------------------------------------------- sidecar
@@ -290,7 +331,7 @@ _LAKE_READERS: dict[tuple[str, str], duckdb.DuckDBPyConnection] = {}  # one atta
 _LAKE_READERS_LOCK = threading.Lock()
 
 
-def _query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
+def query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
     """Read every replica through the lake's views; no server is involved (DuckLake has many readers).
 
     The lake is attached once per process (loading the extensions and the catalog costs most of a
@@ -319,7 +360,7 @@ def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,
     """Run read-only SQL against ``db`` (a file, or the store settings: a file or a lake) wherever it can be read."""
     if isinstance(db, StoreSettings):
         if db.lake is not None:
-            return _query_lake(db.lake, sql, max_rows, limits or SqlSettings())
+            return query_lake(db.lake, sql, max_rows, limits or SqlSettings())
         db = db.path
     info = running_server(db)
     if info is not None:
@@ -330,8 +371,8 @@ def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,
     if not db.exists():
         raise QueryError(f"database {db} does not exist (start `agentfunnel serve --db {db}` or ingest files first)")
     try:
-        con = connect(db, read_only=True)
-        lock_down(con)  # the same rules as the server's endpoint: no files, no extensions, no SET
+        con = connect(db, read_only=True)  # a read-only instance: the engine refuses every write
+        lock_down(con, no_files=True)  # the same rules as the server's endpoint: no files, no extensions, no SET
     except duckdb.IOException as exc:
         raise QueryError(f"cannot open {db}: {exc}") from None
     try:

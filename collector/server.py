@@ -32,12 +32,13 @@ from aiohttp import web
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
-from .query import SECRET_HEADER, QueryError, QueryResult, remove_sidecar, run_query, write_sidecar
+from .query import SECRET_HEADER, QueryError, QueryResult, query_lake, remove_sidecar, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
 from .retention import Retention
+from .sql_sandbox import SqlSandbox
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
 from .telemetry import Metrics
@@ -74,6 +75,7 @@ class Server:
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
                                               thread_name_prefix="agentfunnel-sql")
         self._queries_running = 0
+        self._sandbox: SqlSandbox | None = None  # where /sql runs on a single file (a lake has read-only readers)
         self.admin_secret = secrets.token_urlsafe(32)  # in the 0600 sidecar: what proves a caller is this user
         self._admin_hosts: frozenset[str] = frozenset()  # Host values that name the admin endpoint itself
         self.metrics.gauge("sql_queries_running", lambda: self._queries_running)
@@ -100,6 +102,8 @@ class Server:
             log.warning("listening on %s beyond loopback without a bearer token: anyone who can reach this host can "
                         "write spans (set receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN)", rs.host)
         self.store.open()
+        if self.settings.store.lake is None:
+            self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()
         if self.forwarder is not None:
             self.forwarder.start()
         reopened = self.sessions.recover()
@@ -307,12 +311,12 @@ class Server:
         return web.json_response(result.to_json())
 
     def _read(self, sql: str, max_rows: int | None) -> QueryResult:
-        """One query on a connection of its own (a cursor of the database, never the writer's connection)."""
-        cursor = self.store.reader()
-        try:
-            return run_query(cursor, sql, self.settings.sql, max_rows)
-        finally:
-            cursor.close()
+        """A caller's query where writing is impossible: the sandboxed instance, or the lake's read-only readers."""
+        lake = self.settings.store.lake
+        if lake is not None:
+            return query_lake(lake, sql, max_rows, self.settings.sql)
+        assert self._sandbox is not None
+        return self._sandbox.query(sql, max_rows)
 
     async def _metrics_json(self, request: web.Request) -> web.Response:
         if request.headers.get("Host", "") not in self._admin_hosts:  # DNS rebinding
@@ -348,6 +352,8 @@ class Server:
         if self.forwarder is not None:  # after the last assembly, before the store closes
             await asyncio.get_running_loop().run_in_executor(None, self.forwarder.stop)
         self.evaluator.close()
+        if self._sandbox is not None:
+            self._sandbox.close()
         self.store.close()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -122,3 +123,84 @@ def test_reading_statements_still_work(server):
                       "EXPLAIN ANALYZE SELECT count(*) FROM spans"):
         assert query(server.db, statement).columns, statement
     assert sql(server.db, "SELECT 1 AS a; SELECT 2 AS b") == [{"b": 2}]
+
+
+# A statement that commits the transaction it runs in, then writes: each of these wrote the store once.
+_ESCAPES = {
+    "drop": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE DROP TABLE spans",
+    "delete": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE DELETE FROM spans",
+    "update": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE UPDATE spans SET name = 'forged'",
+    "insert": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE INSERT INTO spans (trace_id, span_id, name) VALUES ('f', 'f', 'forged')",
+    "view": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE CREATE OR REPLACE VIEW outcome_mix AS SELECT 'forged' AS outcome",
+    "table": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE CREATE TABLE forged AS SELECT 1 AS x",
+}
+
+
+def test_a_statement_that_ends_its_transaction_still_cannot_write(server_factory, tmp_path):
+    """Whatever the statements say, the store's file keeps what it had, through the endpoint and read directly."""
+    srv = server_factory()
+    _ingest(srv.db)
+    for name, attack in _ESCAPES.items():
+        out = run_cli("sql", "--db", str(srv.db), "--format", "json", attack, check=False)
+        assert "forged" not in out.stdout, name
+        # the next caller sees the store as it was (an escaped transaction once left later statements writing)
+        assert query(srv.db, "SELECT count(*), count(*) FILTER (WHERE name = 'forged') FROM spans").rows == [[5, 0]], name
+    assert query(srv.db, "SELECT count(*) FROM outcome_mix WHERE outcome = 'forged'").rows == [[0]]
+    assert srv.stop() == 0
+    offline = tmp_path / "copy-check"
+    offline.mkdir()
+    for name, attack in _ESCAPES.items():  # the CLI reading the file itself: a read-only instance
+        with pytest.raises(QueryError):
+            query(srv.db, attack)
+    assert query(srv.db, "SELECT count(*), count(*) FILTER (WHERE name = 'forged') FROM spans").rows == [[5, 0]]
+    assert query(srv.db, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'forged'").rows == [[0]]
+
+
+def test_no_function_reads_the_database_files(server_factory):
+    srv = server_factory()
+    _ingest(srv.db)
+    wal = srv.db.with_name(srv.db.name + ".wal")
+    for target in (srv.db, wal, srv.db.with_name(srv.db.name + ".agentfunnel.json")):
+        for reader in ("read_blob", "read_text"):
+            with pytest.raises(QueryError) as refused:
+                query(srv.db, f"SELECT content FROM {reader}('{target}')")
+            assert "disabled" in str(refused.value) or "Permission" in str(refused.value), (reader, target)
+    srv.stop()
+    with pytest.raises(QueryError):  # and reading the file directly, with no server
+        query(srv.db, f"SELECT content FROM read_blob('{srv.db}')")
+
+
+def test_one_huge_value_is_refused_before_it_costs_the_server_memory(server_factory, tmp_path):
+    """Measured as Arrow before any Python object is made; the sandbox's memory limit bounds the engine."""
+    import psutil
+
+    config = tmp_path / "sql.yaml"
+    config.write_text("sql:\n  timeout_seconds: 4\n")
+    srv = server_factory(["--config", str(config)])
+    proc = psutil.Process(srv.proc.pid)
+    before = proc.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        with pytest.raises(QueryError, match=r"sql\.(max_result_bytes|memory_limit_mb)"):
+            query(srv.db, "SELECT range(20000000)")  # one value: 160 MB as Arrow, 1.7 GB inside DuckDB
+    finally:
+        done.set()
+        sampler.join()
+    assert peak[0] - before < 700 * 2**20, (peak[0] - before) / 2**20  # once 1.7 GiB: 20 million Python ints
+    with pytest.raises(QueryError, match="memory"):  # more than the sandbox may hold fails there, not in the server
+        query(srv.db, "SELECT list(x) FROM (SELECT repeat('x', 1000) || i AS x FROM range(1000000) t(i))")
+    started = time.monotonic()
+    with pytest.raises(QueryError, match=r"sql\.(timeout_seconds|memory_limit_mb)"):
+        query(srv.db, "SELECT map(range(3000000), range(3000000))")  # one call no interrupt reaches: once 66 s
+    assert time.monotonic() - started < 20
+    assert query(srv.db, "SELECT 42").rows == [[42]]
+    metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
+    assert metrics["sql_queries"]["max_memory"] >= 1

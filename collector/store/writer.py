@@ -111,19 +111,22 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     return con
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ...] = ()) -> None:
+def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ...] = (), no_files: bool = False) -> None:
     """No file, network or extension access from SQL, and no configuration changes, from now on.
 
     Applied once the store has set what it needs: the database's own file, WAL and temporary
     files stay usable, and Arrow tables registered from Python still scan, but users' SQL cannot
     read ``/proc/self/environ``, write with COPY, ATTACH another file or change the memory limit.
     Database-wide and one-way: DuckDB offers no way to turn it back on. ``allowed_directories``
-    stay reachable (a lake's Parquet files).
+    stay reachable (a lake's Parquet files). ``no_files``: not even the database's own file and log
+    can be opened by a statement (a reader whose file is already open needs nothing more).
     """
     if allowed_directories:
         listed = ", ".join("'" + d.replace("'", "''") + "'" for d in allowed_directories)
         con.execute(f"SET allowed_directories = [{listed}]")
     con.execute("SET enable_external_access = false")
+    if no_files:
+        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
     con.execute("SET lock_configuration = true")
 
 
