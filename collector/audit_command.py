@@ -157,5 +157,5 @@ def register(judge: argparse.ArgumentParser, common: Any) -> None:
     p = audit.add_parser("report", help="agreement per criterion and overall, kappa, and the pass rate's error bar")
     common(p, "read")
     p.add_argument("--experiment", default=None, metavar="NAME", help="only labels of this experiment (or glob)")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="a table, or JSON for scripts")
     p.set_defaults(func=cmd_report)

@@ -622,7 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sql", help="run read-only SQL (works while a server writes the file)")
     common(p, "read")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="a table fitted to the terminal, CSV, or JSON (columns, types, rows)")
     p.add_argument("query", help="SQL to run")
     p.set_defaults(func=cmd_sql)
 
@@ -654,8 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the processor with demo agents over real OTLP and print the report")
     common(p, "create", DEMO_DB)
     p.add_argument("--sessions", type=int, default=120, help="production sessions to simulate (default 120)")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--lang", choices=["en", "ja"], default="en")
+    p.add_argument("--seed", type=int, default=7, help="the demo traffic's random seed: the same seed, the same sessions")
+    p.add_argument("--lang", choices=["en", "ja"], default="en", help="language of the report's labels and headings")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
     p.set_defaults(func=cmd_demo)
     cases = sub.add_parser("cases", help="evaluation case files").add_subparsers(dest="cases_command", required=True)
@@ -688,7 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
     p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless B's judge is "
                    "audited (judge audit) to at least this Cohen's kappa")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="a table, or JSON for scripts")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
     p.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
                    help="first wait up to this long for pending judgments; runs still pending fail the gate")

@@ -30,8 +30,8 @@ class _Model(BaseModel):
 class TLSSettings(_Model):
     """Serve both receivers over TLS with this certificate chain and key (PEM files)."""
 
-    cert_file: Path
-    key_file: Path
+    cert_file: Path = Field(description="PEM certificate chain, leaf first.")
+    key_file: Path = Field(description="PEM private key of the certificate.")
 
     @model_validator(mode="after")
     def _files_exist(self) -> "TLSSettings":
@@ -47,8 +47,8 @@ class ReceiverSettings(_Model):
     host: str = Field("127.0.0.1", description="Interface to bind; listening beyond loopback is explicit.")
     grpc_port: int = Field(4317, ge=0, le=65535, description="OTLP/gRPC port; 0 picks a free one.")
     http_port: int = Field(4318, ge=0, le=65535, description="OTLP/HTTP port; 0 picks a free one.")
-    grpc_enabled: bool = True
-    http_enabled: bool = True
+    grpc_enabled: bool = Field(True, description="Run the OTLP/gRPC receiver.")
+    http_enabled: bool = Field(True, description="Run the OTLP/HTTP receiver (and the UI under /ui/).")
     max_request_bytes: int = Field(64 * MiB, gt=0, description="Largest request body, after decompression.")
     max_attribute_value_bytes: int = Field(
         1 * MiB, gt=0, description="Longest string value kept in an attribute, event or log body; longer ones are "
@@ -259,12 +259,12 @@ class ForwardSettings(_Model):
     """Re-export spans over OTLP to a downstream collector or backend, labelled in ``agentfunnel.*``."""
 
     endpoint: str = Field(description="gRPC: host:port or http(s)://host:port; HTTP: base URL (/v1/traces is added).")
-    protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    protocol: Literal["grpc", "http/protobuf"] = Field("grpc", description="OTLP transport to the downstream.")
     headers: dict[str, str] = Field(default_factory=dict, description="Sent with every request (also \"k=v,k2=v2\").")
     timeout_seconds: float = Field(10.0, gt=0, description="Per export request.")
     insecure: bool = Field(False, description="gRPC without TLS for a bare host:port (http:// implies it).")
     ca_file: Path | None = Field(None, description="PEM roots to verify the downstream's certificate.")
-    compression: Literal["gzip", "none"] = "gzip"
+    compression: Literal["gzip", "none"] = Field("gzip", description="Compression of outgoing requests.")
     mode: Literal["immediate", "hold"] = Field(
         "immediate", description="immediate: forward at once, summary span on close; hold: forward sessions labelled on close.")
     queue_max_bytes: int = Field(64 * MiB, gt=0, description="Encoded requests waiting to be sent, and apart from them "
@@ -314,7 +314,7 @@ class SqlSettings(_Model):
     """
 
     max_rows: int = Field(100_000, gt=0, description="Most rows one query returns; more is an error (add LIMIT).")
-    max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as JSON) one query's result may hold.")
+    max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as Arrow batches) one query's result may hold.")
     timeout_seconds: float = Field(30.0, gt=0, description="A query still running after this long is interrupted.")
     max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
     memory_limit_mb: int = Field(512, gt=0, description="Memory the SQL endpoint's own DuckDB instance may use for "

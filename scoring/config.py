@@ -173,32 +173,45 @@ BUILTIN_TABLES_DIGEST = builtin_tables_digest()
 class EvidenceSettings(_Model):
     """Which tool-result fields count as evidence (UCP-shaped defaults)."""
 
-    order_id_keys: list[str] = ["order_id", "orderId", "order_number"]
-    booking_id_keys: list[str] = ["booking_id", "bookingId", "reservation_id", "confirmation_number",
-                                  "confirmation_code", "confirmationNumber"]
-    order_objects: list[str] = ["order", "booking", "reservation"]
-    confirmed_statuses: list[str] = ["confirmed", "completed", "complete", "paid", "booked", "succeeded", "success",
-                                     "fulfilled", "placed"]
-    checkout_url_keys: list[str] = ["checkout_url", "checkoutUrl", "continue_url", "payment_url", "checkout_link"]
-    checkout_statuses: list[str] = ["ready_for_complete", "ready_for_payment", "requires_payment", "incomplete",
+    order_id_keys: list[str] = Field(default_factory=lambda: ["order_id", "orderId", "order_number"],
+        description='Result keys whose value is an order id (an order exists).')
+    booking_id_keys: list[str] = Field(default_factory=lambda: ["booking_id", "bookingId", "reservation_id", "confirmation_number",
+                                  "confirmation_code", "confirmationNumber"],
+        description='Result keys whose value is a booking or confirmation id.')
+    order_objects: list[str] = Field(default_factory=lambda: ["order", "booking", "reservation"],
+        description="Values of a result's `object`/`type` that name an order or booking.")
+    confirmed_statuses: list[str] = Field(default_factory=lambda: ["confirmed", "completed", "complete", "paid", "booked", "succeeded", "success",
+                                     "fulfilled", "placed"],
+        description='Statuses that prove an order or booking was completed.')
+    checkout_url_keys: list[str] = Field(default_factory=lambda: ["checkout_url", "checkoutUrl", "continue_url", "payment_url", "checkout_link"],
+        description='Result keys whose value is a link to pay or continue a checkout.')
+    checkout_statuses: list[str] = Field(default_factory=lambda: ["ready_for_complete", "ready_for_payment", "requires_payment", "incomplete",
                                     "requires_escalation", "payment_required", "checkout", "open", "pending_payment",
-                                    "awaiting_payment"]
-    checkout_objects: list[str] = ["checkout", "checkout_session", "checkout_id"]
-    cart_keys: list[str] = ["cart_id", "cartId", "cart", "line_items", "hold_id", "booking_session_id"]
-    rfq_keys: list[str] = ["rfq_id", "rfqId", "rfq"]
-    quote_keys: list[str] = ["quote_id", "quoteId", "quote"]
-    po_keys: list[str] = ["po_id", "poId", "purchase_order_id", "purchase_order", "po_number"]
-    product_id_keys: list[str] = ["id", "product_id", "productId", "sku", "offer_id", "variant_id", "listing_id",
-                                  "hotel_id", "property_id", "room_id", "item_id"]
-    payment_required_phrases: list[str] = ["payment method", "payment required", "requires_payment", "card",
-                                           "payment_required", "billing", "payment details", "no payment"]
+                                    "awaiting_payment"],
+        description='Statuses of a checkout that is open and waits for the buyer.')
+    checkout_objects: list[str] = Field(default_factory=lambda: ["checkout", "checkout_session", "checkout_id"],
+        description="Values of a result's `object`/`type` that name a checkout.")
+    cart_keys: list[str] = Field(default_factory=lambda: ["cart_id", "cartId", "cart", "line_items", "hold_id", "booking_session_id"],
+        description='Result keys that prove a cart, hold or booking session exists.')
+    rfq_keys: list[str] = Field(default_factory=lambda: ["rfq_id", "rfqId", "rfq"],
+        description='Result keys that prove a request for quotation was made.')
+    quote_keys: list[str] = Field(default_factory=lambda: ["quote_id", "quoteId", "quote"],
+        description='Result keys that prove a quote was returned.')
+    po_keys: list[str] = Field(default_factory=lambda: ["po_id", "poId", "purchase_order_id", "purchase_order", "po_number"],
+        description='Result keys that prove a purchase order was placed.')
+    product_id_keys: list[str] = Field(default_factory=lambda: ["id", "product_id", "productId", "sku", "offer_id", "variant_id", "listing_id",
+                                  "hotel_id", "property_id", "room_id", "item_id"],
+        description='Result keys that identify a product, offer or room (details were read).')
+    payment_required_phrases: list[str] = Field(default_factory=lambda: ["payment method", "payment required", "requires_payment", "card",
+                                           "payment_required", "billing", "payment details", "no payment"],
+        description='Phrases in a result or error that mean the buyer must pay or add a payment method.')
 
 
 class UserStep(_Model):
-    key: str = Field(min_length=1)
-    patterns: list[str] = []
-    label: str | None = None
-    label_ja: str | None = None
+    key: str = Field(min_length=1, description="The step's key, as stored in sessions.steps.")
+    patterns: list[str] = Field(default_factory=list, description="Tool names (globs) that reach this step.")
+    label: str | None = Field(None, description="Display name in English; the key when unset.")
+    label_ja: str | None = Field(None, description="Display name in Japanese; the English one when unset.")
 
 
 class UserOutcome(_Model):
@@ -282,7 +295,8 @@ class FunnelSettings(_Model):
         default_factory=lambda: {"dev.ucp.shopping": "shopping", "dev.ucp.lodging": "lodging",
                                  "dev.ucp.procurement": "procurement", "dev.ucp.food": "shopping"},
         description="declared service (agentfunnel.server.services, or UCP in an MCP initialize result) -> variant")
-    action_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTION_PATTERNS))
+    action_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTION_PATTERNS),
+                                       description="Tool names (globs) of the generic variant's action step.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "FunnelSettings":
@@ -333,7 +347,7 @@ class ScoringConfig(_Model):
     funnel: FunnelSettings = FunnelSettings()
     evidence: EvidenceSettings = EvidenceSettings()
     prices: dict[str, Price] = Field(default_factory=dict, description="model (or glob) -> USD per million tokens")
-    use_default_prices: bool = True
+    use_default_prices: bool = Field(True, description="Price models absent from `prices` at their list prices.")
 
     def config_hash(self) -> str:
         """Stored with every session, so ``agentfunnel rescore`` knows what a config change touches: the

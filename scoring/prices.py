@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 class Price(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input_per_million: float = Field(ge=0)
-    output_per_million: float = Field(ge=0)
+    input_per_million: float = Field(ge=0, description="USD per million input tokens.")
+    output_per_million: float = Field(ge=0, description="USD per million output tokens.")
 
 
 DEFAULT_PRICES: dict[str, Price] = {p: Price(input_per_million=i, output_per_million=o) for p, i, o in (

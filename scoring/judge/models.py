@@ -46,20 +46,22 @@ class JudgeSettings(_Model):
     Prices default to the default model's list prices; they only drive the spend cap.
     """
 
-    backend: Literal["anthropic"] = "anthropic"
-    model: str = "claude-sonnet-4-5"
+    backend: Literal["anthropic"] = Field("anthropic", description="The judge's API (the Anthropic Messages API).")
+    model: str = Field("claude-sonnet-4-5", description="The judge model; recorded with every judgment.")
     api_key: str | None = Field(default=None, repr=False, exclude=True,
                                 description=f"falls back to ${ENV_API_KEY}")
     base_url: str | None = Field(default=None, description=f"falls back to ${ENV_BASE_URL}, then the public API")
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=3, ge=0, le=10)
-    max_concurrency: int = Field(default=4, ge=1)
-    requests_per_minute: int = Field(default=60, ge=1)
+    timeout_seconds: float = Field(default=60.0, gt=0, description="One judge request, retries aside.")
+    max_retries: int = Field(default=3, ge=0, le=10, description="Retries of a failed or rate-limited request.")
+    max_concurrency: int = Field(default=4, ge=1, description="Judge requests in flight at once.")
+    requests_per_minute: int = Field(default=60, ge=1, description="Judge requests started per minute at most.")
     spend_limit_usd: float | None = Field(default=5.0, ge=0, description="None: no cap")
-    input_price_per_mtok: float = Field(default=3.0, ge=0)
-    output_price_per_mtok: float = Field(default=15.0, ge=0)
-    temperature: Literal[0] = 0  # fixed: a judge that samples is a judge that disagrees with itself
-    max_tokens: int = Field(default=2048, ge=256)
+    input_price_per_mtok: float = Field(default=3.0, ge=0, description="USD per million input tokens, for the "
+                                        "spend limit.")
+    output_price_per_mtok: float = Field(default=15.0, ge=0, description="USD per million output tokens, for the "
+                                         "spend limit.")
+    temperature: Literal[0] = Field(0, description="Fixed at 0: a judge that samples disagrees with itself.")
+    max_tokens: int = Field(default=2048, ge=256, description="Most tokens one verdict may take.")
     rubric_file: Path | None = Field(default=None, description="a text file whose rubric replaces the built-in "
                                      "score levels; versioned by its hash in every judgment's provenance")
     production: ProductionJudging | None = Field(default=None, description="judge a sample of production "
