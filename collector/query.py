@@ -113,14 +113,30 @@ BATCH_ROWS = 1024
 _WHOLE_NUMBERS = frozenset({"HUGEINT", "UHUGEINT"})  # Arrow carries them as decimal128(38, 0): give them back as int
 
 
+def _in_microseconds(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every nanosecond timestamp or duration in it (in lists and structs too) in microseconds."""
+    if pa.types.is_timestamp(kind) and kind.unit == "ns":
+        return pa.timestamp("us", kind.tz)
+    if pa.types.is_duration(kind) and kind.unit == "ns":
+        return pa.duration("us")
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        inner = kind.value_field.with_type(_in_microseconds(kind.value_type))
+        return pa.list_(inner) if pa.types.is_list(kind) else pa.large_list(inner)
+    if pa.types.is_struct(kind):
+        return pa.struct([kind.field(i).with_type(_in_microseconds(kind.field(i).type)) for i in range(kind.num_fields)])
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_field.with_type(_in_microseconds(kind.key_type)),
+                       kind.item_field.with_type(_in_microseconds(kind.item_type)))
+    return kind
+
+
 def _python_rows(batch: pa.RecordBatch, types: list[str]) -> list[list[Any]]:
     """A batch's rows as JSON-friendly Python, built only once the batch is known to fit."""
     columns = []
     for column, kind in zip(batch.columns, types):
-        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":  # Python's datetime holds microseconds
-            column = column.cast(pa.timestamp("us", column.type.tz), safe=False)
-        elif pa.types.is_duration(column.type) and column.type.unit == "ns":
-            column = column.cast(pa.duration("us"), safe=False)
+        micro = _in_microseconds(column.type)
+        if micro != column.type:  # Python's datetime and timedelta hold microseconds
+            column = column.cast(micro, safe=False)
         values = column.to_pylist(maps_as_pydicts="lossy")
         if kind in _WHOLE_NUMBERS:
             values = [None if v is None else int(v) for v in values]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +93,11 @@ class ServerProcess:
         secret = json.loads(side.read_text())["secret"]
         req = urllib.request.Request(self.admin + path, data=json.dumps(payload or {}).encode(), method="POST",
                                      headers={"Content-Type": "application/json", "X-Agentfunnel-Secret": secret})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:  # the server's own message, in the test's failure
+            raise AssertionError(f"{path} answered {exc.code}: {exc.read()[:2000]!r}") from None
 
 
 def run_cli(*args: str, check: bool = True, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

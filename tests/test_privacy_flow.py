@@ -80,7 +80,8 @@ def _agent(grpc: str) -> None:
 
 def _every_row(srv) -> dict[str, str]:
     """Each table of the server's database, every row, as one JSON text."""
-    tables = srv.admin_post("/sql", {"query": "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"})
+    tables = srv.admin_post("/sql", {"query": "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                                              "'main' AND table_catalog = current_database()"})  # views too
     return {t: json.dumps(srv.admin_post("/sql", {"query": f'SELECT * FROM "{t}"'})["rows"], ensure_ascii=False)
             for (t,) in tables["rows"]}
 
