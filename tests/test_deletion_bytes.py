@@ -1,0 +1,201 @@
+"""``agentfunnel delete --user``: the user's values are in no file of the data directory once it returns.
+
+Against a real ``agentfunnel serve`` with a case suite, a judge (a fake Messages API) and a case-run
+archive: two users' spans, log records (one naming its user only in its resource), metric points
+(``user.id`` on the point, or on its resource), case runs, judgments and archive files, each carrying
+a canary string. Then ``delete --user carol``, on the file after the server stopped, or through the
+running server; then the raw bytes of every file in the data directory (database, WAL, archives,
+sidecar) are searched: none of carol's canaries, and dave's are all still there and queryable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ServerProcess, read_db, run_cli
+from otlp_build import trace_request
+from test_judge import FakeMessagesAPI, verdict_reply
+from test_stages import FX, RESULT
+
+pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
+USERS = ("carol", "dave")
+KINDS = ("answer", "arguments", "span_log", "resource_log", "point_metric", "resource_metric", "explanation")
+
+
+def canary(user: str, kind: str) -> str:
+    # unique, long and without repeats: stored as written, never shortened by DuckDB's string compression
+    return f"CANARY-{user}-{kind}-{os.urandom(12).hex()}"
+
+
+def _judge(canaries: dict[str, dict[str, str]]) -> FakeMessagesAPI:
+    """A judge whose explanation carries the canary of the user whose answer it is asked about."""
+
+    def route(body: dict) -> object:
+        prompt = json.dumps(body)
+        user = next(u for u in canaries if canaries[u]["answer"] in prompt)
+        return verdict_reply({"status": "complete", "score": 1.0, "explanation": canaries[user]["explanation"],
+                              "missing_requirements": [], "unsupported_claims": [],
+                              "criteria": [{"criterion": c, "status": "satisfied", "evidence": "the answer"}
+                                           for c in FX["completion_criteria"]]})
+
+    return FakeMessagesAPI(route=route)
+
+
+def _config(data: Path, api: FakeMessagesAPI) -> Path:
+    suite = data.parent / "cases.yaml"
+    suite.write_text(yaml.safe_dump({"cases": [FX]}))
+    cfg = data.parent / "agentfunnel.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "cases": {"suite": str(suite), "archive_dir": str(data / "archive")},
+        "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0},
+        "sessions": {"idle_timeout_seconds": 0.5, "check_interval_seconds": 0.1, "open_refresh_seconds": 0}}))
+    return cfg
+
+
+def _post(srv: ServerProcess, path: str, body: bytes, ctype: str = "application/json") -> None:
+    req = urllib.request.Request(srv.http_url + path, data=body, headers={"Content-Type": ctype})
+    assert urllib.request.urlopen(req, timeout=30).status == 200
+
+
+def _attrs(values: dict[str, str]) -> list[dict]:
+    return [{"key": k, "value": {"stringValue": v}} for k, v in values.items()]
+
+
+def _send(srv: ServerProcess, user: str, c: dict[str, str]) -> None:
+    """One case run of ``user``'s (spans), its log records and metric points, every one with a canary."""
+    tid, root, now = os.urandom(16), os.urandom(8), time.time_ns()
+    answer = f"On 2026-01-15, 1 EUR equals 1.10 USD. {c['answer']}"
+    spans = [
+        {"trace_id": tid, "span_id": root, "name": "invoke_agent fx", "start": now, "end": now + 10**9,
+         "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "fx-agent",
+                        "gen_ai.conversation.id": f"conv-{user}", "user.id": user,
+                        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                            {"type": "text", "content": answer}]}])}},
+        {"trace_id": tid, "span_id": os.urandom(8), "parent_span_id": root, "name": "execute_tool get_rate",
+         "start": now + 30, "end": now + 40,
+         "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "mcp__fxrates__get_rate",
+                        "gen_ai.tool.call.arguments": json.dumps({"base": "EUR", "quote": "USD", "date": "2026-01-15",
+                                                                  "note": c["arguments"]}),
+                        "gen_ai.tool.call.result": json.dumps(RESULT)}},
+    ]
+    case = {"agentfunnel.case.id": "fx-rate", "agentfunnel.experiment": "deletion", "agentfunnel.run.id": user}
+    _post(srv, "/v1/traces", trace_request(spans, resource={"service.name": "fx-agent", **case}).SerializeToString(),
+          "application/x-protobuf")
+    tied = {"timeUnixNano": str(now), "traceId": tid.hex(), "spanId": root.hex(),
+            "body": {"stringValue": c["span_log"]}}
+    untied = {"timeUnixNano": str(now), "body": {"stringValue": c["resource_log"]}}  # only its resource names the user
+    _post(srv, "/v1/logs", json.dumps({"resourceLogs": [
+        {"scopeLogs": [{"logRecords": [tied]}]},
+        {"resource": {"attributes": _attrs({"service.name": "fx-agent", "user.id": user})},
+         "scopeLogs": [{"logRecords": [untied]}]}]}).encode())
+
+    def gauge(attributes: dict[str, str]) -> dict:
+        return {"name": "agent.turns", "gauge": {"dataPoints": [
+            {"asInt": "1", "timeUnixNano": str(now), "attributes": _attrs(attributes)}]}}
+
+    _post(srv, "/v1/metrics", json.dumps({"resourceMetrics": [
+        {"scopeMetrics": [{"metrics": [gauge({"user.id": user, "note": c["point_metric"]})]}]},
+        {"resource": {"attributes": _attrs({"user.id": user})},
+         "scopeMetrics": [{"metrics": [gauge({"note": c["resource_metric"]})]}]}]}).encode())
+
+
+def _raw_files(data: Path) -> dict[str, bytes]:
+    """Every file under the data directory, as bytes."""
+    return {str(p.relative_to(data)): p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()}
+
+
+def _found(files: dict[str, bytes], strings: list[str]) -> dict[str, list[str]]:
+    return {s: [name for name, raw in files.items() if s.encode() in raw] for s in strings}
+
+
+def _queryable(run_sql, c: dict[str, str]) -> dict[str, int]:
+    """How many rows of each table hold each of a user's canaries, read by SQL."""
+    like = {k: f"'%{v}%'" for k, v in c.items()}
+    return {
+        "answer": run_sql(f"SELECT count(*) AS n FROM spans WHERE attributes::VARCHAR LIKE {like['answer']}"),
+        "arguments": run_sql(f"SELECT count(*) AS n FROM tool_calls WHERE arguments::VARCHAR LIKE {like['arguments']}"),
+        "span_log": run_sql(f"SELECT count(*) AS n FROM logs WHERE body::VARCHAR LIKE {like['span_log']}"),
+        "resource_log": run_sql(f"SELECT count(*) AS n FROM logs WHERE body::VARCHAR LIKE {like['resource_log']}"),
+        "point_metric": run_sql(f"SELECT count(*) AS n FROM metrics WHERE attributes::VARCHAR LIKE {like['point_metric']}"),
+        "resource_metric": run_sql(f"SELECT count(*) AS n FROM metrics WHERE attributes::VARCHAR "
+                                   f"LIKE {like['resource_metric']}"),
+        "explanation": run_sql(f"SELECT count(*) AS n FROM judgments WHERE explanation LIKE {like['explanation']}"),
+    }
+
+
+@pytest.fixture
+def populated(tmp_path):
+    """A server's data directory holding both users' case runs, judged and archived; yields (server, canaries, cfg)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    canaries = {u: {k: canary(u, k) for k in KINDS} for u in USERS}
+    api = _judge(canaries)
+    cfg = _config(data, api)
+    srv = ServerProcess(data / "af.duckdb", ["--config", str(cfg)]).start()
+    try:
+        for user in USERS:
+            _send(srv, user, canaries[user])
+        srv.admin_post("/flush")
+        deadline = time.monotonic() + 30
+        while len(srv.admin_post("/sql", {"query": "SELECT 1 FROM judgments j JOIN case_runs r USING (session_id)"})
+                  ["rows"]) < 2 or len(list((data / "archive").glob("*.json"))) < 2:
+            assert time.monotonic() < deadline, "the case runs were not judged and archived"
+            time.sleep(0.2)
+        # the archive of a run is written again once it is judged: wait for both to carry the explanation
+        while sum(canaries[u]["explanation"] in p.read_text() for u in USERS
+                  for p in (data / "archive").glob("*.json")) < 2:
+            assert time.monotonic() < deadline, "the archives do not hold the judgments"
+            time.sleep(0.2)
+        yield srv, canaries, cfg
+    finally:
+        srv.stop()
+        api.close()
+
+
+def _assert_only_dave_left(data: Path, canaries: dict[str, dict[str, str]], run_sql) -> None:
+    files = _raw_files(data)
+    assert {n for n in files if not n.endswith(".log")} >= {"af.duckdb"}
+    left = {s: where for s, where in _found(files, list(canaries["carol"].values())).items() if where}
+    assert left == {}, f"carol's values still in the files: {left}"
+    assert _queryable(run_sql, canaries["carol"]) == dict.fromkeys(KINDS, 0)
+    assert _queryable(run_sql, canaries["dave"]) == dict.fromkeys(KINDS, 1)
+    archives = {p.name: p.read_text() for p in (data / "archive").glob("*.json")}
+    assert sum(canaries["dave"]["explanation"] in text for text in archives.values()) == 1
+
+
+def test_delete_on_the_file_leaves_none_of_the_users_bytes_in_any_file(populated):
+    srv, canaries, cfg = populated
+    data = srv.db.parent
+    srv.stop()
+    # stopped cleanly: everything is checkpointed into the file, as it was when the deletion was found wanting
+    assert all("af.duckdb" in where for where in _found(_raw_files(data), list(canaries["carol"].values())).values())
+    out = run_cli("delete", "--db", str(srv.db), "--config", str(cfg), "--user", "carol").stdout
+    _assert_only_dave_left(data, canaries, lambda q: read_db(srv.db, q)[0]["n"])
+    assert f"in {srv.db}" in out and "removed 1 case-run archive file(s)" in out and "rewrote the database file" in out
+
+
+def test_delete_through_the_running_server_leaves_none_of_the_users_bytes_in_any_file(populated):
+    srv, canaries, cfg = populated
+    data = srv.db.parent
+    out = run_cli("delete", "--db", str(srv.db), "--config", str(cfg), "--user", "carol").stdout
+    read = lambda q: srv.admin_post("/sql", {"query": q})["rows"][0][0]  # noqa: E731
+    _assert_only_dave_left(data, canaries, read)
+    # read while the server keeps the file open and writes on: a new session goes in and is read back
+    canaries["erin"] = {k: canary("erin", k) for k in KINDS}
+    _send(srv, "erin", canaries["erin"])
+    srv.admin_post("/flush")
+    _assert_only_dave_left(data, canaries, read)
+    deadline = time.monotonic() + 30
+    while srv.admin_post("/sql", {"query": "SELECT session_id FROM sessions ORDER BY 1"})["rows"] != [
+            ["conv-dave"], ["conv-erin"]]:
+        assert time.monotonic() < deadline, "the session sent after the deletion was not stored"
+        time.sleep(0.2)
+    assert "in the running server" in out and "removed 1 case-run archive file(s)" in out
+    assert "rewrote the database file" in out
