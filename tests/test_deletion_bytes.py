@@ -55,7 +55,8 @@ def _config(data: Path, api: FakeMessagesAPI) -> Path:
     cfg.write_text(yaml.safe_dump({
         "cases": {"suite": str(suite), "archive_dir": str(data / "archive")},
         "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0},
-        "sessions": {"idle_timeout_seconds": 0.5, "check_interval_seconds": 0.1, "open_refresh_seconds": 0}}))
+        "sessions": {"idle_timeout_seconds": 0.5, "check_interval_seconds": 0.1, "open_refresh_seconds": 0},
+        "store": {"snapshot_path": str(data / "periodic.duckdb"), "snapshot_interval_seconds": 0.5}}))
     return cfg
 
 
@@ -153,6 +154,11 @@ def populated(tmp_path):
                   for p in (data / "archive").glob("*.json")) < 2:
             assert time.monotonic() < deadline, "the archives do not hold the judgments"
             time.sleep(0.2)
+        # the server's own copy (store.snapshot_path) holds them too
+        while not (data / "periodic.duckdb").exists() or canaries["carol"]["explanation"].encode() not in (
+                data / "periodic.duckdb").read_bytes():
+            assert time.monotonic() < deadline, "the periodic snapshot does not hold the judgments"
+            time.sleep(0.2)
         yield srv, canaries, cfg
     finally:
         srv.stop()
@@ -179,6 +185,8 @@ def test_delete_on_the_file_leaves_none_of_the_users_bytes_in_any_file(populated
     out = run_cli("delete", "--db", str(srv.db), "--config", str(cfg), "--user", "carol").stdout
     _assert_only_dave_left(data, canaries, lambda q: read_db(srv.db, q)[0]["n"])
     assert f"in {srv.db}" in out and "removed 1 case-run archive file(s)" in out and "rewrote the database file" in out
+    assert "wrote the periodic snapshot" in out
+    assert read_db(data / "periodic.duckdb", "SELECT count(*) AS n FROM sessions")[0]["n"] == 1
 
 
 def test_delete_through_the_running_server_leaves_none_of_the_users_bytes_in_any_file(populated):
@@ -198,4 +206,100 @@ def test_delete_through_the_running_server_leaves_none_of_the_users_bytes_in_any
         assert time.monotonic() < deadline, "the session sent after the deletion was not stored"
         time.sleep(0.2)
     assert "in the running server" in out and "removed 1 case-run archive file(s)" in out
-    assert "rewrote the database file" in out
+    assert "rewrote the database file" in out and "wrote the periodic snapshot" in out
+
+
+def _batch(n: int = 20):
+    from agentfunnel.collector.decode import decode_traces_protobuf
+
+    tid = os.urandom(16)
+    return decode_traces_protobuf(trace_request([{"trace_id": tid, "span_id": os.urandom(8), "name": f"s{i}"}
+                                                 for i in range(n)]).SerializeToString())
+
+
+def test_a_rewrite_loses_no_acknowledged_span_and_readers_never_see_a_closed_connection(tmp_path):
+    """In process: batches keep arriving and readers keep reading while the file is rewritten three times."""
+    import threading
+
+    from agentfunnel.collector.config import StoreSettings
+    from agentfunnel.collector.store.writer import Store
+    from agentfunnel.collector.telemetry import Metrics
+
+    metrics = Metrics()
+    store = Store(StoreSettings(path=tmp_path / "r.duckdb", rewrite_reader_wait_seconds=0.3), metrics).open()
+    stop, acked, read_errors, reads = threading.Event(), [], [], [0]
+
+    def ingest() -> None:
+        while not stop.is_set():
+            acked.append(store.submit(_batch()).result().written)
+
+    def read() -> None:
+        while not stop.is_set():
+            cur = store.reader()
+            try:
+                cur.execute("SELECT count(*) FROM spans").fetchall()
+                reads[0] += 1
+            except Exception as exc:  # noqa: BLE001 - what the test counts
+                read_errors.append(exc)
+            finally:
+                cur.close()
+
+    threads = [threading.Thread(target=ingest), threading.Thread(target=read), threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            time.sleep(0.2)
+            assert store.rewrite().result()["seconds"] >= 0
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert read_errors == [] and reads[0] > 0 and len(acked) > 3
+    cur = store.reader()
+    assert cur.execute("SELECT count(*) FROM spans").fetchall()[0][0] == sum(acked)
+    cur.close()
+    # a reader kept open past rewrite_reader_wait_seconds is interrupted and closed; the rewrite goes on
+    held = store.reader()
+    assert store.rewrite().result(timeout=30)["bytes_after"] > 0
+    with pytest.raises(Exception):
+        held.execute("SELECT 1")
+    assert metrics.snapshot()["rewrite_readers_interrupted"] == 1 and metrics.snapshot()["file_rewrites"] == 4
+    store.close()
+    assert not (tmp_path / "r.duckdb.wal").exists() and [p.name for p in tmp_path.iterdir()] == ["r.duckdb"]
+
+
+def test_a_deletion_interrupted_before_its_rewrite_is_rewritten_at_the_next_open(tmp_path):
+    """The marker left by a rewrite that did not finish makes the next open rewrite the file first."""
+    from agentfunnel.collector.config import StoreSettings
+    from agentfunnel.collector.store.writer import Store
+    from agentfunnel.collector.telemetry import Metrics
+
+    secret = canary("carol", "answer")
+    settings = StoreSettings(path=tmp_path / "m.duckdb")
+    store = Store(settings, Metrics()).open()
+    store.submit(_batch()).result()
+    tid = os.urandom(16)
+    store.submit(decode_traces_protobuf_of([{"trace_id": tid, "name": secret}])).result()
+    store.submit_job(lambda con: con.execute("DELETE FROM spans WHERE name = ?", [secret])).result()
+    (tmp_path / ".m.duckdb.needs-rewrite").touch()  # as ``rewrite`` leaves it until the new file is in place
+    store.close()
+    assert secret.encode() in (tmp_path / "m.duckdb").read_bytes()
+    metrics = Metrics()
+    store = Store(settings, metrics).open()
+    try:
+        assert metrics.snapshot()["file_rewrites"] == 1
+        assert secret.encode() not in (tmp_path / "m.duckdb").read_bytes()
+        assert not (tmp_path / ".m.duckdb.needs-rewrite").exists()
+        cur = store.reader()
+        assert cur.execute("SELECT count(*) FROM spans").fetchall()[0][0] == 20
+        cur.close()
+    finally:
+        store.close()
+
+
+def decode_traces_protobuf_of(spans: list[dict]):
+    from agentfunnel.collector.decode import decode_traces_protobuf
+
+    return decode_traces_protobuf(trace_request(spans).SerializeToString())

@@ -10,6 +10,7 @@ one commit. The queue is bounded in payload bytes: when it is full, ``submit`` r
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.abc
 import importlib.util
 import logging
@@ -248,7 +249,7 @@ class Store:
         path = self.settings.path
         path.parent.mkdir(parents=True, exist_ok=True)
         if self.settings.lake is None:
-            for stale in path.parent.glob(f".{path.name}.rewrite*"):  # a copy a stopped rewrite left: not the data
+            for stale in path.parent.glob(f".{glob.escape(path.name)}.rewrite*"):  # a copy a stopped rewrite left: not the data
                 stale.unlink(missing_ok=True)
         self._connect()
         assert self.con is not None
@@ -389,7 +390,7 @@ class Store:
     @property
     def _rewrite_marker(self) -> Path:
         path = self.settings.path
-        return path.with_name(f".{path.name}.rewrite-needed")
+        return path.with_name(f".{path.name}.needs-rewrite")
 
     def rewrite(self) -> Future:
         """Rewrite the database file from its live rows, on the writer thread; the future gets what it took.
