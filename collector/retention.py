@@ -13,7 +13,11 @@ row goes with its last span, case runs and judgments with their session.
 
 A deletion finds a user's sessions by ``sessions.user_id`` (and spans not yet assembled by the
 user id attributes), a session's traces through the trace index, and removes every row of those
-traces and sessions; other sessions that shared one of the traces are re-scored. On a lake
+traces and sessions, and the log records and metric points naming the user (their own or their
+resource's attributes) or one of the sessions; other sessions that shared one of the traces are
+re-scored. Then the sessions' case-run archives are removed and the database file is rewritten
+(``Store.rewrite``: DuckDB leaves deleted values in the file until then), and the periodic snapshot
+is written again, so when ``delete`` returns the values are in no file agentfunnel keeps. On a lake
 neither is supported (each replica may only change its own schema): it is refused, said so.
 """
 

@@ -249,7 +249,8 @@ class Store:
         path = self.settings.path
         path.parent.mkdir(parents=True, exist_ok=True)
         if self.settings.lake is None:
-            for stale in path.parent.glob(f".{glob.escape(path.name)}.rewrite*"):  # a copy a stopped rewrite left: not the data
+            name = glob.escape(path.name)  # a copy a stopped rewrite left (and its partial file): not the data
+            for stale in [*path.parent.glob(f".{name}.rewrite*"), *path.parent.glob(f"..{name}.rewrite*")]:
                 stale.unlink(missing_ok=True)
         self._connect()
         assert self.con is not None
@@ -414,7 +415,8 @@ class Store:
 
         path = self.settings.path
         started = time.monotonic()
-        before = path.stat().st_size
+        wal = path.with_name(path.name + ".wal")
+        before = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         fresh = path.with_name(f".{path.name}.rewrite")
         self._hold_readers()
         try:
@@ -427,7 +429,7 @@ class Store:
             con.close()
             self.con = None
             os.replace(fresh, path)
-            path.with_name(path.name + ".wal").unlink(missing_ok=True)  # closed after a checkpoint: empty if there
+            wal.unlink(missing_ok=True)  # closed after a checkpoint: empty if there
             _fsync_directory(path.parent)
             self._rewrite_marker.unlink(missing_ok=True)
         finally:
@@ -452,12 +454,12 @@ class Store:
             late = list(self._readers)
         if late:
             self.metrics.inc("rewrite_readers_interrupted", len(late))
-            log.warning("interrupting %d read(s) still open after %.0f s so the file can be rewritten", len(late),
+            log.warning("interrupting %d read(s) still open after %g s so the file can be rewritten", len(late),
                         self.settings.rewrite_reader_wait_seconds)
             for cur in late:
                 cur.interrupt()
             with self._readers_changed:
-                self._readers_changed.wait_for(lambda: not self._readers, timeout=5.0)
+                self._readers_changed.wait_for(lambda: not self._readers, timeout=1.0)
                 late = list(self._readers)
             for cur in late:  # not closed by its holder: closed here, its next use fails
                 cur.close()
