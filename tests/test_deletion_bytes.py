@@ -269,8 +269,10 @@ def test_a_rewrite_loses_no_acknowledged_span_and_readers_never_see_a_closed_con
     with pytest.raises(Exception):
         held.execute("SELECT 1")
     assert metrics.snapshot()["rewrite_readers_interrupted"] == 1 and metrics.snapshot()["file_rewrites"] == 4
+    store.submit(_batch(7)).result()  # written after the last rewrite: into the file now in place, not the old one
     store.close()
     assert not (tmp_path / "r.duckdb.wal").exists() and [p.name for p in tmp_path.iterdir()] == ["r.duckdb"]
+    assert read_db(tmp_path / "r.duckdb", "SELECT count(*) AS n FROM spans")[0]["n"] == sum(acked) + 7
 
 
 def test_a_deletion_interrupted_before_its_rewrite_is_rewritten_at_the_next_open(tmp_path):

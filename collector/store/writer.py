@@ -419,6 +419,7 @@ class Store:
         before = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         fresh = path.with_name(f".{path.name}.rewrite")
         self._hold_readers()
+        closed = False  # self.con stays set meanwhile: only the writer thread (this one) and readers (held) use it
         try:
             con.execute("CHECKPOINT")
             cur = con.cursor()
@@ -427,17 +428,19 @@ class Store:
             finally:
                 cur.close()
             con.close()
-            self.con = None
+            closed = True
             os.replace(fresh, path)
             wal.unlink(missing_ok=True)  # closed after a checkpoint: empty if there
             _fsync_directory(path.parent)
             self._rewrite_marker.unlink(missing_ok=True)
         finally:
-            if self.con is None:
-                self._connect()  # the rewritten file (or, if the copy failed, the one as it was)
-            with self._readers_changed:
-                self._swapping = False
-                self._readers_changed.notify_all()
+            try:
+                if closed:
+                    self._connect()  # the rewritten file (or, if the swap failed, the one as it was)
+            finally:
+                with self._readers_changed:
+                    self._swapping = False
+                    self._readers_changed.notify_all()
         took = time.monotonic() - started
         self.metrics.inc("file_rewrites")
         self.metrics.inc("file_rewrite_milliseconds", round(took * 1000))
