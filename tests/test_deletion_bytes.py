@@ -310,3 +310,31 @@ def decode_traces_protobuf_of(spans: list[dict]):
     from agentfunnel.collector.decode import decode_traces_protobuf
 
     return decode_traces_protobuf(trace_request(spans).SerializeToString())
+
+
+def test_delete_rows_takes_the_log_records_and_metric_points_that_name_the_user_or_a_session(tmp_path):
+    """In process, on a migrated file: what names a user only in a resource, or on a metric point, goes too."""
+    import duckdb
+
+    from agentfunnel.collector.retention import delete_rows
+    from agentfunnel.collector.store.schema import migrate
+
+    con = duckdb.connect(str(tmp_path / "d.duckdb"))
+    migrate(con)
+    logs = [("r1", None, "{}", '{"user.id": "carol"}'), ("r2", None, '{"enduser.id": "carol"}', "{}"),
+            ("r3", None, '{"gen_ai.conversation.id": "conv-carol"}', "{}"), ("r4", None, "{}", '{"user.id": "dave"}'),
+            ("r5", None, '{"note": "carol"}', "{}")]
+    con.executemany("INSERT INTO logs (record_id, trace_id, attributes, resource_attributes) VALUES (?, ?, ?, ?)", logs)
+    points = [("p1", '{"user.id": "carol"}', "{}"), ("p2", "{}", '{"user.id": "carol"}'),
+              ("p3", '{"gen_ai.conversation.id": "conv-carol"}', "{}"), ("p4", '{"user.id": "dave"}', "{}"),
+              ("p5", "{}", "{}")]
+    con.executemany("INSERT INTO metrics (point_id, attributes, resource_attributes) VALUES (?, ?, ?)", points)
+    con.execute("INSERT INTO sessions (session_id, user_id) VALUES ('conv-carol', 'carol'), ('conv-dave', 'dave')")
+    con.execute("INSERT INTO judge_labels (session_id, note) VALUES ('conv-carol', 'x'), ('conv-dave', 'y')")
+    done = delete_rows(con, ["carol"], [])
+    assert done.sessions == ["conv-carol"]
+    assert [r[0] for r in con.execute("SELECT record_id FROM logs ORDER BY 1").fetchall()] == ["r4", "r5"]
+    assert [r[0] for r in con.execute("SELECT point_id FROM metrics ORDER BY 1").fetchall()] == ["p4", "p5"]
+    assert con.execute("SELECT session_id FROM judge_labels").fetchall() == [("conv-dave",)]
+    assert done.removed["logs"] == 3 and done.removed["metrics"] == 3
+    con.close()
