@@ -424,7 +424,7 @@ class Store:
             con.execute("CHECKPOINT")
             cur = con.cursor()
             try:
-                write_snapshot(cur, fresh)
+                write_snapshot(cur, fresh, self.settings.memory_limit_mb, self.settings.threads)
             finally:
                 cur.close()
             con.close()
