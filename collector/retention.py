@@ -270,6 +270,8 @@ class Retention:
             if service is not None:  # on the writer thread, before anything can assemble them again
                 service.tracker.take(found.traces)
                 service.held.forget(found.traces)
+                if service.evaluator is not None:  # nor store a judgment of theirs that is on its way
+                    service.evaluator.forget(found.sessions)
             return found
 
         if service is not None:
@@ -304,7 +306,7 @@ class Retention:
                 if not path.is_file() or path.is_symlink():
                     continue
                 doc = json.loads(path.read_bytes())
-                if isinstance(doc, dict) and doc.get("session_id") in wanted:
+                if isinstance(doc, dict) and isinstance(doc.get("session_id"), str) and doc["session_id"] in wanted:
                     path.unlink()
                     removed += 1
             except (OSError, ValueError) as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -34,16 +35,19 @@ def canary(user: str, kind: str) -> str:
     return f"CANARY-{user}-{kind}-{os.urandom(12).hex()}"
 
 
-def _judge(canaries: dict[str, dict[str, str]]) -> FakeMessagesAPI:
-    """A judge whose explanation carries the canary of the user whose answer it is asked about."""
+def _judge(canaries: dict[str, dict[str, str]], holds: dict[str, threading.Event] | None = None) -> FakeMessagesAPI:
+    """A judge whose explanation carries the canary of the user whose answer it is asked about; the answer
+    about a user in ``holds`` waits for their event."""
 
     def route(body: dict) -> object:
         prompt = json.dumps(body)
         user = next(u for u in canaries if canaries[u]["answer"] in prompt)
-        return verdict_reply({"status": "complete", "score": 1.0, "explanation": canaries[user]["explanation"],
-                              "missing_requirements": [], "unsupported_claims": [],
-                              "criteria": [{"criterion": c, "status": "satisfied", "evidence": "the answer"}
-                                           for c in FX["completion_criteria"]]})
+        reply = verdict_reply({"status": "complete", "score": 1.0, "explanation": canaries[user]["explanation"],
+                               "missing_requirements": [], "unsupported_claims": [],
+                               "criteria": [{"criterion": c, "status": "satisfied", "evidence": "the answer"}
+                                            for c in FX["completion_criteria"]]})
+        reply.hold = (holds or {}).get(user)
+        return reply
 
     return FakeMessagesAPI(route=route)
 
@@ -210,6 +214,41 @@ def test_delete_through_the_running_server_leaves_none_of_the_users_bytes_in_any
     assert "rewrote the database file" in out and "wrote the periodic snapshot" in out
 
 
+def test_a_judgment_that_answers_after_the_deletion_is_not_stored(tmp_path):
+    """Carol's judge is still thinking when she is deleted: its verdict, when it comes, is dropped."""
+    data = tmp_path / "data"
+    data.mkdir()
+    canaries = {u: {k: canary(u, k) for k in KINDS} for u in USERS}
+    hold = threading.Event()
+    api = _judge(canaries, {"carol": hold})
+    cfg = _config(data, api)
+    srv = ServerProcess(data / "af.duckdb", ["--config", str(cfg)]).start()
+    try:
+        for user in USERS:
+            _send(srv, user, canaries[user])
+        deadline = time.monotonic() + 30
+        while api.in_flight < 1 or not srv.admin_post("/sql", {"query": "SELECT 1 FROM judgments"})["rows"]:
+            assert time.monotonic() < deadline, "dave was not judged, or carol's judge not asked"
+            time.sleep(0.2)
+        run_cli("delete", "--db", str(srv.db), "--config", str(cfg), "--user", "carol")
+        hold.set()
+        while api.in_flight:
+            assert time.monotonic() < deadline, "carol's judge did not answer"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the verdict travels to the writer
+        srv.admin_post("/flush")
+        read = lambda q: srv.admin_post("/sql", {"query": q})["rows"][0][0]  # noqa: E731
+        assert _queryable(read, canaries["carol"]) == dict.fromkeys(KINDS, 0)
+        assert _queryable(read, canaries["dave"]) == dict.fromkeys(KINDS, 1)
+        assert srv.admin_post("/sql", {"query": "SELECT session_id FROM sessions"})["rows"] == [["conv-dave"]]
+    finally:
+        hold.set()
+        srv.stop()
+        api.close()
+    left = {s: where for s, where in _found(_raw_files(data), list(canaries["carol"].values())).items() if where}
+    assert left == {}, f"carol's values in the files: {left}"
+
+
 def _batch(n: int = 20):
     from agentfunnel.collector.decode import decode_traces_protobuf
 
@@ -220,8 +259,6 @@ def _batch(n: int = 20):
 
 def test_a_rewrite_loses_no_acknowledged_span_and_readers_never_see_a_closed_connection(tmp_path):
     """In process: batches keep arriving and readers keep reading while the file is rewritten three times."""
-    import threading
-
     from agentfunnel.collector.config import StoreSettings
     from agentfunnel.collector.store.writer import Store
     from agentfunnel.collector.telemetry import Metrics
