@@ -183,6 +183,9 @@ class StoreSettings(_Model):
         512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
         "DuckDB spills to temporary files next to the database.")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
+    rewrite_reader_wait_seconds: float = Field(
+        30.0, ge=0, description="How long a rewrite of the file (after `agentfunnel delete`) waits for reads in "
+        "progress (SQL, the UI, an export or snapshot) before it interrupts them; new reads wait for the rewrite.")
     lake: LakeSettings | None = Field(None, description="Ship what is committed in the file to a shared DuckLake "
                                                        "(several replicas); readers read the lake.")
 

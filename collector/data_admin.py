@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from aiohttp import web
 
 from .export import export_tables, write_snapshot
-from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, parse_time
+from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, deletion_json, parse_time
 
 if TYPE_CHECKING:
     from .server import Server
@@ -88,8 +88,7 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
 
     def delete(doc: dict[str, Any]) -> dict[str, Any]:
         done = retention.delete(_strings(doc, "users"), _strings(doc, "sessions"))
-        return {"removed": done.removed, "sessions": done.sessions, "traces": len(done.traces),
-                "rescored": done.shared_with}
+        return deletion_json(done)
 
     def export(doc: dict[str, Any]) -> dict[str, Any]:
         if server.settings.store.lake is not None:
@@ -126,16 +125,8 @@ async def snapshot_forever(server: Any, out: Path, interval: float) -> None:
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval)
-
-        def write() -> dict[str, int]:
-            cursor = server.store.reader()
-            try:
-                return write_snapshot(cursor, out)
-            finally:
-                cursor.close()
-
         try:
-            await loop.run_in_executor(None, write)
+            await loop.run_in_executor(None, server.retention.write_snapshot)
         except Exception:  # noqa: BLE001 - counted and logged; the next one tries again
             server.metrics.inc("snapshot_errors")
             log.exception("the periodic snapshot to %s failed", out)

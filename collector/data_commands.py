@@ -140,9 +140,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
         return _fail("delete", "give --user ID or --session ID (either may be repeated)", 2)
 
     def offline(settings: Settings) -> dict[str, Any]:
-        done = _with_writer(settings, lambda r: r.delete(args.user, args.session))
-        return {"removed": done.removed, "sessions": done.sessions, "traces": len(done.traces),
-                "rescored": done.shared_with}
+        from .retention import deletion_json
+
+        return deletion_json(_with_writer(settings, lambda r: r.delete(args.user, args.session)))
 
     got = _through_server_or_file("delete", args, {"users": args.user, "sessions": args.session}, offline)
     if isinstance(got, int):
@@ -152,6 +152,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
                                              f"{where}")
     if doc["rescored"]:
         print(f"re-scored {len(doc['rescored'])} other session(s) that shared a trace with them")
+    if doc.get("archives"):
+        print(f"removed {doc['archives']} case-run archive file(s)")
+    if rewrite := doc.get("rewrite"):
+        print(f"rewrote the database file in {rewrite['seconds']:.2f} s: the deleted values are in no file of it "
+              "(nor in its write-ahead log)")
+    if doc.get("snapshot"):
+        print("wrote the periodic snapshot (store.snapshot_path) again without them")
     return 0
 
 
@@ -208,8 +215,8 @@ def register(sub: Any, common: Callable[[argparse.ArgumentParser, str], None]) -
     p.add_argument("--before", default=None, metavar="DATE", help="remove rows older than this (ISO 8601, UTC); "
                    "default: the retention settings' time-to-live")
     p.set_defaults(func=cmd_prune)
-    p = sub.add_parser("delete", help="remove every row of a user or a session (spans, logs, tool calls, sessions, "
-                       "case runs, judgments)")
+    p = sub.add_parser("delete", help="remove every row of a user or a session (spans, logs, metric points, tool "
+                       "calls, sessions, case runs, judgments, case-run archives) and rewrite the database file")
     common(p, "update")
     p.add_argument("--user", action="append", default=[], metavar="ID", help="a user id (as sent; a hashed one too)")
     p.add_argument("--session", action="append", default=[], metavar="ID", help="a session id")

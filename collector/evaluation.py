@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,6 +181,7 @@ class Evaluator:
         self._futures: list[Future] = []
         self._verdicts: list[tuple[str, Judgment]] = []  # judged, waiting for the job that stores them
         self._verdicts_done: Future | None = None  # that job's waiters' future
+        self._deleted: set[str] = set()  # sessions deleted while their judge was asked: its verdict is dropped
         self._lock = threading.Lock()
         if self.judge_configured and (self.production is not None or any(map(needs_judge, self.cases.values()))):
             self._pool.submit(lambda: self.judge)  # the SDK's import, before the first run closes
@@ -299,6 +300,7 @@ class Evaluator:
         finally:
             with self._lock:
                 self._pending.discard(session_id)
+                self._deleted.discard(session_id)
 
     def _store_verdict(self, session_id: str, judgment: Judgment) -> Future:
         """Store a judgment and re-score its session, done once the new score is written. Judgments that
@@ -321,9 +323,18 @@ class Evaluator:
     def _store_verdicts(self, con: Any) -> list[str]:
         with self._lock:
             verdicts, self._verdicts, self._verdicts_done = self._verdicts, [], None
+            deleted, self._deleted = self._deleted & {sid for sid, _ in verdicts}, self._deleted - {
+                sid for sid, _ in verdicts}
+        verdicts = [(sid, j) for sid, j in verdicts if sid not in deleted]
         for session_id, judgment in verdicts:
             self.tables.add_judgment(con, judgment_row(session_id, judgment))
         return list(dict.fromkeys(sid for sid, _ in verdicts))
+
+    def forget(self, session_ids: Collection[str]) -> None:
+        """These sessions were deleted (on the writer thread, where verdicts are stored): a judge still
+        working on one of them is not stored when it answers, so its explanation never comes back."""
+        with self._lock:
+            self._deleted |= set(session_ids) & self._pending
 
     def _give_up_verdicts(self, done: Future, exc: BaseException) -> None:
         with self._lock:

@@ -103,11 +103,13 @@ def export_tables(cur: duckdb.DuckDBPyConnection, out: Path, tables: Sequence[st
     return written
 
 
-def write_snapshot(cur: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
+def write_snapshot(cur: duckdb.DuckDBPyConnection, out: Path, memory_limit_mb: int | None = None,
+                   threads: int | None = None) -> dict[str, int]:
     """A DuckDB file at ``out`` with every table's rows and the schema's views; rows copied by table.
 
     Written under a temporary name beside ``out`` and renamed into place when complete, so a reader
-    never opens half a snapshot and an existing one is replaced at once.
+    never opens half a snapshot and an existing one is replaced at once. ``memory_limit_mb`` and
+    ``threads`` bound the copy's own DuckDB as the store's settings bound the store's.
     """
     tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
     for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
@@ -117,6 +119,10 @@ def write_snapshot(cur: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
                                            "autoload_known_extensions": "false"})
     try:
         dst.execute("SET TimeZone = 'UTC'")
+        if memory_limit_mb is not None:
+            dst.execute(f"SET memory_limit = '{int(memory_limit_mb)}MB'")
+        if threads is not None:
+            dst.execute(f"SET threads = {int(threads)}")
         migrate(dst)  # the same tables, views and macros: a snapshot reads like the store
         have = {r[0] for r in dst.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
         with read_snapshot(cur):

@@ -13,13 +13,19 @@ row goes with its last span, case runs and judgments with their session.
 
 A deletion finds a user's sessions by ``sessions.user_id`` (and spans not yet assembled by the
 user id attributes), a session's traces through the trace index, and removes every row of those
-traces and sessions; other sessions that shared one of the traces are re-scored. On a lake
+traces and sessions, and the log records and metric points naming the user (their own or their
+resource's attributes) or one of the sessions; other sessions that shared one of the traces are
+re-scored. Then the sessions' case-run archives are removed and the database file is rewritten
+(``Store.rewrite``: DuckDB leaves deleted values in the file until then), and the periodic snapshot
+is written again, so when ``delete`` returns the values are in no file agentfunnel keeps. On a lake
 neither is supported (each replica may only change its own schema): it is refused, said so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -108,6 +114,16 @@ class Deletion:
     sessions: list[str]
     traces: list[str]
     shared_with: list[str] = field(default_factory=list)  # other sessions of those traces, to re-score
+    archives: int = 0  # case-run archive files removed
+    rewrite: dict[str, float] = field(default_factory=dict)  # the database file's rewrite: seconds, bytes
+    snapshot: bool = False  # the periodic snapshot (store.snapshot_path) was written again
+
+
+def deletion_json(done: Deletion) -> dict[str, Any]:
+    """What ``delete`` prints, as the admin endpoint answers it."""
+    return {"removed": done.removed, "sessions": done.sessions, "traces": len(done.traces),
+            "rescored": done.shared_with, "archives": done.archives, "rewrite": done.rewrite,
+            "snapshot": done.snapshot}
 
 
 def _json_key(key: str) -> str:
@@ -160,14 +176,22 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
         removed[table] = int(rows[0][0]) if rows else 0
 
     delete("spans", f"trace_id {_IN}", [tids])
-    log_where, log_args = f"trace_id {_IN}", [tids]
-    if users:  # records of the user's that no span ties to
-        log_where += " OR " + _any_key_in("attributes", USER_KEYS)
-        log_args += [users] * len(USER_KEYS)
-    delete("logs", log_where, log_args)
+    # log records and metric points: by trace, or naming the user (point, record or resource attributes) or a session
+    naming, naming_args = [], []
+    if users:
+        for column in ("attributes", "resource_attributes"):
+            naming.append(_any_key_in(column, USER_KEYS))
+            naming_args += [users] * len(USER_KEYS)
+    if ids:
+        keys = [*SESSION_KEYS, *session_keys]
+        naming.append(_any_key_in("attributes", keys))
+        naming_args += [ids] * len(keys)
+    delete("logs", " OR ".join([f"trace_id {_IN}", *naming]), [tids, *naming_args])
+    if naming:
+        delete("metrics", " OR ".join(naming), naming_args)
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
-    for table in ("case_runs", "judgments", "sessions"):
+    for table in ("case_runs", "judgments", "judge_labels", "sessions"):
         delete(table, f"session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
@@ -186,6 +210,7 @@ class Retention:
         self.sessions = sessions
         self.redactor = redactor
         self._stop = threading.Event()
+        self._snapshot_lock = threading.Lock()  # the periodic snapshot and a deletion's rewrite of it
 
     def check_supported(self, what: str) -> None:
         if self.settings.store.lake is not None:
@@ -245,6 +270,8 @@ class Retention:
             if service is not None:  # on the writer thread, before anything can assemble them again
                 service.tracker.take(found.traces)
                 service.held.forget(found.traces)
+                if service.evaluator is not None:  # nor store a judgment of theirs that is on its way
+                    service.evaluator.forget(found.sessions)
             return found
 
         if service is not None:
@@ -257,4 +284,51 @@ class Retention:
             fut = service.rescore_sessions(done.shared_with)
             if fut is not None:
                 fut.result()
-        return done
+        archives = self.delete_archives(done.sessions)
+        # the bytes: DuckDB leaves deleted values in freed blocks of the file until it is rewritten
+        rewrite = self.store.rewrite().result()
+        snapshot = self.write_snapshot() is not None if self._snapshot_path_exists() else False
+        return dataclasses.replace(done, archives=archives, rewrite=rewrite, snapshot=snapshot)
+
+    def delete_archives(self, sessions: Collection[str]) -> int:
+        """Remove the case-run archives (``cases.archive_dir``) of these sessions; how many were removed.
+
+        An archive names its session in ``session_id``; files that are not archives (not JSON objects)
+        are left alone, and one that cannot be read is logged and left, never fails the deletion.
+        """
+        directory = self.settings.cases.archive_dir
+        wanted = set(sessions)
+        if directory is None or not wanted or not directory.is_dir():
+            return 0
+        removed = 0
+        for path in directory.glob("*.json"):
+            try:
+                if not path.is_file() or path.is_symlink():
+                    continue
+                doc = json.loads(path.read_bytes())
+                if isinstance(doc, dict) and isinstance(doc.get("session_id"), str) and doc["session_id"] in wanted:
+                    path.unlink()
+                    removed += 1
+            except (OSError, ValueError) as exc:
+                log.warning("cannot read case-run archive %s while deleting: %s", path, exc)
+        if removed:
+            self.metrics.inc("case_run_archives_deleted", removed)
+        return removed
+
+    def _snapshot_path_exists(self) -> bool:
+        out = self.settings.store.snapshot_path
+        return out is not None and out.exists()
+
+    def write_snapshot(self) -> dict[str, int] | None:
+        """Write the periodic snapshot (``store.snapshot_path``) now, one writer of it at a time; None without one."""
+        from .export import write_snapshot
+
+        out = self.settings.store.snapshot_path
+        if out is None:
+            return None
+        with self._snapshot_lock:
+            cursor = self.store.reader()
+            try:
+                return write_snapshot(cursor, out)
+            finally:
+                cursor.close()

@@ -63,6 +63,11 @@ DESCRIPTIONS = {
     "prune_errors": "Pruning passes that failed (logged; the next pass tries again).",
     "snapshots_written": "Periodic snapshots written (store.snapshot_path).",
     "snapshot_errors": "Periodic snapshots that failed (logged; the next one tries again).",
+    "file_rewrites": "Rewrites of the database file from its live rows (after a deletion: freed bytes gone).",
+    "file_rewrite_milliseconds": "Time spent rewriting the database file (the writer waits meanwhile).",
+    "rewrite_readers_interrupted": "Reads interrupted because they were still open store.rewrite_reader_wait_seconds "
+                                   "after a rewrite of the file began.",
+    "case_run_archives_deleted": "Case-run archive files removed by agentfunnel delete.",
     "rows_deleted": "Rows removed on request (agentfunnel delete --user/--session), by table.",
     "lake_shipments": "Lake: batches shipped from the replica's own file to its schema of the lake (one lake "
                       "transaction each).",

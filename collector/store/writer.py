@@ -10,10 +10,12 @@ one commit. The queue is bounded in payload bytes: when it is full, ``submit`` r
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.abc
 import importlib.util
 import logging
 import operator
+import os
 import queue
 import sys
 import threading
@@ -178,6 +180,45 @@ def _column(parts: list[tuple[Any, list[bool] | None]], name: str) -> list[Any]:
     return out
 
 
+def _fsync_directory(directory: Path) -> None:
+    """A rename made durable: the directory entry written to disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ReaderCursor:
+    """A cursor of the store's database (used as a DuckDB connection); closing it tells the store, whose
+    file rewrite waits for the cursors in use before it closes the connection they belong to."""
+
+    __slots__ = ("_cursor", "_store", "_closed")
+
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, store: "Store") -> None:
+        self._cursor = cursor
+        self._store = store
+        self._closed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._cursor.close()
+        finally:
+            self._store._reader_closed(self)
+
+    def __enter__(self) -> "ReaderCursor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Store:
     """Owns the DuckDB file for writing; one instance per process."""
 
@@ -200,6 +241,9 @@ class Store:
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
         self._jobs_waiting = 0
+        self._readers: set[ReaderCursor] = set()  # cursors handed out and not closed
+        self._readers_changed = threading.Condition()
+        self._swapping = False  # the file is being rewritten: new readers wait
         metrics.gauge("jobs_waiting", lambda: self._jobs_waiting)
         metrics.gauge("dedupe_keys", lambda: len(self.dedupe))
 
@@ -207,7 +251,27 @@ class Store:
     def open(self) -> "Store":
         path = self.settings.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = connect(path)
+        if self.settings.lake is None:
+            name = glob.escape(path.name)  # a copy a stopped rewrite left (and its partial file): not the data
+            for stale in [*path.parent.glob(f".{name}.rewrite*"), *path.parent.glob(f"..{name}.rewrite*")]:
+                stale.unlink(missing_ok=True)
+        self._connect()
+        assert self.con is not None
+        self._columns = {table: list(describe(self.con, table)) for table in ("spans", "logs", "metrics")}
+        if self.settings.lake is None and self._rewrite_marker.exists():
+            # a deletion committed before the process stopped, its file not yet rewritten: rewrite it first
+            self._rewrite(self.con)
+        self._seed_dedupe()
+        self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
+        self._thread.start()
+        if self.shipper is not None:
+            self._shipping = threading.Thread(target=self._ship_forever, name="agentfunnel-shipper", daemon=True)
+            self._shipping.start()
+        return self
+
+    def _connect(self) -> None:
+        """The write connection, set up as every open sets it up (the schema migrated, then SQL locked down)."""
+        self.con = connect(self.settings.path)
         try:
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
             self.con.execute(f"SET memory_limit = '{self.settings.memory_limit_mb}MB'")
@@ -221,14 +285,6 @@ class Store:
             self.con.close()
             self.con = None
             raise
-        self._columns = {table: list(describe(self.con, table)) for table in ("spans", "logs", "metrics")}
-        self._seed_dedupe()
-        self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
-        self._thread.start()
-        if self.shipper is not None:
-            self._shipping = threading.Thread(target=self._ship_forever, name="agentfunnel-shipper", daemon=True)
-            self._shipping.start()
-        return self
 
     def _open_lake(self) -> None:
         from . import lake as lakestore
@@ -312,15 +368,107 @@ class Store:
                 self.con.close()
                 self.con = None
 
-    def reader(self) -> duckdb.DuckDBPyConnection:
-        """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views)."""
-        assert self.con is not None
-        cur = self.con.cursor()
+    def reader(self) -> "ReaderCursor":
+        """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views).
+
+        Close it when done: a rewrite of the file (``rewrite``) waits for the cursors handed out, and new
+        ones wait for the rewrite, so no reader ever holds a cursor of a connection that was closed.
+        """
+        with self._readers_changed:
+            while self._swapping:
+                self._readers_changed.wait()
+            assert self.con is not None
+            cur = ReaderCursor(self.con.cursor(), self)
+            self._readers.add(cur)
         if self.settings.lake is not None:
             from .lake import READERS
 
             cur.execute(f"USE {READERS}")
         return cur
+
+    def _reader_closed(self, cur: "ReaderCursor") -> None:
+        with self._readers_changed:
+            self._readers.discard(cur)
+            self._readers_changed.notify_all()
+
+    @property
+    def _rewrite_marker(self) -> Path:
+        path = self.settings.path
+        return path.with_name(f".{path.name}.needs-rewrite")
+
+    def rewrite(self) -> Future:
+        """Rewrite the database file from its live rows, on the writer thread; the future gets what it took.
+
+        DuckDB neither zeroes the blocks a DELETE frees nor rewrites a row group that keeps some rows,
+        so deleted values stay readable in the file until something rewrites it. The marker file makes
+        the rewrite happen at the next open if the process stops before it is done.
+        """
+        if self.settings.lake is not None:
+            raise RuntimeError("a lake's replica file is not rewritten")
+        self._rewrite_marker.touch()
+        return self.submit_job(self._rewrite, transaction=False, work="rewrite")
+
+    def _rewrite(self, con: duckdb.DuckDBPyConnection) -> dict[str, float]:
+        """Checkpoint, copy every live row into a fresh file beside the database, close, swap the files, reopen.
+
+        Readers are held back meanwhile (those open are waited for, then interrupted after
+        ``rewrite_reader_wait_seconds``); batches arriving queue up for the writer as during any job.
+        """
+        from ..export import write_snapshot
+
+        path = self.settings.path
+        started = time.monotonic()
+        wal = path.with_name(path.name + ".wal")
+        before = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+        fresh = path.with_name(f".{path.name}.rewrite")
+        self._hold_readers()
+        closed = False  # self.con stays set meanwhile: only the writer thread (this one) and readers (held) use it
+        try:
+            con.execute("CHECKPOINT")
+            cur = con.cursor()
+            try:
+                write_snapshot(cur, fresh, self.settings.memory_limit_mb, self.settings.threads)
+            finally:
+                cur.close()
+            con.close()
+            closed = True
+            os.replace(fresh, path)
+            wal.unlink(missing_ok=True)  # closed after a checkpoint: empty if there
+            _fsync_directory(path.parent)
+            self._rewrite_marker.unlink(missing_ok=True)
+        finally:
+            try:
+                if closed:
+                    self._connect()  # the rewritten file (or, if the swap failed, the one as it was)
+            finally:
+                with self._readers_changed:
+                    self._swapping = False
+                    self._readers_changed.notify_all()
+        took = time.monotonic() - started
+        self.metrics.inc("file_rewrites")
+        self.metrics.inc("file_rewrite_milliseconds", round(took * 1000))
+        log.info("rewrote %s in %.2f s (%d -> %d bytes)", path, took, before, path.stat().st_size)
+        return {"seconds": round(took, 3), "bytes_before": before, "bytes_after": path.stat().st_size}
+
+    def _hold_readers(self) -> None:
+        """Stop handing out cursors and wait for the open ones; interrupt those still open after the wait."""
+        deadline = time.monotonic() + self.settings.rewrite_reader_wait_seconds
+        with self._readers_changed:
+            self._swapping = True
+            while self._readers and (left := deadline - time.monotonic()) > 0:
+                self._readers_changed.wait(left)
+            late = list(self._readers)
+        if late:
+            self.metrics.inc("rewrite_readers_interrupted", len(late))
+            log.warning("interrupting %d read(s) still open after %g s so the file can be rewritten", len(late),
+                        self.settings.rewrite_reader_wait_seconds)
+            for cur in late:
+                cur.interrupt()
+            with self._readers_changed:
+                self._readers_changed.wait_for(lambda: not self._readers, timeout=1.0)
+                late = list(self._readers)
+            for cur in late:  # not closed by its holder: closed here, its next use fails
+                cur.close()
 
     # ------------------------------------------------------------------ submit
     @property
