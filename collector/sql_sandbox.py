@@ -72,12 +72,15 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.ready = False
 
+    def started(self) -> bool:
+        """Wait for the worker's imports and instance (outside any query's time bound); False if it died."""
+        assert self.proc.stdout is not None
+        if not self.ready:
+            self.ready = read_message(self.proc.stdout) is not None
+        return self.ready
+
     def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        if not self.ready:
-            if read_message(self.proc.stdout) is None:
-                return None
-            self.ready = True
         write_message(self.proc.stdin, request)
         return read_message(self.proc.stdout)
 
@@ -186,6 +189,9 @@ class SqlSandbox:
     def query(self, sql: str, max_rows: int | None = None) -> QueryResult:
         """Run ``sql`` in a worker, within the time and memory bounds of ``sql.*``."""
         worker = self._take()
+        if not worker.started():
+            worker.kill()
+            raise QueryError("the SQL endpoint's worker process could not start", reason="error")
         outcome: dict[str, Any] = {}
         asked = threading.Thread(target=lambda: outcome.update(reply=worker.ask({"query": sql, "max_rows": max_rows})),
                                  daemon=True)
