@@ -434,6 +434,40 @@ class RetentionSettings(_Model):
         return out
 
 
+class AdminSettings(_Model):
+    """Who may administer the running server, where its admin requests may write, and how often the UI's sign-in
+    may be tried.
+
+    Two credentials: ``receivers.bearer_token`` only sends telemetry; ``admin.token`` (or the per-process secret in
+    the 0600 sidecar, which agentfunnel's commands read) runs the admin endpoint and reads the UI.
+    """
+
+    token: str | None = Field(None, description="The admin credential: `Authorization: Bearer <token>` on the admin "
+                              "endpoint (/sql, /flush, /rescore, /judge, /audit/labels, /prune, /delete, /export, "
+                              "/snapshot) and the UI's sign-in. Unset, only the sidecar's secret (this user's "
+                              "commands) administers the server, and the UI answers loopback clients only.")
+    write_dirs: list[Path] = Field(default_factory=list, description="Directories besides the database's own where "
+                                   "/snapshot and /export may write; any other target is refused.")
+    sign_in_per_minute: int = Field(10, gt=0, description="UI sign-in attempts one client address may make per "
+                                    "minute; more are answered 429 with Retry-After (counted in ui_sign_in as "
+                                    "limited).")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < 8:
+            raise ValueError("is shorter than 8 characters: give a random token (e.g. `openssl rand -hex 32`)")
+        return value
+
+    @field_validator("write_dirs")
+    @classmethod
+    def _absolute(cls, value: list[Path]) -> list[Path]:
+        for d in value:
+            if not d.is_absolute():
+                raise ValueError(f"{d} is not an absolute path")
+        return value
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -447,6 +481,14 @@ class Settings(_Model):
     sql: SqlSettings = SqlSettings()
     privacy: PrivacySettings = PrivacySettings()
     retention: RetentionSettings = RetentionSettings()
+    admin: AdminSettings = AdminSettings()
+
+    @model_validator(mode="after")
+    def _two_credentials(self) -> "Settings":
+        if self.admin.token is not None and self.admin.token == self.receivers.bearer_token:
+            raise ValueError("admin.token is the same as receivers.bearer_token, which every agent holds: give the "
+                             "admin a token of its own")
+        return self
 
 
 class ConfigError(Exception):
@@ -457,6 +499,7 @@ ENV_VARS = {
     "AGENTFUNNEL_DB": ("store", "path"),
     "AGENTFUNNEL_HOST": ("receivers", "host"),
     "AGENTFUNNEL_BEARER_TOKEN": ("receivers", "bearer_token"),
+    "AGENTFUNNEL_ADMIN_TOKEN": ("admin", "token"),
     "AGENTFUNNEL_HASH_KEY": ("privacy", "hash_key"),
     "AGENTFUNNEL_LAKE_CATALOG": ("store", "lake", "catalog"),
     "AGENTFUNNEL_LAKE_DATA_PATH": ("store", "lake", "data_path"),
