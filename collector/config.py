@@ -316,6 +316,10 @@ class SqlSettings(_Model):
     max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as JSON) one query's result may hold.")
     timeout_seconds: float = Field(30.0, gt=0, description="A query still running after this long is interrupted.")
     max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
+    page_payload_bytes: int = Field(
+        4 * MiB, gt=0, description="Bytes of span, tool-call and log payloads (attributes, events, arguments, "
+        "results, bodies) the UI's session page shows at once, per kind; a session holding more is shown in parts "
+        "with a link to the next (at most max_result_bytes / 8, so a page never hits that bound).")
 
 
 # The built-in detectors, by the name that switches each on (``collector.privacy.DETECTORS`` holds their patterns).

@@ -92,7 +92,7 @@ def _replace_file(staged: Path, out: Path) -> None:
 
 def _merge_partitions(staged: Path, out: Path) -> None:
     """Each staged ``<table>/day=…`` directory replaces the same one under ``out`` (as exporting there would)."""
-    for table in sorted(p for p in staged.iterdir() if p.is_dir()):
+    for table in sorted(p for p in (staged.iterdir() if staged.is_dir() else ()) if p.is_dir()):
         for day in sorted(p for p in table.iterdir() if p.is_dir()):
             dest = out / table.name / day.name
             if dest.exists():

@@ -115,6 +115,9 @@ def _length_prefixed_stream(path: Path, f: gzip.GzipFile, hint: SignalHint, limi
         if len(prefix) < 4:
             raise PermanentError(f"{path}: truncated length prefix at byte {pos}")
         size = int.from_bytes(prefix, "big")
+        if size == 0:
+            raise PermanentError(f"{path}: message {index} at byte {pos} is empty (no exporter writes one): "
+                                 "not length-prefixed OTLP")
         if size > limit:
             raise PermanentError(f"{path}: message {index} at byte {pos} claims {size} bytes, more than "
                                  f"receivers.max_request_bytes ({limit})")
@@ -168,6 +171,9 @@ def _length_prefixed(path: Path, raw: bytes, hint: SignalHint) -> Iterator[Body]
         if pos + 4 > len(raw):
             raise PermanentError(f"{path}: truncated length prefix at byte {pos}")
         size = int.from_bytes(raw[pos:pos + 4], "big")
+        if size == 0:
+            raise PermanentError(f"{path}: message {index} at byte {pos} is empty (no exporter writes one): "
+                                 "not length-prefixed OTLP")
         if pos + 4 + size > len(raw):
             raise PermanentError(f"{path}: message {index} at byte {pos} claims {size} bytes, file ends first")
         yield Body(signal, "protobuf", raw[pos + 4:pos + 4 + size], f"{path}#{index}")

@@ -275,9 +275,14 @@ class UI:
 
     def _session(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         sid = request.match_info["session_id"]
-        found = queries.session_detail(self.reader, sid)
+        part = request.query.get("part", "0")
+        if not part.isdigit() or len(part) > 6:
+            raise FilterError("part must be a whole number (0 is the first part of a session's payloads)")
+        found = queries.session_detail(self.reader, sid, int(part))
         if found is None:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
+        if found.more_parts or found.too_big or found.part:
+            self._count("ui_payloads_paged", "")
         return 200, pages.session_page(found, ctx, self.evidence_settings)
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:

@@ -175,7 +175,8 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None)
                    step_label=lambda st: model.step_label(steps, s.get("variant"), st, ctx.lang),
                    proof=model.outcome_proof(s, calls), drop_evidence=drop_evidence,
                    stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
-                   has_messages=has_messages, Message=Message, live=s.get("status") == "open")
+                   has_messages=has_messages, Message=Message, live=s.get("status") == "open",
+                   part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big)
 
 
 def experiments_page(rows: list[dict[str, Any]], ctx: Context) -> str:
