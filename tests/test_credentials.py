@@ -240,3 +240,32 @@ def test_a_gzip_bomb_given_to_ingest_fails_fast_with_bounded_memory(tmp_path):
     assert f"{bomb}: inflates past 67108864 bytes (receivers.max_request_bytes" in stderr
     assert int(rss_kib) < 400 * 1024, f"{int(rss_kib) // 1024} MiB"
     assert float(seconds) < 30
+
+
+# ---------------------------------------------------------------------------- the parts, without a server
+
+
+def test_the_sign_in_limiter_counts_a_sliding_minute_and_forgets_the_oldest_clients():
+    from agentfunnel.collector.ui.app import SignInLimiter
+
+    limiter = SignInLimiter(3, max_clients=2)
+    assert [limiter.wait("a", now=t) for t in (0.0, 1.0, 2.0)] == [0.0, 0.0, 0.0]
+    assert limiter.wait("a", now=30.0) == pytest.approx(30.0)  # the first try leaves the window at 60 s
+    assert limiter.wait("a", now=60.0) == 0.0
+    limiter.wait("b", now=61.0)
+    limiter.wait("c", now=62.0)  # a third address: "a", the least recently seen, is forgotten
+    assert set(limiter._seen) == {"b", "c"}
+
+
+def test_admin_settings_name_what_is_wrong(tmp_path):
+    from agentfunnel.collector.config import ConfigError, load_settings
+    from agentfunnel.collector.data_admin import OutsideDataDir, confined
+
+    with pytest.raises(ConfigError, match=r"admin.write_dirs: .*relative is not an absolute path"):
+        load_settings(overrides={("admin", "write_dirs"): ["relative"]}, environ={})
+    with pytest.raises(ConfigError, match=r"admin.token: .*shorter than 8"):
+        load_settings(environ={"AGENTFUNNEL_ADMIN_TOKEN": "short"})
+    settings = load_settings(overrides={("store", "path"): str(tmp_path / "data" / "af.duckdb")}, environ={})
+    assert confined(tmp_path / "data" / "sub" / "x.duckdb", settings) == (tmp_path / "data" / "sub" / "x.duckdb").resolve()
+    with pytest.raises(OutsideDataDir, match="outside the directories"):
+        confined(tmp_path / "data" / ".." / "x.duckdb", settings)
