@@ -142,16 +142,17 @@ def cmd_ui(args: argparse.Namespace) -> int:
         except duckdb.IOException as exc:
             print(f"agentfunnel ui: cannot open {settings.store.path}: {exc}", file=sys.stderr)
             return 1
-    token = settings.receivers.bearer_token
+    token = settings.admin.token
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
-        print("agentfunnel ui: without a bearer token (receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN) the UI "
+        print("agentfunnel ui: without an admin token (admin.token or AGENTFUNNEL_ADMIN_TOKEN) the UI "
               "answers loopback clients only", file=sys.stderr)
 
     def announce(url: str) -> None:
         print(f"agentfunnel ui serving db={settings.store.path} at {url} (read-only; Ctrl-C stops)", flush=True)
 
     try:
-        asyncio.run(serve_file(Reader(con.cursor, settings.sql), args.host, args.port, announce, token))
+        asyncio.run(serve_file(Reader(con.cursor, settings.sql), args.host, args.port, announce, token,
+                               sign_in_per_minute=settings.admin.sign_in_per_minute))
     except OSError as exc:
         print(f"agentfunnel ui: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -320,9 +320,13 @@ class SqlSettings(_Model):
     max_result_bytes: int = Field(32 * MiB, gt=0, description="Most bytes (as Arrow batches) one query's result may hold.")
     timeout_seconds: float = Field(30.0, gt=0, description="A query still running after this long is interrupted.")
     max_concurrent: int = Field(4, gt=0, description="Queries the server runs at once; more are refused with 503.")
-    memory_limit_mb: int = Field(512, gt=0, description="Memory the SQL endpoint's own DuckDB instance may use for "
-                                 "all its queries together; a query that needs more fails, the store is unaffected.")
-    threads: int = Field(2, gt=0, description="Threads of the SQL endpoint's own DuckDB instance.")
+    memory_limit_mb: int = Field(512, gt=0, description="Memory one query's worker process may use (the SQL "
+                                 "endpoint's own DuckDB instance); past it the worker is killed and the query fails.")
+    threads: int = Field(2, gt=0, description="DuckDB's threads in each SQL worker process.")
+    page_payload_bytes: int = Field(
+        4 * MiB, gt=0, description="Bytes of span, tool-call and log payloads (attributes, events, arguments, "
+        "results, bodies) the UI's session page shows at once, per kind; a session holding more is shown in parts "
+        "with a link to the next (at most max_result_bytes / 8, so a page never hits that bound).")
 
 
 # The built-in detectors, by the name that switches each on (``collector.privacy.DETECTORS`` holds their patterns).
@@ -441,6 +445,40 @@ class RetentionSettings(_Model):
         return out
 
 
+class AdminSettings(_Model):
+    """Who may administer the running server, where its admin requests may write, and how often the UI's sign-in
+    may be tried.
+
+    Two credentials: ``receivers.bearer_token`` only sends telemetry; ``admin.token`` (or the per-process secret in
+    the 0600 sidecar, which agentfunnel's commands read) runs the admin endpoint and reads the UI.
+    """
+
+    token: str | None = Field(None, description="The admin credential: `Authorization: Bearer <token>` on the admin "
+                              "endpoint (/sql, /flush, /rescore, /judge, /audit/labels, /prune, /delete, /export, "
+                              "/snapshot) and the UI's sign-in. Unset, only the sidecar's secret (this user's "
+                              "commands) administers the server, and the UI answers loopback clients only.")
+    write_dirs: list[Path] = Field(default_factory=list, description="Directories besides the database's own where "
+                                   "/snapshot and /export may write; any other target is refused.")
+    sign_in_per_minute: int = Field(10, gt=0, description="UI sign-in attempts one client address may make per "
+                                    "minute; more are answered 429 with Retry-After (counted in ui_sign_in as "
+                                    "limited).")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < 8:
+            raise ValueError("is shorter than 8 characters: give a random token (e.g. `openssl rand -hex 32`)")
+        return value
+
+    @field_validator("write_dirs")
+    @classmethod
+    def _absolute(cls, value: list[Path]) -> list[Path]:
+        for d in value:
+            if not d.is_absolute():
+                raise ValueError(f"{d} is not an absolute path")
+        return value
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -454,6 +492,14 @@ class Settings(_Model):
     sql: SqlSettings = SqlSettings()
     privacy: PrivacySettings = PrivacySettings()
     retention: RetentionSettings = RetentionSettings()
+    admin: AdminSettings = AdminSettings()
+
+    @model_validator(mode="after")
+    def _two_credentials(self) -> "Settings":
+        if self.admin.token is not None and self.admin.token == self.receivers.bearer_token:
+            raise ValueError("admin.token is the same as receivers.bearer_token, which every agent holds: give the "
+                             "admin a token of its own")
+        return self
 
 
 class ConfigError(Exception):
@@ -464,6 +510,7 @@ ENV_VARS = {
     "AGENTFUNNEL_DB": ("store", "path"),
     "AGENTFUNNEL_HOST": ("receivers", "host"),
     "AGENTFUNNEL_BEARER_TOKEN": ("receivers", "bearer_token"),
+    "AGENTFUNNEL_ADMIN_TOKEN": ("admin", "token"),
     "AGENTFUNNEL_HASH_KEY": ("privacy", "hash_key"),
     "AGENTFUNNEL_LAKE_CATALOG": ("store", "lake", "catalog"),
     "AGENTFUNNEL_LAKE_DATA_PATH": ("store", "lake", "data_path"),

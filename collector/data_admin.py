@@ -3,8 +3,11 @@
 ``agentfunnel prune``, ``delete``, ``export`` and ``snapshot`` post here when a server owns the
 file, as ``rescore`` does: the server does the work with its own store (its single writer for
 removals, a cursor of its database for copies), on worker threads, never on the event loop.
-Paths are absolute (the command resolves them) and written by the server's user, who is the
-caller: the admin endpoint only answers callers holding the sidecar's secret or the bearer token.
+Paths are absolute (the command resolves them) and confined to the database's directory and
+``admin.write_dirs``: whoever holds the admin credential gets no further than the data the server
+already holds (a target elsewhere, through ``..`` or a symlink, is refused with 403). The commands
+write anywhere their user can by having the server write beside the database and moving the result
+(``staged_target``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,32 @@ class BadRequest(ValueError):
     """A body the endpoint cannot use; the message says what it wants."""
 
 
+class OutsideDataDir(BadRequest):
+    """A file target outside the directories the admin endpoint may write (answered 403)."""
+
+
+def write_dirs(settings: Any) -> list[Path]:
+    """Where admin requests may write: the database's directory, then ``admin.write_dirs``; resolved."""
+    return [settings.store.path.resolve().parent, *(d.resolve() for d in settings.admin.write_dirs)]
+
+
+def confined(value: Path, settings: Any, key: str = "to") -> Path:
+    """``value`` resolved (``..`` collapsed, symlinks followed) if it lies in ``write_dirs``; else OutsideDataDir.
+
+    The resolved path is what gets written, so what was checked is what is written. The database's
+    own files (the file, its WAL, the sidecar) are never a target.
+    """
+    target = value.resolve()
+    allowed = write_dirs(settings)
+    if not any(target.is_relative_to(d) for d in allowed):
+        raise OutsideDataDir(f"{key} {value} resolves to {target}, outside the directories the admin endpoint may "
+                             f"write ({', '.join(map(str, allowed))}); allow another with admin.write_dirs")
+    db = settings.store.path.resolve()
+    if target in (db, db.with_name(db.name + ".wal"), db.with_name(db.name + ".agentfunnel.json")):
+        raise BadRequest(f"{key} {value} is one of the database's own files")
+    return target
+
+
 def _strings(doc: dict[str, Any], key: str) -> list[str]:
     value = doc.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -37,11 +66,11 @@ def _strings(doc: dict[str, Any], key: str) -> list[str]:
     return value
 
 
-def _path(doc: dict[str, Any], key: str) -> Path:
+def _path(doc: dict[str, Any], key: str, settings: Any) -> Path:
     value = doc.get(key)
-    if not isinstance(value, str) or not Path(value).is_absolute():
+    if not isinstance(value, str) or not Path(value).is_absolute() or "\x00" in value:
         raise BadRequest(f"{key} must be an absolute path")
-    return Path(value)
+    return confined(Path(value), settings, key)
 
 
 def _time(doc: dict[str, Any], key: str) -> Any:
@@ -70,6 +99,9 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
                 result = await asyncio.get_running_loop().run_in_executor(server._query_pool, work, doc)
             except NotSupported as exc:
                 return web.json_response({"error": str(exc)}, status=409)
+            except OutsideDataDir as exc:
+                server.metrics.inc("admin_refused", label="outside_data_dir")
+                return web.json_response({"error": str(exc)}, status=403)
             except (BadRequest, ValueError, OSError) as exc:
                 return web.json_response({"error": str(exc)}, status=400)
             return web.json_response(result)
@@ -96,7 +128,7 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         tables = _strings(doc, "tables") or None
         cursor = server.store.reader()
         try:
-            rows = export_tables(cursor, _path(doc, "to"), *([tables] if tables else []),
+            rows = export_tables(cursor, _path(doc, "to", server.settings), *([tables] if tables else []),
                                  since=_time(doc, "since"), until=_time(doc, "until"))
         finally:
             cursor.close()
@@ -106,9 +138,7 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         if server.settings.store.lake is not None:
             raise NotSupported("snapshot copies a file of its own; a lake is read by any DuckDB with the "
                                "ducklake extension")
-        out = _path(doc, "to")
-        if out.resolve() == server.settings.store.path.resolve():
-            raise BadRequest("the snapshot cannot replace the database itself")
+        out = _path(doc, "to", server.settings)
         cursor = server.store.reader()
         try:
             return {"rows": write_snapshot(cursor, out)}

@@ -4,13 +4,22 @@ As ``rescore`` does: when a server owns the database (its sidecar says so) the c
 its admin endpoint and the server does the work with its own configuration; otherwise the command
 opens the file itself (pruning and deleting as its single writer, copies read-only). Each prints
 what it removed or wrote, table by table.
+
+The server writes copies only beside its database (or in ``admin.write_dirs``); a copy the user
+asks for elsewhere is written by the server into a private directory beside the database and moved
+into place by the command, so ``export`` and ``snapshot`` take any path their user can write.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +58,75 @@ def _fail(command: str, message: str, status: int = 1) -> int:
     return status
 
 
+@dataclass(frozen=True)
+class Target:
+    """A copy's destination on the user's side (payload key ``to``), and how a staged copy is moved onto it."""
+
+    out: Path
+    land: Callable[[Path, Path], None]
+
+
+def _server_may_write(settings: Settings, out: Path) -> bool:
+    from .data_admin import BadRequest, OutsideDataDir, confined
+
+    try:
+        confined(out, settings)
+    except OutsideDataDir:
+        return False
+    except BadRequest:
+        return True  # the server refuses it, saying why
+    return True
+
+
+def _replace_file(staged: Path, out: Path) -> None:
+    """``staged`` renamed onto ``out``; across file systems copied beside ``out`` first, so ``out`` is replaced whole."""
+    try:
+        os.replace(staged, out)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        shutil.copyfile(staged, partial)
+        os.replace(partial, out)
+
+
+def _merge_partitions(staged: Path, out: Path) -> None:
+    """Each staged ``<table>/day=…`` directory replaces the same one under ``out`` (as exporting there would)."""
+    for table in sorted(p for p in (staged.iterdir() if staged.is_dir() else ()) if p.is_dir()):
+        for day in sorted(p for p in table.iterdir() if p.is_dir()):
+            dest = out / table.name / day.name
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(day), str(dest))
+    out.mkdir(parents=True, exist_ok=True)
+
+
 def _through_server_or_file(command: str, args: argparse.Namespace, payload: dict[str, Any],
-                            offline: Callable[[Settings], dict[str, Any]]) -> tuple[dict[str, Any], str] | int:
+                            offline: Callable[[Settings], dict[str, Any]],
+                            target: Target | None = None) -> tuple[dict[str, Any], str] | int:
     """The server's answer (and where), or the offline result; an int is the exit status of a failure."""
     from .query import QueryError
 
     settings = _settings(args)
     info = _server(settings)
     if info is not None:
+        staging = None
+        if target is not None and not _server_may_write(settings, target.out):
+            staging = Path(tempfile.mkdtemp(prefix=".agentfunnel-staging-", dir=settings.store.path.resolve().parent))
+            payload = {**payload, "to": str(staging / target.out.name)}
         try:
-            return _post(info, f"/{command}", payload), "in the running server"
+            doc = _post(info, f"/{command}", payload)
+            if staging is not None and target is not None:
+                target.land(staging / target.out.name, target.out)
+            return doc, "in the running server"
         except QueryError as exc:
-            return _fail(command, str(exc), 2 if exc.status in (400, 409) else 1)
+            return _fail(command, str(exc), 2 if exc.status in (400, 403, 409) else 1)
+        except OSError as exc:
+            return _fail(command, f"cannot move the copy to {target.out if target else ''}: {exc}")
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
     if settings.store.lake is None and not settings.store.path.exists():
         return _fail(command, f"database {settings.store.path} does not exist")
     try:
@@ -178,7 +244,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return {"rows": _read_only(settings, lambda cur: export_tables(cur, out, tables, since, until))}
 
     payload = {"to": str(out), "since": args.since, "until": args.until, "tables": tables}
-    got = _through_server_or_file("export", args, payload, offline)
+    got = _through_server_or_file("export", args, payload, offline, Target(out, _merge_partitions))
     if isinstance(got, int):
         return got
     doc, where = got
@@ -200,7 +266,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     def offline(settings: Settings) -> dict[str, Any]:
         return {"rows": _read_only(settings, lambda cur: write_snapshot(cur, out))}
 
-    got = _through_server_or_file("snapshot", args, {"to": str(out)}, offline)
+    got = _through_server_or_file("snapshot", args, {"to": str(out)}, offline, Target(out, _replace_file))
     if isinstance(got, int):
         return got
     doc, where = got

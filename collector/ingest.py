@@ -162,7 +162,7 @@ def ingest_files(paths: list[Path], settings: Settings, hint: SignalHint = "auto
         for path in paths:
             report.files += 1
             try:
-                for body in read_bodies(path, hint):
+                for body in read_bodies(path, hint, settings.receivers.max_request_bytes):
                     try:
                         sink.send(body, report)
                         report.bodies += 1

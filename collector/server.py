@@ -162,12 +162,13 @@ class Server:
         return site.port
 
     def _mount_ui(self, app: web.Application) -> None:
-        """The read-only UI under /ui/ on the HTTP port: the same bearer token, its reads on the query pool."""
+        """The read-only UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool."""
         from .ui import UI, Reader
 
-        UI(Reader(self.store.reader, self.settings.sql), token=self.settings.receivers.bearer_token,
+        UI(Reader(self.store.reader, self.settings.sql), token=self.settings.admin.token,
            metrics=self.metrics.snapshot, evidence_settings=self.settings.scoring.evidence, pool=self._query_pool,
-           max_concurrent=self.settings.sql.max_concurrent).mount(app)
+           max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
+           count=lambda name, label: self.metrics.inc(name, label=label)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).
@@ -202,26 +203,35 @@ class Server:
         The endpoint listens on loopback, but a browser on this machine can still be made to
         post to it (a cross-site form, DNS rebinding). So the Host must name the endpoint
         itself, a browser's Origin must be absent or the same, a body must be JSON, and the
-        caller must show the per-process secret from the 0600 sidecar or the bearer token.
+        caller must show the per-process secret from the 0600 sidecar or the admin token. The
+        ingest token, which every agent holds, only sends telemetry: shown here it gets 403.
         """
         if request.headers.get("Host", "") not in self._admin_hosts:
-            return web.json_response({"error": "the Host header does not name this loopback endpoint"}, status=403)
+            return self._refuse("host", 403, "the Host header does not name this loopback endpoint")
         origin = request.headers.get("Origin")
         if origin is not None and origin.removeprefix("http://") not in self._admin_hosts:
-            return web.json_response({"error": f"cross-origin requests are refused (Origin {origin!r})"}, status=403)
+            return self._refuse("origin", 403, f"cross-origin requests are refused (Origin {origin!r})")
         if request.method != "GET" and request.can_read_body and request.content_type != "application/json":
-            return web.json_response({"error": "the body must be application/json"}, status=415)
+            return self._refuse("content_type", 415, "the body must be application/json")
         if hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode(), self.admin_secret.encode()):
             return None
-        token = self.settings.receivers.bearer_token
-        if token is not None:
-            try:
-                check_bearer(request.headers.get("Authorization"), token)
-                return None
-            except UnauthorizedError as exc:
-                return web.json_response({"error": exc.message}, status=401)
-        return web.json_response({"error": f"missing {SECRET_HEADER} (agentfunnel's commands read it from the "
-                                           "database's sidecar file)"}, status=401)
+        auth = request.headers.get("Authorization")
+        admin_token = self.settings.admin.token
+        if auth is not None and admin_token is not None and _bearer_is(auth, admin_token):
+            return None
+        ingest_token = self.settings.receivers.bearer_token
+        if auth is not None and ingest_token is not None and _bearer_is(auth, ingest_token):
+            return self._refuse("ingest_token", 403, "the ingest token (receivers.bearer_token) only sends telemetry; "
+                                "admin requests need admin.token (AGENTFUNNEL_ADMIN_TOKEN) or the sidecar's secret")
+        if auth is not None:
+            return self._refuse("bad_token", 401, "invalid admin token" if admin_token is not None else
+                                "no admin.token is set: only the sidecar's secret administers this server")
+        return self._refuse("missing", 401, f"missing {SECRET_HEADER} (agentfunnel's commands read it from the "
+                            "database's sidecar file) or an admin token (Authorization: Bearer)")
+
+    def _refuse(self, reason: str, status: int, message: str) -> web.Response:
+        self.metrics.inc("admin_refused", label=reason)
+        return web.json_response({"error": message}, status=status)
 
     async def _rescore(self, request: web.Request) -> web.Response:
         """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
@@ -396,6 +406,15 @@ def _probe_port(host: str, port: int) -> None:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
+
+
+def _bearer_is(header: str, token: str) -> bool:
+    """``header`` is ``Bearer <token>`` (compared in constant time, as the receivers compare it)."""
+    try:
+        check_bearer(header, token)
+    except UnauthorizedError:
+        return False
+    return True
 
 
 def _is_loopback(host: str) -> bool:

@@ -48,6 +48,10 @@ DESCRIPTIONS = {
     "assembled_cache_evicted": "Assembled traces dropped from memory (sessions.max_assembled_cache_bytes); read back when needed.",
     "held_traces_evicted": "Open traces dropped from memory to stay within sessions.max_held_bytes (read back at assembly).",
     "values_truncated": "String values (attributes, events, log bodies) cut to receivers.max_attribute_value_bytes.",
+    "admin_refused": "Admin endpoint requests refused, by reason (host, origin, content_type, ingest_token, "
+                     "bad_token, missing, outside_data_dir).",
+    "ui_sign_in": "UI sign-in attempts, by result (ok, wrong, limited: over admin.sign_in_per_minute, answered 429).",
+    "ui_payloads_paged": "UI session pages whose payloads were shown in parts (over sql.page_payload_bytes).",
     "sql_queries": "Read-only SQL queries, by result (ok, refused, timeout, max_rows, max_result_bytes, busy, error).",
     "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",
     "connections_closed": "HTTP connections closed by a limit, by port and reason (header_timeout, malformed_request).",

@@ -288,34 +288,39 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def test_serve_mounts_the_ui_behind_the_bearer_token(server_factory, hostile_db, tmp_path):
+def test_serve_mounts_the_ui_behind_the_admin_token(server_factory, hostile_db, tmp_path):
     db = tmp_path / "served.duckdb"
     db.write_bytes(hostile_db.read_bytes())
-    srv = server_factory(db=db, env={"AGENTFUNNEL_BEARER_TOKEN": "s3cret"})
+    srv = server_factory(db=db, env={"AGENTFUNNEL_BEARER_TOKEN": "agents-ingest", "AGENTFUNNEL_ADMIN_TOKEN": "s3cret-admin"})
     base = srv.http_url + "/ui/"
     status, headers, body = _get(base)
     assert status == 401 and 'name="token"' in body and "Search" not in body.split("<main", 1)[1][:200]
-    status, headers, body = _get(base, {"Authorization": "Bearer s3cret"})
+    # the token every agent holds sends telemetry; it does not read everyone's sessions
+    status, _, body = _get(base, {"Authorization": "Bearer agents-ingest"})
+    assert status == 401 and 'name="token"' in body
+    status, _, _ = _get(base + "login", data=b"token=agents-ingest&next=%2Fui%2F")
+    assert status == 401
+    status, headers, body = _get(base, {"Authorization": "Bearer s3cret-admin"})
     assert status == 200 and headers["Content-Security-Policy"] == CSP and "'unsafe-inline'" not in CSP
     assert headers["X-Content-Type-Options"] == "nosniff" and headers["Cache-Control"] == "no-store"
     assert "Ingest health" in body and "Spans committed" in body
     # the form sign-in sets a cookie with a keyed hash of the token, never the token
     opener = urllib.request.build_opener(_NoRedirect)
-    form = b"token=s3cret&next=%2Fui%2Fsessions"
+    form = b"token=s3cret-admin&next=%2Fui%2Fsessions"
     try:
         opener.open(urllib.request.Request(base + "login", data=form), timeout=30)
         raise AssertionError("no redirect after signing in")
     except urllib.error.HTTPError as exc:
         assert exc.code == 303 and exc.headers["Location"] == "/ui/sessions"
         cookie = exc.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "s3cret" not in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "s3cret-admin" not in cookie
     status, _, body = _get(base + "sessions", {"Cookie": cookie.split(";")[0]})
     assert status == 200 and str(markupsafe.escape(HOSTILE_ID)) in body
     status, _, _ = _get(base + "login", data=b"token=wrong&next=%2Fui%2F")
     assert status == 401
-    status, _, body = _get(base + "sessions?sort=nope", {"Authorization": "Bearer s3cret"})
+    status, _, body = _get(base + "sessions?sort=nope", {"Authorization": "Bearer s3cret-admin"})
     assert status == 400 and "sort" in body
-    status, _, _ = _get(base + "sessions/no-such-session", {"Authorization": "Bearer s3cret"})
+    status, _, _ = _get(base + "sessions/no-such-session", {"Authorization": "Bearer s3cret-admin"})
     assert status == 404
 
 

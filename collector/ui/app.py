@@ -1,10 +1,13 @@
 """The UI's HTTP side: routes under ``/ui/``, who may read them, and the headers every page carries.
 
 Mounted on ``agentfunnel serve``'s HTTP port (``mount``) or served on its own over a database file
-(``agentfunnel ui``, ``serve_file``). Without a bearer token the UI answers only loopback clients
-that name a loopback host (a web page cannot rebind a DNS name onto it); with one, a client shows
-the token as ``Authorization: Bearer`` or signs in once through a form that sets an HttpOnly,
-SameSite=Strict cookie holding a keyed hash of it (never the token itself).
+(``agentfunnel ui``, ``serve_file``). The UI reads every agent's data, so it takes the admin token
+(``admin.token``), never the ingest token the agents hold. Without an admin token it answers only
+loopback clients that name a loopback host (a web page cannot rebind a DNS name onto it); with
+one, a client shows the token as ``Authorization: Bearer`` or signs in once through a form (at most
+``admin.sign_in_per_minute`` tries per client address) that sets an HttpOnly, SameSite=Strict
+cookie holding a keyed hash of it (never the token itself). Every response of the app, aiohttp's
+own 404/405/500 included, carries ``HEADERS``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import math
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +49,43 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin"}
 STATIC_TYPES = {".css": "text/css", ".js": "text/javascript"}
+
+
+async def _secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response of the app (pages, redirects, aiohttp's bare 404/405/500) gets the UI's headers."""
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+    if response.status >= 400:
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
+class SignInLimiter:
+    """At most ``per_minute`` sign-in attempts per client address in any 60 s; ``wait`` says how long until the next.
+
+    Holds at most ``max_clients`` addresses (the least recently seen are forgotten first), so a
+    flood of addresses costs bounded memory.
+    """
+
+    WINDOW_S = 60.0
+
+    def __init__(self, per_minute: int, max_clients: int = 10_000) -> None:
+        self.per_minute = per_minute
+        self.max_clients = max_clients
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def wait(self, client: str, now: float | None = None) -> float:
+        """Record an attempt and return 0, or return the seconds until ``client`` may try again (not recorded)."""
+        now = time.monotonic() if now is None else now
+        tries = self._seen.pop(client, None) or deque()
+        while tries and now - tries[0] >= self.WINDOW_S:
+            tries.popleft()
+        self._seen[client] = tries
+        while len(self._seen) > self.max_clients:
+            self._seen.popitem(last=False)
+        if len(tries) >= self.per_minute:
+            return self.WINDOW_S - (now - tries[0])
+        tries.append(now)
+        return 0.0
 
 
 def _static() -> dict[str, tuple[bytes, str, str]]:
@@ -84,8 +126,11 @@ class UI:
     evidence_settings: Any = None
     pool: ThreadPoolExecutor | None = None
     max_concurrent: int = 4
+    sign_in_per_minute: int = 10
+    count: Callable[[str, str], None] | None = None  # (counter, label): the server's metrics
 
     def __post_init__(self) -> None:
+        self._sign_ins = SignInLimiter(self.sign_in_per_minute)
         self._static = _static()
         pages.warm()
         self._pool = self.pool or ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="agentfunnel-ui")
@@ -99,13 +144,14 @@ class UI:
         r.add_get(PREFIX, self._to_root)
         r.add_get(PREFIX + "/", self._page(self._overview))
         r.add_get(PREFIX + "/sessions", self._page(self._sessions))
-        r.add_get(PREFIX + "/sessions/{session_id}", self._page(self._session))
+        r.add_get(PREFIX + "/sessions/{session_id:.+}", self._page(self._session))  # any characters, '/' too
         r.add_get(PREFIX + "/experiments", self._page(self._experiments))
-        r.add_get(PREFIX + "/experiments/{name}", self._page(self._experiment))
+        r.add_get(PREFIX + "/experiments/{name:.+}", self._page(self._experiment))
         r.add_get(PREFIX + "/compare", self._page(self._compare))
         r.add_get(PREFIX + "/static/{name}", self._static_file)
         r.add_get(PREFIX + "/login", self._login_form)
         r.add_post(PREFIX + "/login", self._login)
+        app.on_response_prepare.append(_secure_headers)
 
     def close(self) -> None:
         if self.pool is None:
@@ -115,7 +161,7 @@ class UI:
     def _refused(self, request: web.Request) -> web.Response | None:
         if self.token is None:
             if not _loopback_peer(request):
-                return self._plain(403, "the UI answers only loopback clients unless receivers.bearer_token is set")
+                return self._plain(403, "the UI answers only loopback clients unless admin.token is set")
             if not _loopback_host(request.headers.get("Host", "")):
                 return self._plain(403, "the Host header does not name a loopback address")
             return None
@@ -135,17 +181,28 @@ class UI:
         origin = request.headers.get("Origin")
         if origin is not None and origin.split("://", 1)[-1] != request.headers.get("Host", ""):
             return self._plain(403, f"cross-origin sign-in refused (Origin {origin!r})")
+        wait = self._sign_ins.wait(request.remote or "")
+        if wait > 0:
+            self._count("ui_sign_in", "limited")
+            return self._html(429, pages.login_page(self._ctx(request), PREFIX + "/", bad="too_many"),
+                              {"Retry-After": str(max(1, math.ceil(wait)))})
         form = await request.post()
         next_url = str(form.get("next") or PREFIX + "/")
         if not next_url.startswith(PREFIX + "/") or next_url.startswith("//") or "\\" in next_url:
             next_url = PREFIX + "/"
         given = str(form.get("token") or "")
         if self.token is None or not hmac.compare_digest(given.encode(), self.token.encode()):
-            return self._html(401, pages.login_page(self._ctx(request), next_url, bad=True))
+            self._count("ui_sign_in", "wrong")
+            return self._html(401, pages.login_page(self._ctx(request), next_url, bad="bad_token"))
+        self._count("ui_sign_in", "ok")
         resp = web.HTTPSeeOther(next_url, headers=HEADERS)
         resp.set_cookie(COOKIE, self._cookie_value or "", path=PREFIX, httponly=True, samesite="Strict",
                         secure=request.secure)
         return resp
+
+    def _count(self, name: str, label: str) -> None:
+        if self.count is not None:
+            self.count(name, label)
 
     # ------------------------------------------------------------------ responses
     def _ctx(self, request: web.Request) -> pages.Context:
@@ -218,9 +275,14 @@ class UI:
 
     def _session(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         sid = request.match_info["session_id"]
-        found = queries.session_detail(self.reader, sid)
+        part = request.query.get("part", "0")
+        if not part.isdigit() or len(part) > 6:
+            raise FilterError("part must be a whole number (0 is the first part of a session's payloads)")
+        found = queries.session_detail(self.reader, sid, int(part))
         if found is None:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
+        if found.more_parts or found.too_big or found.part:
+            self._count("ui_payloads_paged", "")
         return 200, pages.session_page(found, ctx, self.evidence_settings)
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
@@ -250,11 +312,12 @@ class UI:
 
 
 async def serve_file(reader: Reader, host: str, port: int, announce: Callable[[str], None],
-                     token: str | None = None, stop: asyncio.Event | None = None) -> None:
+                     token: str | None = None, stop: asyncio.Event | None = None,
+                     sign_in_per_minute: int = 10) -> None:
     """``agentfunnel ui``: the UI alone over a database file, until ``stop`` is set (or SIGINT/SIGTERM)."""
     import signal
 
-    ui = UI(reader, token=token)
+    ui = UI(reader, token=token, sign_in_per_minute=sign_in_per_minute)
     app = web.Application()
     ui.mount(app)
     app.router.add_get("/", ui._to_root)

@@ -26,12 +26,21 @@ def ui_base(db: Any) -> str | None:
     return f"{url}/ui/" if isinstance(url, str) and url.startswith("http://127.0.0.1:") else None
 
 
+def path_segment(value: Any) -> str:
+    """``value`` as one path segment, every reserved character escaped (``/``, ``%``, ``{``, ``?``, ``#``, spaces).
+
+    The UI's routes take any characters after ``sessions/`` and ``experiments/``, so an id
+    round-trips however it is spelled (except ``.`` and ``..``, which browsers resolve as paths).
+    """
+    return quote(str(value), safe="")
+
+
 def session_url(base: str, session_id: str) -> str:
-    return f"{base}sessions/{quote(session_id, safe='')}"
+    return f"{base}sessions/{path_segment(session_id)}"
 
 
 def experiment_url(base: str, name: str) -> str:
-    return f"{base}experiments/{quote(name, safe='')}"
+    return f"{base}experiments/{path_segment(name)}"
 
 
 def compare_url(base: str, a: str, b: str) -> str:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import jinja2
 
@@ -22,6 +22,7 @@ from ..report_text import clip_width, drop_reason_name, lang_of, pct, short_time
 from . import model
 from .conversation import Message, conversation
 from .filters import PAGE_SIZE, SORTS, SessionFilters
+from .links import path_segment
 from .queries import CompareRows, ExperimentRows, ListRows, OverviewRows, SessionRows
 from .words import t
 
@@ -88,7 +89,7 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(json=_json, num=_num, money=_money, ms=_ms, pct=pct, ago=_ago, clip=clip_width,
                        seconds=_seconds, pk=lambda v: "—" if v is None else PASS_K_FMT.format(float(v)),
-                       q=lambda v: quote(str(v), safe=""))
+                       q=path_segment)
     return env
 
 
@@ -174,7 +175,8 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None)
                    step_label=lambda st: model.step_label(steps, s.get("variant"), st, ctx.lang),
                    proof=model.outcome_proof(s, calls), drop_evidence=drop_evidence,
                    stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
-                   has_messages=has_messages, Message=Message, live=s.get("status") == "open")
+                   has_messages=has_messages, Message=Message, live=s.get("status") == "open",
+                   part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big)
 
 
 def experiments_page(rows: list[dict[str, Any]], ctx: Context) -> str:
@@ -215,7 +217,8 @@ def error_page(status: int, title: str, message: str, ctx: Context) -> str:
     return _render("error.html", ctx, status=status, title=title, message=message)
 
 
-def login_page(ctx: Context, next_url: str, bad: bool = False) -> str:
+def login_page(ctx: Context, next_url: str, bad: str | None = None) -> str:
+    """The sign-in form; ``bad`` names the word shown as its alert (``bad_token``, ``too_many``)."""
     return _render("login.html", ctx, next_url=next_url, bad=bad)
 
 

@@ -285,9 +285,36 @@ class SessionRows:
     case_run: Row | None
     judgments: list[Row]
     steps: list[Row]
+    part: int = 0  # which part of the payloads the rows carry (``page_payload_bytes`` each)
+    more_parts: bool = False  # a later part holds payloads
+    too_big: int = 0  # rows whose payload alone is over the budget: never on a page
 
 
-def session_detail(r: Reader, session_id: str) -> SessionRows | None:
+def payload_budget(limits: SqlSettings) -> int:
+    """Bytes of payload one part of a session page loads per kind; within what one query may return as JSON
+    (a part holds under twice the budget, and escaping JSON text as a JSON string at most doubles it)."""
+    return max(1, min(limits.page_payload_bytes, limits.max_result_bytes // 8))
+
+
+def _paged(select: str, payload: Sequence[str], order: str) -> str:
+    """``select`` with its ``payload`` columns kept only on the rows of part ``$part``, parts of about ``$budget``
+    bytes cut in ``order``; ``_part`` and ``_size`` say where each row's payload is. A row whose payload alone is
+    over the budget keeps none on any part (the page counts it, and ``agentfunnel sql`` reads it)."""
+    size = " + ".join(f"coalesce(strlen({c}::VARCHAR), 0)" for c in payload)
+    fits = "CASE WHEN _size <= $budget THEN _size ELSE 0 END"
+    kept = ", ".join(f"CASE WHEN _keep THEN {c} END AS {c}" for c in payload)
+    return (f"SELECT * REPLACE ({kept}) FROM (SELECT *, _size <= $budget AND _part = $part AS _keep FROM ("
+            f"SELECT *, ((sum({fits}) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) - {fits})::BIGINT // $budget)"
+            f" AS _part FROM (SELECT *, {size} AS _size FROM ({select})))) ORDER BY {order}")
+
+
+def _clipped(column: str, chars: int = 4096) -> str:
+    """A short text column as the page shows it: cut at ``chars`` with a visible mark (its payload is elsewhere)."""
+    return f"CASE WHEN strlen({column}) > {chars} THEN left({column}, {chars}) || ' […]' ELSE {column} END AS {column}"
+
+
+def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | None:
+    """A session's rows for its page; span, tool-call and log payloads in parts of ``payload_budget`` bytes."""
     s = r.one("SELECT * FROM sessions WHERE session_id = $id", {"id": session_id})
     if s is None:
         return None
@@ -304,27 +331,31 @@ def session_detail(r: Reader, session_id: str) -> SessionRows | None:
     bounds = {**tp, "id": session_id, "since": since or "1970-01-01", "until": until or "9999-12-31"}
     span_where = ("received_at >= $since::TIMESTAMP AND received_at <= $until::TIMESTAMP"
                   f" AND trace_id IN ({traces}) AND coalesce(session_id, $id) = $id")
-    spans = r.rows(
+    paging = {"budget": payload_budget(r.limits), "part": part}
+    spans = r.rows(_paged(
         "SELECT trace_id, span_id, parent_span_id, name, kind, start_time, end_time,"
-        " epoch_us(start_time) AS start_us, epoch_us(end_time) AS end_us, status_code, status_message,"
+        f" epoch_us(start_time) AS start_us, epoch_us(end_time) AS end_us, status_code, {_clipped('status_message')},"
         " service_name, dialect, attributes, events, resource_attributes FROM spans"
-        f" WHERE {span_where} ORDER BY start_time, span_id LIMIT $n", {**bounds, "n": MAX_SPANS}) if trace_ids else []
+        f" WHERE {span_where} ORDER BY start_time, span_id LIMIT $n", ("attributes", "events", "resource_attributes"),
+        "start_time, span_id"), {**bounds, **paging, "n": MAX_SPANS}) if trace_ids else []
     total = len(spans)
     if total >= MAX_SPANS:
         total = int(r.one(f"SELECT count(*) AS n FROM spans WHERE {span_where}", bounds)["n"])
     first, last = s.get("first_seen"), s.get("last_seen")
-    calls = r.rows(
-        "SELECT span_id, trace_id, tool_name, call_id, arguments, result, error, status_code, step, args_valid,"
+    calls = r.rows(_paged(
+        f"SELECT span_id, trace_id, tool_name, call_id, arguments, result, {_clipped('error')}, status_code, step,"
+        " args_valid,"
         f" start_time, duration_ms, server FROM tool_calls WHERE trace_id IN ({traces})"
         " AND start_time >= $first::TIMESTAMP - INTERVAL 1 DAY AND start_time <= $last::TIMESTAMP + INTERVAL 1 DAY"
-        " AND coalesce(session_id, $id) = $id ORDER BY start_time, span_id LIMIT $n",
-        {**tp, "id": session_id, "first": first or "1970-01-01", "last": last or "9999-12-31",
+        " AND coalesce(session_id, $id) = $id ORDER BY start_time, span_id LIMIT $n", ("arguments", "result"),
+        "start_time, span_id"),
+        {**tp, **paging, "id": session_id, "first": first or "1970-01-01", "last": last or "9999-12-31",
          "n": MAX_CALLS}) if trace_ids else []
-    logs = r.rows(
+    logs = r.rows(_paged(
         "SELECT trace_id, span_id, time, event_name, body, attributes FROM logs"
         " WHERE received_at >= $since::TIMESTAMP AND received_at <= $until::TIMESTAMP"
-        f" AND trace_id IN ({traces}) ORDER BY time LIMIT $n",
-        {**tp, "since": bounds["since"], "until": bounds["until"], "n": MAX_LOGS}
+        f" AND trace_id IN ({traces}) ORDER BY time LIMIT $n", ("body", "attributes"), "time"),
+        {**tp, **paging, "since": bounds["since"], "until": bounds["until"], "n": MAX_LOGS}
     ) if trace_ids and "logs" in have else []
     case_run = (r.one("SELECT * FROM case_runs WHERE session_id = $id", {"id": session_id})
                 if "case_runs" in have and s.get("case_id") else None)
@@ -333,7 +364,11 @@ def session_detail(r: Reader, session_id: str) -> SessionRows | None:
                  if "judgments" in have and s.get("case_id") else [])
     steps = r.rows("SELECT step, step_index, display_en, display_ja FROM funnel_steps WHERE variant = $v"
                    " ORDER BY step_index", {"v": s.get("variant")}) if "funnel_steps" in have else []
-    return SessionRows(s, spans, total, calls, logs, case_run, judgments, steps)
+    rows = [*spans, *calls, *logs]
+    budget = paging["budget"]
+    return SessionRows(s, spans, total, calls, logs, case_run, judgments, steps, part,
+                       more_parts=any(x["_part"] > part and x["_size"] <= budget for x in rows),
+                       too_big=sum(1 for x in rows if x["_size"] > budget))
 
 
 # ---------------------------------------------------------------------------- experiments

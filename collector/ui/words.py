@@ -54,8 +54,13 @@ WORDS: dict[str, dict[str, str]] = {
         "baseline": "A (baseline)", "candidate": "B (candidate)", "regressions": "Regressions",
         "no_regressions": "No case regressed.", "passing_a": "A passing run", "failing_b": "B failing run",
         "change": "Change", "all_cases": "All cases", "latency": "Latency", "gap": "Gap", "run_list": "Runs of this experiment",
-        "login": "Sign in", "token": "Bearer token", "login_note": "This server asks for its bearer token "
-        "(receivers.bearer_token). It is kept in a cookie for this site only.", "bad_token": "That token is not right.",
+        "login": "Sign in", "token": "Admin token", "login_note": "This server asks for its admin token "
+        "(admin.token; the agents' ingest token does not read data). It is kept in a cookie for this site only.",
+        "bad_token": "That token is not right.", "too_many": "Too many sign-in attempts; try again in a minute.",
+        "payload_part": "This session's payloads (span attributes and events, tool arguments and results, log bodies) "
+        "are more than one page holds: this page shows part {n} of them; spans and calls without theirs are in "
+        "another part.", "payload_too_big": "{n} payload(s) are too large for any page: read them with agentfunnel sql.",
+        "payload_more": "Next part", "payload_prev": "Previous part",
         "lang_other": "日本語", "kind": "Kind", "span": "Span", "start": "Start", "duration_ms": "ms",
         "experiment_col": "Experiment", "case_col": "Case", "passed_col": "Passed", "yes": "yes", "no": "no",
         "controls": "Negative controls: {abstained} of {controls} abstained correctly.",
@@ -113,8 +118,13 @@ WORDS: dict[str, dict[str, str]] = {
         "baseline": "A (基準)", "candidate": "B (候補)", "regressions": "悪化したケース",
         "no_regressions": "悪化したケースはありません。", "passing_a": "A の合格ラン", "failing_b": "B の不合格ラン",
         "change": "変化", "all_cases": "全ケース", "latency": "所要時間", "gap": "差", "run_list": "この実験のラン",
-        "login": "サインイン", "token": "ベアラートークン", "login_note": "このサーバーはベアラートークン "
-        "(receivers.bearer_token) を求めます。このサイト専用の Cookie に保存されます。", "bad_token": "トークンが違います。",
+        "login": "サインイン", "token": "管理トークン", "login_note": "このサーバーは管理トークン "
+        "(admin.token。エージェントのインジェスト用トークンではデータを読めません) を求めます。このサイト専用の Cookie に保存されます。",
+        "bad_token": "トークンが違います。", "too_many": "サインインの試行が多すぎます。1 分後にもう一度お試しください。",
+        "payload_part": "このセッションのペイロード (スパンの属性とイベント、ツールの引数と結果、ログ本文) は 1 ページに収まりません。"
+        "このページはその {n} 番目の部分を表示しています。表示されていないスパンや呼び出しのペイロードは別の部分にあります。",
+        "payload_too_big": "{n} 件のペイロードはどのページにも収まりません。agentfunnel sql で読んでください。",
+        "payload_more": "次の部分", "payload_prev": "前の部分",
         "lang_other": "English", "kind": "種類", "span": "スパン", "start": "開始", "duration_ms": "ms",
         "experiment_col": "実験", "case_col": "ケース", "passed_col": "合格", "yes": "はい", "no": "いいえ",
         "controls": "ネガティブコントロール: {controls} 件中 {abstained} 件が正しく見送り。",
