@@ -95,6 +95,7 @@ class SpanBatch:
     links: list[str | None] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # AnyValues that were bytes (base64 text now); None: not counted, maybe some
     prepared: Any = None  # the session stage's views and records of these rows (``held.prepare``), made once
     # Python views for the semconv stage (not stored as such): kept by ``add``, which has the
     # values at hand, or None until first read when the rows came as JSON columns.
@@ -240,6 +241,7 @@ class LogBatch:
     body_value: list[Any] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # as SpanBatch's
 
     def __len__(self) -> int:
         return len(self.record_id)

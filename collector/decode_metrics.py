@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from .batches import ResourceContext
 from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, InValue,
+                          counts_bytes_values,
                           JsonShapeError, JsonValueError, as_int, json_attrs, json_field, json_id, json_list, json_obj,
                           json_ranged, json_refusal, json_resource, json_scope, json_str, json_time, load_json,
                           not_a_request, pb_attrs, pb_resource, shape_error, show_value)
@@ -71,6 +72,7 @@ def _pb_values(kind: str, p: Any) -> dict[str, Any]:
     return out
 
 
+@counts_bytes_values
 def decode_metrics_protobuf(body: bytes) -> MetricBatch:
     """Decode an ExportMetricsServiceRequest."""
     try:
@@ -299,6 +301,7 @@ def metrics_from_json_doc(doc: dict[str, Any], batch: MetricBatch, max_value_dep
         raise json_refusal(exc) from None
 
 
+@counts_bytes_values
 def decode_metrics_json(body: bytes, max_value_depth: int | None = None) -> MetricBatch:
     """Decode an OTLP/JSON ExportMetricsServiceRequest."""
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth

@@ -153,6 +153,7 @@ class MetricBatch:
     columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _BATCH_COLUMNS})
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # as SpanBatch's
 
     def __len__(self) -> int:
         return len(self.columns["point_id"])
