@@ -345,6 +345,7 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
 
 
 DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
+BUCKET_BYTES = 48  # a decoded metric bucket count or bound: protobuf's slot, a Python int and list slot, Arrow's value
 
 
 def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
@@ -353,6 +354,6 @@ def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
     A request is admitted again at this size once decoded (a small protobuf body of many spans
     costs several times its bytes as Python objects, and admission by body bytes alone let a
     flood of such bodies grow the process without ever pushing back), and a committed batch
-    waits to be prepared at this size.
+    waits to be prepared at this size. A metric point's buckets count too (``MetricBatch.buckets``).
     """
-    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch)
+    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch) + BUCKET_BYTES * getattr(batch, "buckets", 0)
