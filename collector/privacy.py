@@ -13,9 +13,10 @@ so a user id stays joinable), content keys dropped or stripped to their structur
 ``capture_content`` is off, and every remaining string value (nested ones, JSON held in strings,
 log bodies, span names and status messages, metric names, descriptions and units too) run through the
 user's patterns, then the built-in detectors. JSON held in a string is scrubbed as what it decodes to
-(its ``\\u`` escapes undone); an integer that is a valid card number (13 to 19 digits, Luhn) is
-replaced like one written as text; a bytes value (base64 text once decoded) that decodes to UTF-8
-text is scrubbed as that text and encoded again. Other numbers and keys are left as they are.
+(its ``\\u`` escapes undone, as are those of a plain text that matches once they are); an integer
+that is a valid card number (13 to 19 digits, Luhn) is replaced like one written as text; a bytes
+value (base64 text once decoded) that decodes to UTF-8 text is scrubbed as that text and encoded
+again. Other numbers and keys are left as they are.
 
 Cost: off, nothing (the pipeline holds no redactor). On, a batch's texts are searched at once for
 each detector's hints (``_scan``: one C search per hint over the joined texts, never missing a
@@ -181,6 +182,12 @@ BYTES = Detector("bytes", re.compile(r"(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}=
                  raw=(re.compile(rb'"(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"'),), shortest=8)
 
 _CARD_DETECTOR = DETECTORS["payment_card"]
+_U_ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = int(m.group(1), 16)
+    return m.group() if 0xD800 <= code < 0xE000 else chr(code)  # a lone surrogate is no character to match
 
 
 def _base64_text(value: str) -> str | None:
@@ -432,6 +439,14 @@ class Redactor:
                     return value
                 counts.update(found)
                 return json.dumps(scrubbed, ensure_ascii=False)
+        if "\\u" in value:  # escapes written in plain text (a unit, a repr of JSON): scrubbed as what they spell
+            unescaped = _U_ESCAPE.sub(_unescape, value)
+            if unescaped != value:
+                hits: Counter[str] = Counter()
+                scrubbed = self.text(unescaped, hits, active)
+                if hits:
+                    counts.update(hits)
+                    return scrubbed
         for label, pattern, replacement in self.patterns:
             value, n = pattern.subn(replacement, value)
             if n:

@@ -146,6 +146,12 @@ def test_json_escapes_do_not_hide_an_email_or_a_key():
         "gen_ai.tool.call.result": '["[redacted:api_key]"]'}
 
 
+def test_escapes_in_plain_text_do_not_hide_a_match_and_stay_when_nothing_matches():
+    assert redact_text("unit {\\u0073k-ant-api03-abcdefghijklmnopqrstuvwxyz} of bob\\u0040example.com") == (
+        "unit {[redacted:api_key]} of [redacted:email]")
+    assert redact_text("caf\\u00e9 \\ud83d") == "caf\\u00e9 \\ud83d"
+
+
 def test_an_integer_card_number_is_redacted_and_other_integers_stay():
     batch = _one_span_batch({"card": 4111111111111111, "amex": [378282246310005], "tokens": 1234567890123456,
                              "big": 9223372036854775807, "n": 7})
