@@ -100,14 +100,22 @@ def _fields(buf: bytes, start: int, end: int) -> Any:
     pos = start
     while pos < end:
         at = pos
-        key, pos = _varint(buf, pos, end)
+        key = buf[pos]  # one byte for field numbers below 16, as nearly all are
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos, end)
         wire = key & 7
-        if wire == 0:
+        if wire == 2:
+            n = buf[pos] if pos < end else 0x80
+            if n < 0x80:
+                vs = pos + 1
+            else:
+                n, vs = _varint(buf, pos, end)
+            pos = vs + n
+        elif wire == 0:
             _, pos = _varint(buf, pos, end)
             vs = at
-        elif wire == 2:
-            n, vs = _varint(buf, pos, end)
-            pos = vs + n
         elif wire == 1 or wire == 5:
             vs = pos
             pos += 8 if wire == 1 else 4
@@ -143,7 +151,7 @@ _DATA_FIELDS = {5: "gauge", 7: "sum", 9: "histogram", 10: "exponentialHistogram"
 
 
 def _point_lists(buf: bytes, vs: int, ve: int, lists: dict[int, tuple[str, int | None]]) -> dict[str, int]:
-    counts: Counter[str] = Counter()
+    counts: dict[str, int] = {}
     for fn, wire, s, e, _ in _fields(buf, vs, ve):
         spec = lists.get(fn)
         if spec is None:
@@ -153,11 +161,9 @@ def _point_lists(buf: bytes, vs: int, ve: int, lists: dict[int, tuple[str, int |
             if wire == 2:
                 for bfn, bwire, bs, be, _ in _fields(buf, s, e):
                     if bfn == 2:
-                        counts[name] += _count(buf, bwire, bs, be, 0)
-        elif name == "quantileValues":
-            counts[name] += 1
+                        counts[name] = counts.get(name, 0) + _count(buf, bwire, bs, be, 0)
         else:
-            counts[name] += _count(buf, wire, s, e, width)
+            counts[name] = counts.get(name, 0) + (1 if name == "quantileValues" else _count(buf, wire, s, e, width))
     return counts
 
 
@@ -171,7 +177,7 @@ def metric_shape(body: bytes, limits: MetricLimits) -> MetricShape | None:
             for si, (_, _, svs, sve, _) in enumerate(_messages(body, rvs, rve, 2)):
                 for mi, (_, _, mvs, mve, _) in enumerate(_messages(body, svs, sve, 2)):
                     seen: list[tuple[int, int, tuple[str, str] | None, int]] = []  # (data field, point, why, where)
-                    next_point: Counter[int] = Counter()  # upb merges repeated occurrences of one data field
+                    next_point: dict[int, int] = {}  # upb merges repeated occurrences of one data field
                     last = 0  # the Metric's data is a oneof: the last kind sent is the one decoded
                     for dfn, dwire, dvs, dve, _ in _fields(body, mvs, mve):
                         if dfn not in _DATA_FIELDS or dwire != 2:
@@ -179,12 +185,15 @@ def metric_shape(body: bytes, limits: MetricLimits) -> MetricShape | None:
                         last = dfn
                         lists = _BUCKET_FIELDS.get(dfn)
                         for _, _, pvs, pve, pat in _messages(body, dvs, dve, 1):
-                            pi = next_point[dfn]
-                            next_point[dfn] += 1
+                            pi = next_point.get(dfn, 0)
+                            next_point[dfn] = pi + 1
                             shape.points += 1
-                            counts = _point_lists(body, pvs, pve, lists) if lists else {}
-                            name, longest = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
-                            buckets = sum(counts.values())
+                            name, longest, buckets = "", 0, 0
+                            if lists:
+                                counts = _point_lists(body, pvs, pve, lists)
+                                if counts:
+                                    name = max(counts, key=counts.__getitem__)
+                                    longest, buckets = counts[name], sum(counts.values())
                             cost = DECODED_ROW_BYTES + BUCKET_BYTES * buckets
                             why = None
                             if longest > limits.buckets:
