@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,10 +69,6 @@ class MetricShape:
     def decoded_cost(self, body_bytes: int) -> int:
         """What the kept points will hold decoded (``batches.decoded_cost``'s estimate, buckets included)."""
         return body_bytes + DECODED_ROW_BYTES * (self.points - self.refusals) + BUCKET_BYTES * self.buckets
-
-    def counts(self) -> Counter[str]:
-        """Refused points by reason (the ``metric_points_rejected`` labels)."""
-        return Counter(reason for reason, _ in self.refused.values())
 
 
 class _Malformed(Exception):
@@ -203,8 +198,8 @@ def metric_shape(body: bytes, limits: MetricLimits) -> MetricShape | None:
                                 why = ("too_many_points", f"the request has more than receivers.max_metric_points "
                                        f"({limits.points}) data points; the rest are refused")
                             elif limits.decoded_bytes is not None and kept_cost + cost > limits.decoded_bytes:
-                                why = ("decoded_bytes", f"the request decodes to more than receivers."
-                                       f"max_bytes_in_flight ({limits.decoded_bytes} bytes); the rest are refused")
+                                why = ("decoded_bytes", "with it the request decodes to more than receivers."
+                                       f"max_bytes_in_flight ({limits.decoded_bytes} bytes); the data point is refused")
                             if why is not None:
                                 shape.refusals += 1
                                 shape.targets.append(pat)
@@ -549,7 +544,8 @@ def metrics_from_json_doc(doc: dict[str, Any], batch: MetricBatch, max_value_dep
 
 
 @counts_bytes_values
-def decode_metrics_json(body: bytes, max_value_depth: int | None = None, limits: MetricLimits | None = None) -> MetricBatch:
+def decode_metrics_json(body: bytes, max_value_depth: int | None = None,
+                        limits: MetricLimits | None = None) -> MetricBatch:
     """Decode an OTLP/JSON ExportMetricsServiceRequest; points past ``limits`` are refused before they are read."""
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth
     batch = MetricBatch(payload_bytes=len(body))

@@ -36,7 +36,8 @@ from agentfunnel.collector.batches import ResourceContext
 from agentfunnel.collector.config import StoreSettings
 from agentfunnel.collector.otlp_values import NestingTooDeep
 from agentfunnel.collector.batches import BUCKET_BYTES, DECODED_ROW_BYTES, decoded_cost
-from agentfunnel.collector.decode_metrics import MetricLimits, decode_metrics_json, decode_metrics_protobuf, metric_shape
+from agentfunnel.collector.decode_metrics import (MetricLimits, decode_metrics_json, decode_metrics_protobuf,
+                                                  metric_shape)
 from agentfunnel.collector.pipeline import Admission, Pipeline
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.collector.metric_batches import (METRIC_COLUMNS, MetricBatch, MetricHeader, bound_metric_values,
@@ -347,7 +348,8 @@ LIMITS = MetricLimits(buckets=4096, points=100_000, decoded_bytes=96 << 20)
 
 def _pipeline(limits: MetricLimits = LIMITS) -> tuple[Pipeline, Metrics]:
     metrics = Metrics()
-    return Pipeline(None, metrics, Admission(1 << 30, 1, metrics), metric_limits=limits), metrics  # type: ignore[arg-type]
+    store = None  # decode only: nothing is submitted
+    return Pipeline(store, metrics, Admission(1 << 30, 1, metrics), metric_limits=limits), metrics  # type: ignore
 
 
 def _bomb(zeros: int) -> list[dict[str, Any]]:

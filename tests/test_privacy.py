@@ -24,6 +24,7 @@ from agentfunnel.collector.wire import _wire
 from otlp_build import trace_request
 
 ALL = sorted(DETECTORS)
+DECODERS = [decode_traces_protobuf_reference] + ([decode_traces_protobuf_wire] if _wire else [])
 
 
 def redact_text(text: str, **settings) -> str:
@@ -162,12 +163,12 @@ def test_an_integer_card_number_is_redacted_and_other_integers_stay():
     assert Redactor(PrivacySettings(detectors=["email"])).redact(_one_span_batch({"card": 4111111111111111})) == 0
 
 
-@pytest.mark.parametrize("decoder", [decode_traces_protobuf_reference] + ([decode_traces_protobuf_wire] if _wire else []))
+@pytest.mark.parametrize("decoder", DECODERS)
 def test_a_bytes_value_holding_a_key_is_redacted_and_stays_bytes(decoder):
     key = b"token sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345 for bob@example.com"
     binary = bytes(range(200, 256))  # not UTF-8: left as it is
-    body = trace_request([{"attributes": {"secret": key, "blob": binary, "nested": {"b": [key]}, "id": "c2stYW50LWFwaQ=="}}],
-                         resource={"service.name": "svc", "r": key}).SerializeToString()
+    attrs = {"secret": key, "blob": binary, "nested": {"b": [key]}, "id": "c2stYW50LWFwaQ=="}
+    body = trace_request([{"attributes": attrs}], resource={"service.name": "svc", "r": key}).SerializeToString()
     batch = decoder(body)
     assert batch.bytes_values
     Redactor(PrivacySettings(detectors=ALL)).redact(batch)
