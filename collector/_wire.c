@@ -217,6 +217,7 @@ typedef struct {
     PyObject *kinds, *codes; /* tuples of str, borrowed */
     Py_ssize_t reject_count, reject_limit;
     PyObject *rejects;       /* list of (where, why) */
+    Py_ssize_t bytes_values; /* bytes AnyValues met (made base64 text): redaction decodes them only when some are */
 } Ctx;
 
 static int fail(Ctx *c, const uint8_t *at, const char *fmt, ...) {
@@ -829,6 +830,7 @@ static int any_feed(Ctx *c, Buf *b, AnyState *a, const uint8_t *p, const uint8_t
             any_set(c, b, a, V_BYTES);
             a->s = s;
             a->slen = n;
+            c->bytes_values++;
             TRY(emit_base64(b, s, n));
             break;
         case TAG(8, WT_VARINT):
@@ -1554,10 +1556,11 @@ static void ctx_free(Ctx *c) {
 }
 
 PyDoc_STRVAR(decode_traces_doc,
-"decode_traces(body, kinds, codes, reject_limit) -> (columns, rejected_count, rejected)\n\n"
+"decode_traces(body, kinds, codes, reject_limit) -> (columns, rejected_count, rejected, bytes_values)\n\n"
 "Decode an OTLP ExportTraceServiceRequest. columns is a tuple of lists in COLUMNS order;\n"
 "kinds and codes are the tuples of names for SpanKind and StatusCode values (a value outside\n"
-"them rejects the span); rejected lists (where, why) for the first reject_limit rejected spans.\n"
+"them rejects the span); rejected lists (where, why) for the first reject_limit rejected spans;\n"
+"bytes_values is nonzero when some AnyValue was bytes (written as base64 text).\n"
 "Raises DecodeError for a body that is not a valid request.");
 
 static PyObject *decode_traces(PyObject *self, PyObject *args) {
@@ -1593,7 +1596,7 @@ static PyObject *decode_traces(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(cols, k, list);
     }
     c.nrows = 0;
-    result = Py_BuildValue("(NnO)", cols, c.reject_count, c.rejects);
+    result = Py_BuildValue("(NnOn)", cols, c.reject_count, c.rejects, c.bytes_values);
 done:
     ctx_free(&c);
     PyBuffer_Release(&view);

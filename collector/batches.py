@@ -95,6 +95,7 @@ class SpanBatch:
     links: list[str | None] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # AnyValues that were bytes (base64 text now); None: not counted, maybe some
     prepared: Any = None  # the session stage's views and records of these rows (``held.prepare``), made once
     # Python views for the semconv stage (not stored as such): kept by ``add``, which has the
     # values at hand, or None until first read when the rows came as JSON columns.
@@ -240,6 +241,7 @@ class LogBatch:
     body_value: list[Any] = field(default_factory=list)
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # as SpanBatch's
 
     def __len__(self) -> int:
         return len(self.record_id)
@@ -343,6 +345,7 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
 
 
 DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
+BUCKET_BYTES = 48  # a decoded metric bucket count or bound: protobuf's slot, a Python int and list slot, Arrow's value
 
 
 def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
@@ -351,6 +354,6 @@ def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
     A request is admitted again at this size once decoded (a small protobuf body of many spans
     costs several times its bytes as Python objects, and admission by body bytes alone let a
     flood of such bodies grow the process without ever pushing back), and a committed batch
-    waits to be prepared at this size.
+    waits to be prepared at this size. A metric point's buckets count too (``MetricBatch.buckets``).
     """
-    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch)
+    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch) + BUCKET_BYTES * getattr(batch, "buckets", 0)

@@ -68,8 +68,18 @@ class ReceiverSettings(_Model):
         "OTLP/protobuf can carry (its decoders stop at 100 nested messages), so what is accepted can be forwarded; "
         "at most 200, within what JSON parsing allows.")
     max_bytes_in_flight: int = Field(
-        96 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed."
+        96 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed, at what they "
+        "decode to once decoded (metrics: counted on the wire before they are; a request's data points past it are "
+        "refused, counted in metric_points_rejected as decoded_bytes)."
     )
+    max_metric_buckets: int = Field(
+        4096, gt=0, description="Values one list of a metric data point may hold (a histogram's bucket counts or "
+        "bounds, an exponential histogram's positive or negative bucket counts, a summary's quantiles); a point with "
+        "a longer one is refused undecoded (partial success naming it), counted in metric_points_rejected as "
+        "too_many_buckets. OTel SDKs send at most 160 per side (exponential histograms' max_size).")
+    max_metric_points: int = Field(
+        100_000, gt=0, description="Data points one metrics request may carry; the rest are refused (partial "
+        "success), counted in metric_points_rejected as too_many_points.")
     retry_after_seconds: float = Field(1.0, ge=0, description="Delay suggested to clients when pushing back.")
     header_timeout_seconds: float = Field(
         10.0, gt=0, description="A new connection must send its first request's headers within this long (HTTP; "

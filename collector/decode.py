@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from .batches import MAX_REJECT_MESSAGES, SPAN_KINDS, STATUS_CODES, LogBatch, SpanBatch
 from .errors import PermanentError
 from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, UINT32_MAX, InValue, JsonShapeError,
+                          counts_bytes_values,
                           JsonValueError, json_any, json_attrs, json_field, json_id, json_int, json_list, json_obj,
                           json_ranged, json_refusal, json_resource, json_scope, json_str, json_time, load_json,
                           not_a_request, pb_any, pb_attrs, pb_resource, shape_error, show_value)
@@ -52,15 +53,18 @@ def decode_traces_protobuf_wire(body: bytes) -> SpanBatch:
     if _wire is None:
         raise RuntimeError("agentfunnel.collector._wire is not built (reinstall with a C compiler)")
     try:
-        columns, rejected, first = _wire.decode_traces(body, SPAN_KINDS, STATUS_CODES, MAX_REJECT_MESSAGES)
+        columns, rejected, first, bytes_values = _wire.decode_traces(body, SPAN_KINDS, STATUS_CODES,
+                                                                     MAX_REJECT_MESSAGES)
     except _wire.DecodeError as exc:
         raise _not_a_trace_request(body, exc) from None
     batch = SpanBatch.from_columns(columns, payload_bytes=len(body))
+    batch.bytes_values = bytes_values
     if rejected:
         batch.rejected.extend(rejected, first)
     return batch
 
 
+@counts_bytes_values
 def decode_traces_protobuf_reference(body: bytes) -> SpanBatch:
     """Decode with the protobuf classes (upb): the reference for the compiled decoder."""
     try:
@@ -94,6 +98,7 @@ def decode_traces_protobuf_reference(body: bytes) -> SpanBatch:
     return batch
 
 
+@counts_bytes_values
 def decode_logs_protobuf(body: bytes) -> LogBatch:
     """Decode an ExportLogsServiceRequest."""
     try:
@@ -247,6 +252,7 @@ def logs_from_json_doc(doc: dict[str, Any], batch: LogBatch, max_value_depth: in
         raise json_refusal(exc) from None
 
 
+@counts_bytes_values
 def decode_traces_json(body: bytes, max_value_depth: int | None = None) -> SpanBatch:
     """Decode an OTLP/JSON ExportTraceServiceRequest."""
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth
@@ -255,6 +261,7 @@ def decode_traces_json(body: bytes, max_value_depth: int | None = None) -> SpanB
     return batch
 
 
+@counts_bytes_values
 def decode_logs_json(body: bytes, max_value_depth: int | None = None) -> LogBatch:
     """Decode an OTLP/JSON ExportLogsServiceRequest."""
     limit = DEFAULT_MAX_VALUE_DEPTH if max_value_depth is None else max_value_depth

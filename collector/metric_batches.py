@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,9 +154,17 @@ class MetricBatch:
     columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _BATCH_COLUMNS})
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
+    bytes_values: int | None = None  # as SpanBatch's
+    buckets: int = 0  # values in the points' lists (bucket counts, bounds, quantiles): what they cost decoded
+    refusals: Counter[str] = field(default_factory=Counter)  # points refused by a limit, by reason (the rest: invalid)
 
     def __len__(self) -> int:
         return len(self.columns["point_id"])
+
+    def refuse(self, where: str, reason: str, why: str) -> None:
+        """A data point refused by a limit (``decode_metrics.MetricLimits``), counted by ``reason``."""
+        self.rejected.add(where, why)
+        self.refusals[reason] += 1
 
     @property
     def point_id(self) -> list[str]:
@@ -198,7 +207,10 @@ class MetricBatch:
         row["start_time"].append(start_ns or None)
         row["time"].append(time_ns or None)
         for name in POINT_VALUE_COLUMNS:
-            row[name].append(values.get(name))
+            value = values.get(name)
+            row[name].append(value)
+            if type(value) is list:
+                self.buckets += len(value)
         row["exemplars"].append(stored_exemplars or None)
         row["flags"].append(flags)
         row["attributes"].append(attrs_json)

@@ -8,10 +8,13 @@ one reading whatever it carries.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import sys
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .batches import ResourceContext
 from .errors import PermanentError
@@ -22,6 +25,31 @@ class NestingTooDeep(PermanentError):
     what parsing allows, protobuf past the decoders' 100 levels. 400 / INVALID_ARGUMENT, counted as too_deep."""
 
     reason = "too_deep"
+
+
+# ---------------------------------------------------------------------------- bytes values
+
+
+class _BytesSeen(threading.local):
+    n = 0  # bytes AnyValues decoded (made base64 text) by this thread's decoder since it started
+
+
+_BYTES_SEEN = _BytesSeen()
+D = TypeVar("D", bound=Callable[..., Any])
+
+
+def counts_bytes_values(decode: D) -> D:
+    """A decoder whose batch says how many bytes values it holds (``bytes_values``): redaction decodes the base64
+    text they became only in a batch that has some."""
+
+    @functools.wraps(decode)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _BYTES_SEEN.n = 0
+        batch = decode(*args, **kwargs)
+        batch.bytes_values = _BYTES_SEEN.n
+        return batch
+
+    return wrapper  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- protobuf
@@ -43,6 +71,7 @@ def pb_any(value: Any) -> Any:
     if kind == "kvlist_value":
         return {kv.key: pb_any(kv.value) for kv in value.kvlist_value.values}
     if kind == "bytes_value":
+        _BYTES_SEEN.n += 1
         return base64.b64encode(value.bytes_value).decode()
     return None
 
@@ -288,6 +317,7 @@ def json_any(value: Any, depth: int) -> Any:
         return json_attrs(kvlist.get("values"), ".kvlistValue.values", depth - 1, nested=True)
     if "bytesValue" in value:
         raw = value["bytesValue"]  # already base64, as we store bytes
+        _BYTES_SEEN.n += 1
         if isinstance(raw, str) or raw is None:
             return raw or ""
         raise InValue(JsonShapeError, f"must be a base64 string, got {show_value(raw)}").at(".bytesValue")

@@ -17,7 +17,7 @@ from typing import Literal
 
 from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
-from .decode_metrics import decode_metrics_json, decode_metrics_protobuf
+from .decode_metrics import MetricLimits, MetricShape, decode_metrics_json, decode_metrics_protobuf, metric_shape
 from .errors import CommitsBehind, IngestError, Saturated
 from .metric_batches import MetricBatch, bound_metric_values
 from .privacy import Redactor
@@ -157,8 +157,9 @@ class Pipeline:
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
                  on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
                  max_value_bytes: int | None = None, max_value_depth: int | None = None,
-                 redactor: Redactor | None = None) -> None:
+                 redactor: Redactor | None = None, metric_limits: MetricLimits | None = None) -> None:
         self.store = store
+        self.metric_limits = metric_limits  # what a metrics request's points may hold, checked before they decode
         self.redactor = redactor  # privacy: applied to every batch before it is stored (and so judged, forwarded)
         self.max_value_bytes = max_value_bytes
         self.max_value_depth = max_value_depth  # OTLP/JSON nesting (protobuf has its decoders' own bound)
@@ -166,9 +167,24 @@ class Pipeline:
         self.admission = admission
         self.on_committed = on_committed
 
-    def decode(self, signal: Signal, encoding: Encoding, body: bytes) -> Batch:
-        """Decode a body; raises PermanentError for one that is not OTLP."""
-        if encoding == "json":
+    def measure(self, signal: Signal, encoding: Encoding, body: bytes) -> MetricShape | None:
+        """A protobuf metrics request counted on the wire, nothing decoded: its points past ``metric_limits``
+        named, and what the others will cost decoded, which the receivers admit before decoding them (so a
+        small body that decodes huge is pushed back first). None for other requests, or a malformed one."""
+        if signal != "metrics" or encoding != "protobuf" or self.metric_limits is None:
+            return None
+        return metric_shape(body, self.metric_limits)
+
+    def decode(self, signal: Signal, encoding: Encoding, body: bytes, shape: MetricShape | None = None) -> Batch:
+        """Decode a body; raises PermanentError for one that is not OTLP. Metrics: points past ``metric_limits``
+        are refused before they are decoded (``shape``: what ``measure`` found, measured here when not given)."""
+        limits = self.metric_limits
+        if signal == "metrics" and limits is not None:
+            if encoding == "json":
+                batch: Batch = decode_metrics_json(body, self.max_value_depth, limits)
+            else:
+                batch = decode_metrics_protobuf(body, shape if shape is not None else metric_shape(body, limits))
+        elif encoding == "json":
             batch = DECODERS[(signal, encoding)](body, max_value_depth=self.max_value_depth)  # type: ignore[call-arg]
         else:
             batch = DECODERS[(signal, encoding)](body)
@@ -180,8 +196,11 @@ class Pipeline:
                 self.metrics.inc("values_truncated", cut)
         kind = ITEM_KINDS[signal]
         self.metrics.inc(f"{kind}_received", len(batch) + batch.rejected.count)
-        if batch.rejected.count:
-            self.metrics.inc(f"{kind}_rejected", batch.rejected.count, label="invalid")
+        refusals = batch.refusals if isinstance(batch, MetricBatch) else {}
+        for reason, n in refusals.items():
+            self.metrics.inc(f"{kind}_rejected", n, label=reason)
+        if invalid := batch.rejected.count - sum(refusals.values()):
+            self.metrics.inc(f"{kind}_rejected", invalid, label="invalid")
         return batch
 
     def submit(self, batch: Batch, receiver: str) -> Future:

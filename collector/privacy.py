@@ -11,18 +11,26 @@ What it does to each attribute map (span, resource, event, link, log record, met
 ``drop_keys`` are removed, ``hash_keys`` replaced by an HMAC-SHA256 of their value (truncated hex,
 so a user id stays joinable), content keys dropped or stripped to their structure when
 ``capture_content`` is off, and every remaining string value (nested ones, JSON held in strings,
-log bodies, span names and status messages too) run through the user's patterns, then the built-in
-detectors. Numbers and keys are left as they are.
+log bodies, span names and status messages, metric names, descriptions and units too) run through the
+user's patterns, then the built-in detectors. JSON held in a string is scrubbed as what it decodes to
+(its ``\\u`` escapes undone, as are those of a plain text that matches once they are); an integer
+that is a valid card number (13 to 19 digits, Luhn) is replaced like one written as text; a bytes
+value (base64 text once decoded) that decodes to UTF-8 text is scrubbed as that text and encoded
+again. Other numbers and keys are left as they are.
 
 Cost: off, nothing (the pipeline holds no redactor). On, a batch's texts are searched at once for
 each detector's hints (``_scan``: one C search per hint over the joined texts, never missing a
 match) and for the key rules' ``"key":``; only a text with a hint is parsed, scrubbed by the
-detectors it hinted at, and dumped again when something changed. Without content capture, or with
+detectors it hinted at, and dumped again when something changed. A ``\\u`` escape (which may spell
+any character of a match) calls every detector; base64 text is looked for only in a batch whose
+decoder met bytes values. Without content capture, or with
 user patterns (which have no hints), every text is parsed. ``bench/redaction.py`` measures it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -56,6 +64,11 @@ def luhn_ok(digits: str) -> bool:
 def _card(match: str) -> bool:
     digits = match.replace(" ", "").replace("-", "")
     return 13 <= len(digits) <= 19 and len(set(digits)) > 1 and luhn_ok(digits)
+
+
+def _card_int(value: int) -> bool:
+    """An integer written where a card number was: 13 to 19 digits passing the card checks."""
+    return 10**12 <= value < 10**19 and _card(str(value))
 
 
 # ISO 13616 lengths of the countries that issue IBANs (a candidate from elsewhere is left alone).
@@ -99,8 +112,9 @@ def _ip(match: str) -> bool:
 # Each detector has a pattern, run on decoded strings, and hints: substrings of which a text holding
 # a match must contain one, searched over a whole batch at once (``Redactor._scan``) in the raw UTF-8
 # text or in its shape (``SHAPE``: digits 0, capitals A, separators folded). A match consists of
-# characters JSON never escapes, so it is in the escaped text as it is in the string, and so are its
-# hints: a hint never misses, and only the texts it finds are parsed.
+# characters the store's JSON never escapes, so it is in the column's text as it is in the string, and
+# so are its hints. JSON the client wrote inside a string may escape any character (``bob\u0040x.io``),
+# and is scrubbed as what it decodes to: a ``\u`` in a text (``ESCAPED``) calls every detector.
 
 _SHAPE = bytearray(range(256))
 for _c in b"0123456789":
@@ -160,6 +174,31 @@ DETECTORS: dict[str, Detector] = {d.name: d for d in (
              valid=_ip, shortest=3),
 )}
 assert set(DETECTORS) == set(get_args(DetectorName)), "config.DetectorName and DETECTORS name the same detectors"
+
+ESCAPED = Detector("escaped", re.compile(r"\\u"), raw=(b"\\u",))  # a hint that calls every detector
+# Bytes values, which decoders write as base64 text: a quoted run of base64 long enough to hold a match
+# (8 characters: 6 bytes, the shortest email). Looked for only in a batch that holds bytes values.
+BYTES = Detector("bytes", re.compile(r"(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"),
+                 raw=(re.compile(rb'"(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"'),), shortest=8)
+
+_CARD_DETECTOR = DETECTORS["payment_card"]
+_U_ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = int(m.group(1), 16)
+    return m.group() if 0xD800 <= code < 0xE000 else chr(code)  # a lone surrogate is no character to match
+
+
+def _base64_text(value: str) -> str | None:
+    """The UTF-8 text a base64 string (a bytes value) encodes; None when it is not one, or not text."""
+    if len(value) < BYTES.shortest or len(value) % 4 or BYTES.pattern.fullmatch(value) is None:
+        return None
+    try:
+        return base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
 
 # ---------------------------------------------------------------------------- content keys
 # Where instrumentations put message content and tool payloads, per convention (the names the
@@ -309,16 +348,20 @@ class Redactor:
         self._raw: list[tuple[Hint, Detector | None]] = [(n, None) for n in key_needles]
         self._raw += [(r.regex, None) for r in (self.drop, self.hash) if r.regex is not None]
         self._raw += [(h, d) for d in self.detectors for h in d.raw]
+        if self.detectors:
+            self._raw.append((ESCAPED.raw[0], ESCAPED))
         self._shaped: list[tuple[Hint, Detector | None]] = [(h, d) for d in self.detectors for h in d.shaped]
 
     # ------------------------------------------------------------------ hints
-    def _scan(self, texts: list[str | None]) -> dict[int, Active]:
+    def _scan(self, texts: list[str | None], bytes_values: int | None = 0) -> dict[int, Active]:
         """The rows of ``texts`` that may need redacting, with the detectors their hints call for.
 
         All rows are searched at once: joined into one text, each hint is looked for with one C
         search over it, and a hit is mapped back to its row (and the search resumes at the next).
         Without content capture, or with user patterns, every row is looked at (the hints still say
-        which detectors each needs).
+        which detectors each needs). With ``bytes_values`` (0: the batch has none; None: not known),
+        base64 text is looked for too: a row holding some is scrubbed by every detector, its base64
+        strings decoded (``BYTES`` ends its active detectors).
         """
         if not texts:
             return {}
@@ -349,16 +392,25 @@ class Redactor:
 
         for needle, what in self._raw:
             hits(raw, needle, what)
+        if bytes_values != 0 and self.detectors:
+            hits(raw, BYTES.raw[0], BYTES)  # type: ignore[arg-type]
         if self._shaped:
             shaped = raw.translate(SHAPE)
             for needle, what in self._shaped:
                 hits(shaped, needle, what)
-        hinted = {row: tuple(d for d in self.detectors if d in kinds) for row, kinds in found.items()}
+        hinted = {row: self._active(kinds) for row, kinds in found.items()}
         if self._every_row:
             for i, t in enumerate(texts):
                 if t:
                     hinted.setdefault(i, KEYS_ONLY)
         return hinted
+
+    def _active(self, kinds: set[Detector | None]) -> Active:
+        if BYTES in kinds:
+            return (*self.detectors, BYTES)
+        if ESCAPED in kinds:
+            return self.detectors
+        return tuple(d for d in self.detectors if d in kinds)
 
     # ------------------------------------------------------------------ values
     def hash_value(self, value: Any) -> str:
@@ -369,6 +421,12 @@ class Redactor:
     def text(self, value: str, counts: Counter[str], active: Active | None = None) -> str:
         """A string scrubbed: JSON it holds as what it holds, else the user's patterns and the ``active`` detectors."""
         active = self.detectors if active is None else active
+        if active and active[-1] is BYTES:
+            active = active[:-1]
+            decoded = _base64_text(value)
+            if decoded is not None:
+                scrubbed = self.text(decoded, counts, active)
+                return value if scrubbed == decoded else base64.b64encode(scrubbed.encode()).decode()
         inner = _parsed(value)
         if inner is not None:
             found: Counter[str] = Counter()
@@ -381,6 +439,14 @@ class Redactor:
                     return value
                 counts.update(found)
                 return json.dumps(scrubbed, ensure_ascii=False)
+        if "\\u" in value:  # escapes written in plain text (a unit, a repr of JSON): scrubbed as what they spell
+            unescaped = _U_ESCAPE.sub(_unescape, value)
+            if unescaped != value:
+                hits: Counter[str] = Counter()
+                scrubbed = self.text(unescaped, hits, active)
+                if hits:
+                    counts.update(hits)
+                    return scrubbed
         for label, pattern, replacement in self.patterns:
             value, n = pattern.subn(replacement, value)
             if n:
@@ -421,6 +487,9 @@ class Redactor:
             return {k: self.value(v, counts, active) for k, v in value.items()}
         if isinstance(value, list):
             return [self.value(v, counts, active) for v in value]
+        if type(value) is int and value >= 10**12 and _CARD_DETECTOR in active and _card_int(value):
+            counts["payment_card"] += 1
+            return self.replacements["payment_card"]
         return value
 
     def attributes(self, attrs: dict[str, Any], counts: Counter[str], active: Active | None = None,
@@ -496,9 +565,9 @@ class Redactor:
         return counts.total()
 
     def _maps(self, column: list[Any], counts: Counter[str], view: list[Any] | None = None,
-              content_events: set[int] = frozenset()) -> bool:  # type: ignore[assignment]
+              content_events: set[int] = frozenset(), bytes_values: int | None = 0) -> bool:  # type: ignore[assignment]
         """A column of attribute maps as JSON text, rewritten where redacted (and its view with it)."""
-        hinted = self._scan(column)
+        hinted = self._scan(column, bytes_values)
         for i in content_events:
             hinted.setdefault(i, KEYS_ONLY)
         changed = False
@@ -514,11 +583,11 @@ class Redactor:
                     view[i] = value
         return changed
 
-    def _resources(self, column: list[str], counts: Counter[str]) -> bool:
+    def _resources(self, column: list[str], counts: Counter[str], bytes_values: int | None = 0) -> bool:
         """Resource attributes: the spans of one resource share one text, looked at once."""
         distinct = list(dict.fromkeys(column))
         before = list(distinct)
-        if not self._maps(distinct, counts):
+        if not self._maps(distinct, counts, bytes_values=bytes_values):
             return False
         new = {old: text for old, text in zip(before, distinct) if text is not old}
         for i, text in enumerate(column):
@@ -526,11 +595,29 @@ class Redactor:
                 column[i] = new[text]
         return True
 
+    def _plain(self, column: list[str | None], counts: Counter[str]) -> None:
+        """A column of plain text (names, messages, descriptions), each distinct text looked at once."""
+        if not (self.detectors or self.patterns):
+            return
+        distinct = list(dict.fromkeys(column))
+        new = {}
+        for i, active in self._scan(distinct).items():
+            text = distinct[i]
+            if text is not None and (active or self.patterns):
+                scrubbed = self.text(text, counts, active)
+                if scrubbed != text:
+                    new[text] = scrubbed
+        if new:
+            for i, text in enumerate(column):
+                if text in new:
+                    column[i] = new[text]
+
     def _spans(self, batch: SpanBatch, counts: Counter[str]) -> None:
         # the views ``add`` keeps are updated row by row; those of the compiled decoder are not made yet
-        self._maps(batch.attributes, counts, batch._attrs or None)
+        nb = batch.bytes_values
+        self._maps(batch.attributes, counts, batch._attrs or None, bytes_values=nb)
         for column, view in ((batch.events, batch._event_list or None), (batch.links, None)):
-            for i, active in self._scan(column).items():
+            for i, active in self._scan(column, nb).items():
                 text = column[i]
                 if text is not None:
                     new, value = self._events_text(text, counts, active)
@@ -538,19 +625,17 @@ class Redactor:
                         column[i] = new
                         if view is not None:
                             view[i] = value
-        if self._resources(batch.resource_attributes, counts):
+        if self._resources(batch.resource_attributes, counts, nb):
             batch._resource_attrs = None  # parsed again, one dict per resource, when first read
-        if self.detectors or self.patterns:
-            for column in (batch.name, batch.status_message):
-                for i, active in self._scan(column).items():  # type: ignore[arg-type]
-                    if active or self.patterns:
-                        column[i] = self.text(column[i], counts, active)  # type: ignore[arg-type]
+        self._plain(batch.name, counts)  # type: ignore[arg-type]
+        self._plain(batch.status_message, counts)
 
     def _logs(self, batch: LogBatch, counts: Counter[str]) -> None:
+        nb = batch.bytes_values
         named = set() if self.capture_content else {
             i for i, name in enumerate(batch.event_name) if (name or "").startswith(CONTENT_EVENT_PREFIX)}
-        self._maps(batch.attributes, counts, batch.attrs, named)
-        hinted = self._scan(batch.body)
+        self._maps(batch.attributes, counts, batch.attrs, named, nb)
+        hinted = self._scan(batch.body, nb)
         for i in named:
             if batch.body[i] is not None:
                 hinted.setdefault(i, KEYS_ONLY)
@@ -561,16 +646,18 @@ class Redactor:
                 if new is not body:
                     batch.body[i] = new
                     batch.body_value[i] = value
-        self._resources(batch.resource_attributes, counts)
+        self._resources(batch.resource_attributes, counts, nb)
 
     def _metrics(self, batch: MetricBatch, counts: Counter[str]) -> None:
-        columns = batch.columns
-        self._maps(columns["attributes"], counts)
-        self._resources(columns["resource_attributes"], counts)
+        columns, nb = batch.columns, batch.bytes_values
+        self._maps(columns["attributes"], counts, bytes_values=nb)
+        self._resources(columns["resource_attributes"], counts, nb)
+        for name in ("metric_name", "description", "unit"):
+            self._plain(columns[name], counts)
         exemplars = [e for es in columns["exemplars"] for e in es or ()]
         if exemplars:
             texts = [e["filtered_attributes"] for e in exemplars]
-            if self._maps(texts, counts):
+            if self._maps(texts, counts, bytes_values=nb):
                 for e, text in zip(exemplars, texts):
                     e["filtered_attributes"] = text
 

@@ -24,7 +24,9 @@ DESCRIPTIONS = {
     "metric_points_received": "Metric data points decoded from export requests (before deduplication).",
     "metric_points_committed": "Metric data points committed to the store (new rows in metrics).",
     "metric_points_duplicate": "Metric data points recognised as already stored (retries) and not written again.",
-    "metric_points_rejected": "Metric data points refused, by reason (partial success).",
+    "metric_points_rejected": "Metric data points refused, by reason (partial success): invalid, too_many_buckets "
+                              "(receivers.max_metric_buckets), too_many_points (receivers.max_metric_points), "
+                              "decoded_bytes (receivers.max_bytes_in_flight).",
     "requests": "Export requests handled, by receiver and result.",
     "pushed_back": "Requests answered with a retryable refusal (429/503/UNAVAILABLE), by reason.",
     "commits": "Store transactions committed (each holds one or more requests).",

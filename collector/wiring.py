@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import Settings
+from .decode_metrics import MetricLimits
 from .evaluation import Evaluator
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
@@ -71,6 +72,8 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
 def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission, forward: bool = False) -> IngestPath:
     stage = build_session_stage(settings, metrics, forward=forward)
     redactor = redactor_for(settings.privacy, lambda label, n: metrics.inc("redactions", n, label=label))
+    receivers = settings.receivers
+    limits = MetricLimits(receivers.max_metric_buckets, receivers.max_metric_points, receivers.max_bytes_in_flight)
     pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
-                        settings.receivers.max_attribute_value_bytes, settings.receivers.max_value_depth, redactor)
+                        receivers.max_attribute_value_bytes, receivers.max_value_depth, redactor, limits)
     return IngestPath(stage, pipeline)

@@ -11,6 +11,7 @@ import logging
 import random
 import re
 import shlex
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from agentfunnel.collector.batches import ResourceContext
 from agentfunnel.collector.config import StoreSettings
 from agentfunnel.collector.otlp_values import NestingTooDeep
-from agentfunnel.collector.decode_metrics import decode_metrics_json, decode_metrics_protobuf
+from agentfunnel.collector.batches import BUCKET_BYTES, DECODED_ROW_BYTES, decoded_cost
+from agentfunnel.collector.decode_metrics import (MetricLimits, decode_metrics_json, decode_metrics_protobuf,
+                                                  metric_shape)
+from agentfunnel.collector.pipeline import Admission, Pipeline
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.collector.metric_batches import (METRIC_COLUMNS, MetricBatch, MetricHeader, bound_metric_values,
                                                   point_identity)
@@ -337,6 +341,93 @@ def test_the_table_has_the_listed_columns_and_the_readme_documents_each(tmp_path
     assert names == {c.name for c in METRIC_COLUMNS}
 
 
+# ---------------------------------------------------------------------------- limits on what points decode to
+
+LIMITS = MetricLimits(buckets=4096, points=100_000, decoded_bytes=96 << 20)
+
+
+def _pipeline(limits: MetricLimits = LIMITS) -> tuple[Pipeline, Metrics]:
+    metrics = Metrics()
+    store = None  # decode only: nothing is submitted
+    return Pipeline(store, metrics, Admission(1 << 30, 1, metrics), metric_limits=limits), metrics  # type: ignore
+
+
+def _bomb(zeros: int) -> list[dict[str, Any]]:
+    return [{"name": "kept", "kind": "gauge", "points": [{"as_int": 1}]},
+            {"name": "bomb", "kind": "exponential_histogram", "points": [{"count": 1, "positive": (0, [0] * zeros)}]},
+            {"name": "after", "kind": "histogram", "points": [{"count": 1, "bucket_counts": [1, 0],
+                                                                 "explicit_bounds": [1.0]}]}]
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_point_with_too_many_buckets_is_refused_before_it_decodes_the_others_kept(encoding):
+    req = metrics_request(_bomb(1_000_000))
+    body = req.SerializeToString() if encoding == "protobuf" else to_otlp_json_bytes(req)
+    pipeline, metrics = _pipeline()
+    started = time.perf_counter()
+    shape = pipeline.measure("metrics", encoding, body)
+    batch = pipeline.decode("metrics", encoding, body, shape)
+    assert time.perf_counter() - started < 1.5  # main decoded, validated and kept all million buckets
+    assert batch.columns["metric_name"] == ["kept", "after"] and batch.buckets == 3
+    assert batch.rejected.messages == [
+        "resourceMetrics[0].scopeMetrics[0].metrics[1].exponentialHistogram.dataPoints[0]: positive.bucketCounts has "
+        "1000000 values, more than receivers.max_metric_buckets (4096); the data point is refused"]
+    assert metrics.get("metric_points_rejected", "too_many_buckets") == 1
+    assert metrics.get("metric_points_rejected", "invalid") == 0
+    if encoding == "protobuf":  # admitted at what the kept points decode to, before they are decoded
+        assert shape.decoded_cost(len(body)) == len(body) + DECODED_ROW_BYTES * 2 + BUCKET_BYTES * 3
+        assert decoded_cost(batch) == len(body) + DECODED_ROW_BYTES * 2 + BUCKET_BYTES * 3
+
+
+def test_every_bucket_list_and_packed_or_not_is_counted_on_the_wire():
+    lists = [{"name": "h", "kind": "histogram", "points": [{"bucket_counts": [0] * 6, "explicit_bounds": [1.0] * 5}]},
+             {"name": "b", "kind": "histogram", "points": [{"bucket_counts": [0] * 5, "explicit_bounds": [1.0] * 6}]},
+             {"name": "e", "kind": "exponential_histogram", "points": [{"positive": (0, [1] * 3),
+                                                                        "negative": (0, [300] * 6)}]},
+             {"name": "s", "kind": "summary", "points": [{"quantile_values": [(0.5, 1.0)] * 6}]},
+             {"name": "ok", "kind": "exponential_histogram", "points": [{"positive": (0, [2**40] * 5)}]}]
+    body = metrics_request(lists).SerializeToString()
+    shape = metric_shape(body, MetricLimits(buckets=5, points=100))
+    assert {k: v[1].split(" has")[0] for k, v in shape.refused.items()} == {
+        (0, 0, 0, 0): "bucketCounts", (0, 0, 1, 0): "explicitBounds", (0, 0, 2, 0): "negative.bucketCounts",
+        (0, 0, 3, 0): "quantileValues"}
+    batch = decode_metrics_protobuf(body, shape)
+    assert batch.columns["metric_name"] == ["ok"] and batch.columns["positive_bucket_counts"] == [[2**40] * 5]
+    # unpacked repeated fields count one value each, as protobuf decodes them
+    point = metrics_request([{"name": "u", "kind": "histogram", "points": [{"bucket_counts": [0] * 7}]}])
+    dp = point.resource_metrics[0].scope_metrics[0].metrics[0].histogram.data_points[0]
+    dp.ClearField("bucket_counts")
+    raw = dp.SerializeToString() + b"".join(b"\x31" + bytes(8) for _ in range(7))  # field 6, fixed64, unpacked
+    dp.ParseFromString(raw)
+    assert len(dp.bucket_counts) == 7
+    unpacked = point.SerializeToString()
+    assert list(metric_shape(unpacked, MetricLimits(buckets=6, points=100)).refused) == [(0, 0, 0, 0)]
+
+
+def test_points_past_the_request_limits_are_refused_and_later_messages_keep_their_indices():
+    points = [{"as_int": i, "time_unix_nano": T0 + i} for i in range(5)]
+    req = metrics_request([{"name": "g", "kind": "gauge", "points": points},
+                           {"name": "bad", "kind": "histogram", "points": [{"bucket_counts": [1, 2]}]}])
+    pipeline, metrics = _pipeline(MetricLimits(buckets=10, points=3))
+    batch = pipeline.decode("metrics", "protobuf", req.SerializeToString())
+    assert batch.columns["int_value"] == [0, 1, 2]
+    assert metrics.get("metric_points_rejected", "too_many_points") == 3
+    assert batch.rejected.messages[:2] == [
+        f"{WHERE}.gauge.dataPoints[3]: the request has more than receivers.max_metric_points (3) data points; "
+        "the rest are refused", f"{WHERE}.gauge.dataPoints[4]: the request has more than receivers."
+        "max_metric_points (3) data points; the rest are refused"]
+    json_batch = pipeline.decode("metrics", "json", to_otlp_json_bytes(req))
+    assert json_batch.columns["int_value"] == [0, 1, 2] and json_batch.rejected.count == 3
+    # within the points limit, the decoded size: buckets cost what they decode to, whatever their bytes
+    req = metrics_request([{"name": "e", "kind": "exponential_histogram", "points": [
+        {"positive": (0, [0] * 4000), "time_unix_nano": T0 + i} for i in range(10)]}])
+    body = req.SerializeToString()
+    pipeline, metrics = _pipeline(MetricLimits(buckets=4096, points=100, decoded_bytes=len(body) + 3 * 200_000))
+    batch = pipeline.decode("metrics", "protobuf", body)
+    assert len(batch) == 3 and metrics.get("metric_points_rejected", "decoded_bytes") == 7
+    assert "max_bytes_in_flight" in batch.rejected.messages[0]
+
+
 # ---------------------------------------------------------------------------- a real server, one per module
 
 
@@ -622,3 +713,35 @@ def test_metric_dumps_are_ingested_offline_in_every_format(tmp_path: Path):
     assert {r["service_name"]: r["n"] for r in rows} == {"from-protobuf": 3, "from-json": 3, "from-jsonl": 3,
                                                          "from-hint": 3}
     assert read_db(tmp_path / "offline.duckdb", "SELECT name FROM spans") == [{"name": "beside-metrics"}]
+
+
+def test_a_bucket_bomb_is_refused_quickly_and_the_server_stays_small(server_factory):
+    """A 16 MB body of 16 million zero buckets in one exponential histogram point: refused on the wire (the
+    point named in the partial success, counted), the other points stored, the process barely grows."""
+    import psutil
+
+    server = server_factory()
+    proc = psutil.Process(server.proc.pid)
+    req = metrics_request(_bomb(0), resource={"service.name": "bombed"})
+    bomb = req.resource_metrics[0].scope_metrics[0].metrics[1].exponential_histogram.data_points[0]
+    bomb.positive.bucket_counts.extend(bytes(16_000_000))
+    body = req.SerializeToString()
+    assert len(body) > 16_000_000
+    rss_before = proc.memory_info().rss
+    started = time.monotonic()
+    status, _, data = post(server, body)
+    assert status == 200 and time.monotonic() - started < 10
+    partial = ExportMetricsServiceResponse.FromString(data).partial_success
+    assert partial.rejected_data_points == 1 and "receivers.max_metric_buckets (4096)" in partial.error_message
+    with grpc.insecure_channel(server.grpc, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+        answer = ExportMetricsServiceResponse.FromString(channel.unary_unary(METRICS_RPC)(body, timeout=30))
+    assert answer.partial_success.rejected_data_points == 1
+    started = time.monotonic()
+    assert urllib.request.urlopen(server.http_url + "/healthz", timeout=10).status == 200
+    assert time.monotonic() - started < 1
+    grown = proc.memory_info().rss - rss_before
+    assert grown < 300 << 20, f"the server grew by {grown >> 20} MiB"  # before the limit: over 1 GiB
+    counters = json.loads(urllib.request.urlopen(server.http_url + "/metrics?format=json").read())
+    assert counters["metric_points_rejected"]["too_many_buckets"] == 2
+    rows = query(server, "SELECT metric_name FROM metrics WHERE service_name = 'bombed' ORDER BY 1")
+    assert rows == [{"metric_name": "after"}, {"metric_name": "kept"}]

@@ -6,6 +6,7 @@ a forwarding downstream) is in ``test_privacy_flow.py``.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 
@@ -23,6 +24,7 @@ from agentfunnel.collector.wire import _wire
 from otlp_build import trace_request
 
 ALL = sorted(DETECTORS)
+DECODERS = [decode_traces_protobuf_reference] + ([decode_traces_protobuf_wire] if _wire else [])
 
 
 def redact_text(text: str, **settings) -> str:
@@ -88,9 +90,11 @@ def test_validators():
 
 
 def test_json_held_in_a_string_is_scrubbed_as_what_it_holds():
-    value = json.dumps({"note": "pay to\nDE89370400440532013000", "to": "jane@example.com", "n": 4111111111111111})
+    value = json.dumps({"note": "pay to\nDE89370400440532013000", "to": "jane@example.com", "n": 4111111111111111,
+                        "m": 4111111111111112, "k": 42})
     out = json.loads(redact_text(value))
-    assert out == {"note": "pay to\n[redacted:iban]", "to": "[redacted:email]", "n": 4111111111111111}  # numbers stay
+    assert out == {"note": "pay to\n[redacted:iban]", "to": "[redacted:email]", "n": "[redacted:payment_card]",
+                   "m": 4111111111111112, "k": 42}  # a number that is not a card number stays
 
 
 # the hints, searched in the escaped JSON text of a whole batch, never miss what scrubbing every value finds
@@ -100,16 +104,104 @@ PII = st.sampled_from(["jane@example.com", "4111 1111 1111 1111", "5500000000000
 AROUND = st.text(alphabet=st.sampled_from(list('ab Z9.-:@"\\\n\t\x01\x19\u00e9()+/') + ["\u2028"]), max_size=6)
 
 
+def _escaped(text: str, which: list[bool]) -> str:
+    """JSON text with some of its string characters written as \\u escapes, as a client may write them."""
+    out, i, skip = [], 0, 0
+    for ch in text:
+        if skip:  # inside an escape already there
+            skip = 5 if skip == 1 and ch == "u" else skip
+            skip -= 1
+            out.append(ch)
+        elif ch == "\\":
+            skip = 1
+            out.append(ch)
+        elif ch.isalnum() or ch in "@-.":
+            out.append(f"\\u{ord(ch):04x}" if which[i % len(which)] else ch)
+            i += 1
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 @hsettings(max_examples=300)
-@given(st.lists(st.tuples(AROUND, PII, AROUND), min_size=1, max_size=3), st.booleans())
-def test_hints_in_the_escaped_text_never_miss_a_match(parts, nested):
+@given(st.lists(st.tuples(AROUND, PII, AROUND), min_size=1, max_size=3), st.sampled_from(["plain", "json", "escaped"]),
+       st.lists(st.booleans(), min_size=1, max_size=7))
+def test_hints_in_the_escaped_text_never_miss_a_match(parts, nested, which):
     text = "".join(a + p + b for a, p, b in parts)
-    attrs = {"k": json.dumps({"inner": text}) if nested else text, "n": 1}
+    inner = json.dumps({"inner": text})
+    attrs = {"k": text if nested == "plain" else _escaped(inner, which) if nested == "escaped" else inner, "n": 1}
     redactor = Redactor(PrivacySettings(detectors=ALL))
     expected = redactor.attributes(dict(attrs), Counter())
     batch = _one_span_batch(attrs)
     redactor.redact(batch)
     assert json.loads(batch.attributes[0]) == expected
+
+
+def test_json_escapes_do_not_hide_an_email_or_a_key():
+    attrs = {"gen_ai.tool.call.arguments": '{"to": "bob\\u0040example.com", "n": 1}',
+             "gen_ai.tool.call.result": '["\\u0073k-ant-api03-abcdefghijklmnopqrstuvwxyz012345"]'}
+    batch = _one_span_batch(attrs)
+    assert Redactor(PrivacySettings(detectors=ALL)).redact(batch) == 2
+    assert json.loads(batch.attributes[0]) == batch.attrs[0] == {
+        "gen_ai.tool.call.arguments": '{"to": "[redacted:email]", "n": 1}',
+        "gen_ai.tool.call.result": '["[redacted:api_key]"]'}
+
+
+def test_escapes_in_plain_text_do_not_hide_a_match_and_stay_when_nothing_matches():
+    assert redact_text("unit {\\u0073k-ant-api03-abcdefghijklmnopqrstuvwxyz} of bob\\u0040example.com") == (
+        "unit {[redacted:api_key]} of [redacted:email]")
+    assert redact_text("caf\\u00e9 \\ud83d") == "caf\\u00e9 \\ud83d"
+
+
+def test_an_integer_card_number_is_redacted_and_other_integers_stay():
+    batch = _one_span_batch({"card": 4111111111111111, "amex": [378282246310005], "tokens": 1234567890123456,
+                             "big": 9223372036854775807, "n": 7})
+    assert Redactor(PrivacySettings(detectors=["payment_card"])).redact(batch) == 2
+    assert batch.attrs[0] == json.loads(batch.attributes[0]) == {
+        "card": "[redacted:payment_card]", "amex": ["[redacted:payment_card]"], "tokens": 1234567890123456,
+        "big": 9223372036854775807, "n": 7}
+    assert Redactor(PrivacySettings(detectors=["email"])).redact(_one_span_batch({"card": 4111111111111111})) == 0
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_bytes_value_holding_a_key_is_redacted_and_stays_bytes(decoder):
+    key = b"token sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345 for bob@example.com"
+    binary = bytes(range(200, 256))  # not UTF-8: left as it is
+    attrs = {"secret": key, "blob": binary, "nested": {"b": [key]}, "id": "c2stYW50LWFwaQ=="}
+    body = trace_request([{"attributes": attrs}], resource={"service.name": "svc", "r": key}).SerializeToString()
+    batch = decoder(body)
+    assert batch.bytes_values
+    Redactor(PrivacySettings(detectors=ALL)).redact(batch)
+    attrs = json.loads(batch.attributes[0])
+    redacted = base64.b64encode(b"token [redacted:api_key] for [redacted:email]").decode()
+    assert attrs == {"secret": redacted, "blob": base64.b64encode(binary).decode(), "nested": {"b": [redacted]},
+                     "id": "c2stYW50LWFwaQ=="}
+    assert json.loads(batch.resource_attributes[0])["r"] == redacted
+    text = base64.b64encode(b"mail bob@example.com").decode()  # a string the client sent, not bytes
+    plain = decoder(trace_request([{"attributes": {"s": text}}]).SerializeToString())
+    assert plain.bytes_values == 0 and Redactor(PrivacySettings(detectors=ALL)).redact(plain) == 0
+
+
+
+def test_a_metric_description_unit_and_name_are_redacted():
+    doc = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [
+        {"name": "m", "description": "owner bob@example.com", "unit": "{\\u0073k-ant-api03-abcdefghijklmnopqrstuvwxyz}",
+         "gauge": {"dataPoints": [{"asInt": "1", "timeUnixNano": str(t)} for t in (1, 2)]}}]}]}]}
+    batch = decode_metrics_json(json.dumps(doc).encode())
+    Redactor(PrivacySettings(detectors=ALL)).redact(batch)
+    assert batch.columns["description"] == ["owner [redacted:email]"] * 2
+    assert "bob@" not in json.dumps(batch.columns, default=str)
+
+
+def test_a_log_body_of_bytes_or_escaped_json_is_redacted():
+    key = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345"
+    body = json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        {"body": {"bytesValue": base64.b64encode(key.encode()).decode()}, "timeUnixNano": "5"},
+        {"body": {"stringValue": '{"mail": "bob\\u0040example.com"}'}, "timeUnixNano": "6"}]}]}]}).encode()
+    batch = decode_logs_json(body)
+    Redactor(PrivacySettings(detectors=ALL)).redact(batch)
+    assert base64.b64decode(batch.body_value[0]) == b"[redacted:api_key]"
+    assert batch.body_value[1] == '{"mail": "[redacted:email]"}'
 
 
 def _one_span_batch(attrs: dict, events: list | None = None) -> SpanBatch:

@@ -8,13 +8,17 @@ agentfunnel. The oracle is every table of both databases and every request the j
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
@@ -25,6 +29,7 @@ from opentelemetry.trace import SpanKind
 
 from agentfunnel.collector.privacy import DETECTORS
 from conftest import agentfunnel_cmd, read_db, run_cli
+from otlp_build import trace_request
 from test_forward import _count, _free_port, _metrics, _wait
 from test_judge import FakeMessagesAPI, verdict_reply
 from test_stages import ARGS, FX, RESULT
@@ -189,3 +194,58 @@ def test_content_capture_off_keeps_what_needs_no_content(tmp_path):
     spans = read_db(dbs["off"], "SELECT count(*) AS n FROM spans WHERE attributes::VARCHAR LIKE '%tool.call.arguments%' "
                                 "OR attributes::VARCHAR LIKE '%tool.call.result%'")
     assert spans[0]["n"] == 0
+
+
+# ---------------------------------------------------------------------------- what values decode to
+
+ESCAPED_KEY = "sk-ant-api03-" + "Zr4" * 12
+HIDDEN = ("bob@example.com", "bob\\u0040example.com", ESCAPED_KEY, ESCAPED_KEY[1:], "4111111111111111",
+          base64.b64encode(f"key {ESCAPED_KEY}".encode()).decode(), base64.b64encode(ESCAPED_KEY.encode()).decode())
+
+
+def _hidden(text: str) -> list[str]:
+    return [s for s in HIDDEN if s in text]
+
+
+def test_escaped_numeric_and_bytes_secrets_are_redacted_in_stored_forwarded_and_exported_rows(server_factory,
+                                                                                             tmp_path):
+    """JSON escapes, integer card numbers, bytes values and metric descriptions, sent over real OTLP/HTTP: no
+    form of the secret reaches the tables, the downstream the spans are forwarded to, or the Parquet export."""
+    port = _free_port()
+    config = _write(tmp_path / "up.yaml", {
+        "privacy": {"detectors": sorted(DETECTORS)},
+        "forward": {"endpoint": f"127.0.0.1:{port}", "insecure": True, "mode": "immediate", "max_retry_seconds": 30}})
+    with ThreadPoolExecutor(2) as pool:
+        started = [pool.submit(server_factory, ["--config", str(_write(tmp_path / "down.yaml", {})),
+                                                "--grpc-port", str(port)], tmp_path / "down.duckdb"),
+                   pool.submit(server_factory, ["--config", str(config)], tmp_path / "up.duckdb")]
+        down, up = (f.result() for f in started)
+    spans = [{"name": "execute_tool send", "attributes": {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "send", "gen_ai.conversation.id": "esc-1",
+        "gen_ai.tool.call.arguments": '{"to": "bob\\u0040example.com", "card": 4111111111111111}',
+        "gen_ai.tool.call.result": '{"key": "\\u0073' + ESCAPED_KEY[1:] + '"}',
+        "payment.card": 4111111111111111, "auth.blob": f"key {ESCAPED_KEY}".encode()}}]
+    logs = ExportLogsServiceRequest()
+    record = logs.resource_logs.add().scope_logs.add().log_records.add(time_unix_nano=1_700_000_000_000_000_000)
+    record.body.bytes_value = ESCAPED_KEY.encode()
+    metrics = ExportMetricsServiceRequest()
+    metric = metrics.resource_metrics.add().scope_metrics.add().metrics.add(
+        name="agent.sends", description="sends for bob@example.com", unit="{\\u0073" + ESCAPED_KEY[1:] + "}")
+    metric.gauge.data_points.add(time_unix_nano=1_700_000_000_000_000_000, as_int=1)
+    for path, body in (("/v1/traces", trace_request(spans).SerializeToString()), ("/v1/logs", logs.SerializeToString()),
+                       ("/v1/metrics", metrics.SerializeToString())):
+        req = urllib.request.Request(up.http_url + path, data=body, headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+    _wait(lambda: _count(_metrics(down), "spans_committed") >= 1, 30, "the downstream stored the span")
+    upstream, downstream = _every_row(up), _every_row(down)
+    assert {t: _hidden(rows) for t, rows in upstream.items() if _hidden(rows)} == {}
+    assert {t: _hidden(rows) for t, rows in downstream.items() if _hidden(rows)} == {}
+    assert "[redacted:email]" in upstream["spans"] and "[redacted:payment_card]" in upstream["spans"]
+    assert "[redacted:email]" in upstream["metrics"]
+    assert base64.b64encode(b"key [redacted:api_key]").decode() in upstream["spans"]
+    out = tmp_path / "export"
+    run_cli("export", "--db", str(up.db), "--to", str(out))
+    exported = b"".join(f.read_bytes() for f in out.rglob("*.parquet"))
+    assert exported and [s for s in HIDDEN if s.encode() in exported] == []
+    assert {"email", "payment_card", "api_key"} <= set(_metrics(up)["redactions"])

@@ -100,6 +100,12 @@ class GrpcReceiver:
             raise Saturated(f"{self.pipeline.admission.in_flight} bytes in flight, limit {self.pipeline.admission.limit}; "
                             f"retry after {self.settings.retry_after_seconds:g}s", self.settings.retry_after_seconds)
 
+    def _reserve(self, reserved: int, cost: int) -> int:
+        """Hold ``cost`` bytes in admission for a request holding ``reserved``; what it holds now."""
+        if cost > reserved:
+            self.pipeline.admission.acquire(cost - reserved, "grpc", held=reserved)
+        return max(cost, reserved)
+
     async def _read_one(self, requests: AsyncIterator[bytes]) -> bytes:
         body: bytes | None = None
         try:
@@ -124,12 +130,14 @@ class GrpcReceiver:
             body = await self._read_one(requests)
             self.pipeline.admission.acquire(len(body), "grpc")
             reserved = len(body)
-            batch = await self.run_blocking(self.pipeline.decode, signal, "protobuf", body)
+            shape = None
+            if signal == "metrics":  # admitted at what it decodes to, before decoding
+                shape = await self.run_blocking(self.pipeline.measure, signal, "protobuf", body)
+                if shape is not None:
+                    reserved = self._reserve(reserved, shape.decoded_cost(len(body)))
+            batch = await self.run_blocking(self.pipeline.decode, signal, "protobuf", body, shape)
             del body
-            cost = decoded_cost(batch)
-            if cost > reserved:  # decoded, it may cost more than its bytes
-                self.pipeline.admission.acquire(cost - reserved, "grpc", held=reserved)
-                reserved = cost
+            reserved = self._reserve(reserved, decoded_cost(batch))  # decoded, it may cost more than its bytes
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "grpc"))
         except IngestError as exc:
             self.pipeline.count_refusal(signal, exc)

@@ -131,7 +131,12 @@ class HttpReceiver:
             if content_encoding == "gzip":
                 body = inflate_gzip(body, limit)
             self._reserve(reserved, len(body))  # inflated, it costs more
-            batch = await self.run_blocking(self.pipeline.decode, signal, encoding, body)
+            shape = None
+            if signal == "metrics" and encoding == "protobuf":  # admitted at what it decodes to, before decoding
+                shape = await self.run_blocking(self.pipeline.measure, signal, encoding, body)
+                if shape is not None:
+                    self._reserve(reserved, shape.decoded_cost(len(body)))
+            batch = await self.run_blocking(self.pipeline.decode, signal, encoding, body, shape)
             del body
             self._reserve(reserved, decoded_cost(batch))  # decoded, it may cost more than its bytes
             result: ExportResult = await asyncio.wrap_future(self.pipeline.submit(batch, "http"))
