@@ -45,6 +45,8 @@ _KEPT = 256
 SHARED_SCHEMA_MAX_CHARS = 16 * 1024
 _CATALOGS: dict[tuple, "ToolCatalog"] = {}  # (names, ids of their schemas) -> the catalog
 _CHECKS: dict[tuple[int, SchemaLimits], tuple[Any, SchemaCheck]] = {}  # (id of a schema, limits) -> (it, its check)
+_REFUSED: dict[tuple[int, SchemaLimits], tuple[Any, SchemaCheck]] = {}  # as _CHECKS, for refused ones of any size
+_REFUSED_KEPT = 32  # each holds a schema of up to max_schema_bytes
 _SCHEMAS: dict[str, Any] = {}  # JSON text -> a schema held for every span that offers it
 _SHARED: dict[int, Any] = {}  # id -> schema, for the schemas _SCHEMAS holds (and only those are cached further)
 
@@ -77,7 +79,7 @@ def shared(schema: Any) -> Any:
 def _check(schema: dict, limits: SchemaLimits) -> SchemaCheck:
     """The schema's check, the schema itself checked once (a refused one refuses every call at no cost)."""
     key = (id(schema), limits)
-    held = _CHECKS.get(key)
+    held = _CHECKS.get(key) or _REFUSED.get(key)
     if held is not None and held[0] is schema:
         return held[1]
     check = SchemaCheck(schema, limits)
@@ -131,8 +133,13 @@ class ToolCatalog:
         schema = self.schemas.get(split_tool_name(call.tool_name or "")[1])
         if not isinstance(schema, dict) or call.arguments is None:
             return None
+        check = _check(schema, self.limits)
         try:
-            return _check(schema, self.limits).valid(call.arguments)
+            return check.valid(call.arguments)
         except Unchecked as e:
             note_refusal(e, f"the arguments of a call to tool {call.tool_name!r}")
+            if check.refused is not None and _SHARED.get(id(schema)) is not schema:  # refused for every call
+                if len(_REFUSED) >= _REFUSED_KEPT:
+                    _REFUSED.clear()
+                _REFUSED[(id(schema), self.limits)] = (schema, check)  # holds the schema: its id stays its own
             return None
