@@ -213,6 +213,10 @@ def _post(srv, body: bytes, timeout: float) -> int:
         return resp.status
 
 
+def _metrics(srv) -> dict[str, Any]:
+    return json.loads(urllib.request.urlopen(srv.http_url + "/metrics?format=json", timeout=10).read())
+
+
 def _sessions(srv, until: float) -> set[str]:
     while True:
         ids = {r["session_id"] for r in sql(srv.db, "SELECT session_id FROM sessions")}
@@ -228,8 +232,8 @@ def test_a_hostile_schema_in_one_span_delays_no_other_clients_ingest(server_fact
     srv = server_factory(["--config", str(cfg)])
     assert _post(srv, _hostile_run("hostile", listener.url + "/schema.json"), timeout=10) == 200
     deadline = time.monotonic() + 5  # the hostile trace goes idle and is scored meanwhile
-    while time.monotonic() < deadline and not sql(srv.db, "SELECT 1 FROM sessions WHERE session_id = 'hostile'"):
-        time.sleep(0.3)
+    while time.monotonic() < deadline and not _metrics(srv).get("traces_assembled"):
+        time.sleep(0.2)
 
     started = time.monotonic()
     assert _post(srv, _plain_run("other"), timeout=10) == 200  # acknowledged: its commit waited for nothing
