@@ -110,10 +110,32 @@ def _options() -> re2.Options:
 _RE2_OPTIONS = _options()
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _re2_syntax(pattern: str) -> str:
+    """ECMA-262's ``\\uXXXX`` (which JSON Schema patterns use, and Python's ``re`` reads) as RE2's ``\\x{XXXX}``;
+    one pass, so a long pattern costs linear time here too."""
+    if "\\u" not in pattern:
+        return pattern
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        if pattern[i] != "\\" or i + 1 == n:
+            out.append(pattern[i])
+            i += 1
+        elif pattern[i + 1] == "u" and len(digits := pattern[i + 2:i + 6]) == 4 and _HEX.issuperset(digits):
+            out.append("\\x{" + digits + "}")
+            i += 6
+        else:
+            out.append(pattern[i:i + 2])  # any other escape, kept whole
+            i += 2
+    return "".join(out)
+
+
 @lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> Any:
     try:
-        return re2.compile(pattern, _RE2_OPTIONS)
+        return re2.compile(_re2_syntax(pattern), _RE2_OPTIONS)
     except re2.error as e:
         why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         return Unchecked("pattern_unsupported", f"pattern {pattern[:80]!r} cannot be matched in linear time ({why})")
@@ -155,7 +177,12 @@ def _additional_properties(validator: Any, aP: Any, instance: Any, schema: Any) 
             yield from validator.descend(instance[extra], aP, path=extra)
     elif not aP and extras:
         names = ", ".join(repr(each) for each in sorted(extras))
-        yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
+        if "patternProperties" in schema:
+            regexes = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+            yield ValidationError(f"{names} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {regexes}")
+        else:
+            yield ValidationError(f"Additional properties are not allowed ({names} "
+                                  f"{'was' if len(extras) == 1 else 'were'} unexpected)")
 
 
 def _hashable(value: Any) -> Any:

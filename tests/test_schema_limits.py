@@ -98,15 +98,21 @@ def _catalog(schema: dict[str, Any], limits: SchemaLimits = SchemaLimits()) -> T
     return ToolCatalog({"lookup": schema}, limits)
 
 
-def test_a_catastrophic_pattern_is_matched_in_linear_time():
+def test_a_catastrophic_pattern_is_matched_in_linear_time_and_others_as_before():
     catalog = _catalog(REDOS)
     started = time.perf_counter()
     assert _within(5, lambda: catalog.args_valid(Call("lookup", {"q": NOT_MATCHING}))) == (False, {})  # a verdict
     assert _within(5, lambda: catalog.args_valid(Call("lookup", {"q": "a" * 40}))) == (True, {})
     assert time.perf_counter() - started < 5
+    # as JSON Schema writes patterns (ECMA-262 escapes), as Python's re read them before
+    kana = _catalog({"type": "object", "properties": {"q": {"type": "string", "pattern": r"^[\u3040-\u30ff]+$"}}})
+    assert kana.args_valid(Call("lookup", {"q": "ひらがな"})) is True
+    assert kana.args_valid(Call("lookup", {"q": "kana"})) is False
+    escaped = _catalog({"type": "object", "properties": {"q": {"type": "string", "pattern": r"^\\u0041$"}}})
+    assert escaped.args_valid(Call("lookup", {"q": "\\u0041"})) is True  # an escaped backslash, then "u0041"
 
 
-def test_a_remote_ref_is_never_fetched_and_gives_no_verdict(listener):
+def test_a_remote_ref_is_never_fetched_and_gives_no_verdict_while_local_ones_resolve(listener):
     take_refusals()
     schema = {"type": "object", "properties": {"r": {"$ref": listener.url + "/string.json"}}}
     assert _catalog(schema).args_valid(Call("lookup", {"r": 1})) is None
@@ -114,9 +120,6 @@ def test_a_remote_ref_is_never_fetched_and_gives_no_verdict(listener):
     assert _catalog(relative).args_valid(Call("lookup", {"r": 1})) is None
     assert listener.requests == []
     assert take_refusals() == {"unresolvable_ref": 2}
-
-
-def test_local_references_still_resolve():
     schema = {"$defs": {"id": {"type": "integer"}}, "type": "object", "properties": {"id": {"$ref": "#/$defs/id"}}}
     catalog = _catalog(schema)
     assert catalog.args_valid(Call("lookup", {"id": 3})) is True
@@ -162,6 +165,17 @@ def test_a_suites_schema_is_checked_the_same_way(listener):
         schema_errors({"$ref": listener.url + "/artifact.json"}, {"a": 1})
     assert listener.requests == []
     assert schema_errors(REDOS, {"q": NOT_MATCHING}) == [("/q", f"{NOT_MATCHING!r} does not match '^(a+)+$'")]
+
+
+def test_a_case_whose_tool_schema_cannot_be_checked_has_invocation_missing_not_failed(listener):
+    from test_stage_rules import TRIAL, case, run, trial_run
+
+    remote = case(TRIAL, tool_schemas={"start_trial": {"$ref": listener.url + "/start_trial.json"}})
+    invocation = run(remote, trial_run()).stages["invocation"]
+    assert invocation.state == "missing"
+    assert [(u["tool"], u["reason"]) for u in invocation.evidence["unchecked"]] == [("start_trial", "unresolvable_ref")]
+    assert listener.requests == []
+    take_refusals()
 
 
 def test_the_limits_are_settings_and_a_bad_one_names_its_field(tmp_path):
