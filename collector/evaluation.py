@@ -28,6 +28,7 @@ from ..scoring.cases import CaseFileError, LoadedSuite, load_suite
 from ..scoring.artifacts import extract_artifact
 from ..scoring.assertions import MISSING
 from ..scoring.case_models import Case, case_sha256
+from ..scoring.config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
 from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
 from ..scoring.judge.rubric import Rubric, load_rubric
@@ -148,8 +149,9 @@ class Evaluator:
 
     def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store, tables: SessionTables,
                  rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> None:
         self.settings = settings
+        self.schema_limits = schema_limits
         self.store = store
         self.tables = tables
         self.rescore = rescore
@@ -251,7 +253,8 @@ class Evaluator:
             self._request(score.session_id, judge_input(case, records, score))
         result = evaluate_run(case, records, score, PENDING if waiting else judgment,
                               harness_error=harness_error(records, harness),
-                              timed_out=harness is not None and harness[0] == "timeout")
+                              timed_out=harness is not None and harness[0] == "timeout",
+                              schema_limits=self.schema_limits)
         if harness is not None and harness[0] == "interrupted":  # kept, but in no pass rate: like a probe
             result = dataclasses.replace(result, probe=True)
         if self.settings.archive_dir:

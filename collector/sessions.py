@@ -23,6 +23,7 @@ import duckdb
 from ..scoring import ScoringConfig, SessionScore, SessionScorer
 from ..scoring.assembled import Session
 from ..scoring.judge import Judgment
+from ..scoring.schema_check import take_refusals
 from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
@@ -195,6 +196,8 @@ class SessionService:
         rows = pass_rows(scoring, utcnow(), self.settings.max_input_bytes)
         if rows.inputs_truncated:
             self.metrics.inc("session_inputs_truncated", rows.inputs_truncated)
+        for reason, n in take_refusals().items():  # schema checks this pass could not do (this thread's)
+            self.metrics.inc("schema_validations_refused", n, reason)
         self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
                                      stored=[s for s in rows.replaced if s in versions], index=index)
         self._count_failures(scoring.failed)

@@ -60,6 +60,12 @@ DESCRIPTIONS = {
     "admission_overreleased": "Releases of more in-flight bytes than were held (a bug if ever non-zero; the gauge stays >= 0).",
     "archive_errors": "Case-run archive files that could not be written (the case run itself is stored).",
     "sessions_failed": "Sessions whose scoring raised; the other sessions of the same job are stored.",
+    "schema_validations_refused": "Checks of a value (a tool call's arguments, a case artifact) against a JSON Schema "
+                                  "from telemetry or a suite that gave no verdict, by reason (invalid_schema, "
+                                  "schema_too_large, schema_too_deep, unresolvable_ref: a $ref that is not local, "
+                                  "never fetched; pattern_unsupported: not matchable in linear time; "
+                                  "instance_too_large, too_deep, deadline: scoring.schema_limits). The call's "
+                                  "args_valid is NULL; a line is logged at most once a minute per reason.",
     "session_inputs_truncated": "Session rows whose input (the user's first message) was cut to sessions.max_input_bytes.",
     "traces_failed": "Traces whose assembly failed even on their own; their spans stay stored, unassembled.",
     "redactions": "Values redacted before storage, by detector or rule (email, payment_card, ..., pattern:<name>, "

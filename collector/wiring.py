@@ -61,7 +61,8 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
         forwarder = Forwarder(settings.forward, metrics, settings.scoring, settings.sessions.session_keys,
                               settings.sessions.idle_timeout_seconds, open_traces=open_traces,
                               barrier=lambda: store.submit_job(lambda con: None))
-    evaluator = Evaluator(settings.cases, settings.judge, store, tables, rescore=rescore, metrics=metrics)
+    evaluator = Evaluator(settings.cases, settings.judge, store, tables, rescore=rescore, metrics=metrics,
+                          schema_limits=settings.scoring.schema_limits)
     sessions = SessionService(
         settings.sessions, store, tables, metrics, settings.scoring, evaluator,
         session_listeners=[forwarder.on_sessions] if forwarder else (),

@@ -7,7 +7,8 @@
 
 The layers never vote: a judge 1.0 does not outweigh a failed assertion. A validator that cannot
 be started (import error, command not found) is the harness's failure, so that layer is
-``missing`` rather than the agent's ``failed``.
+``missing`` rather than the agent's ``failed``; so is a schema that cannot be checked within the
+limits (``schema_check``: a remote ``$ref`` is never fetched).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema.validators import validator_for
-
 from .assertions import MISSING, evaluate_assertions, resolve_pointer
 from .case_models import Case, ValidatorSpec, tool_matches
+from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
 from .run_view import RunView, parse_json_text, run_document
+from .schema_check import SchemaCheck, Unchecked, note_refusal
 
 LAYER_STATES = ("passed", "failed", "not_run", "missing", "pending")
 
@@ -53,11 +54,29 @@ def pointer_of(path: Any) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
-def schema_errors(schema: dict[str, Any], instance: Any) -> list[tuple[str, str]]:
-    """(JSON pointer, message) per violation; a missing required property points at itself."""
-    validator = validator_for(schema)(schema)
+_CHECKS: dict[tuple[int, SchemaLimits], tuple[Any, SchemaCheck]] = {}  # a suite's schemas, each checked once
+_KEPT = 256
+
+
+def schema_errors(schema: dict[str, Any], instance: Any, limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS,
+                  what: str = "a value") -> list[tuple[str, str]]:
+    """(JSON pointer, message) per violation; a missing required property points at itself.
+
+    Raises ``Unchecked`` (counted and logged here) when the schema cannot be checked within ``limits``.
+    """
+    key = (id(schema), limits)
+    held = _CHECKS.get(key)
+    if held is None or held[0] is not schema:
+        if len(_CHECKS) >= _KEPT:
+            _CHECKS.clear()
+        held = _CHECKS[key] = (schema, SchemaCheck(schema, limits))  # holds the schema: its id stays its own
+    try:
+        found = held[1].errors(instance)
+    except Unchecked as e:
+        note_refusal(e, what)
+        raise
     out = []
-    for e in sorted(validator.iter_errors(instance), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+    for e in sorted(found, key=lambda e: (list(map(str, e.absolute_path)), e.message)):
         base = pointer_of(e.absolute_path)
         if e.validator == "required" and isinstance(e.instance, dict):
             for name in e.validator_value:
@@ -137,7 +156,7 @@ def _judge_layer(case: Case, judgment: Any) -> LayerResult:
                        evidence=evidence)
 
 
-def evaluate_layers(case: Case, view: RunView, judgment: Any) -> Layers:
+def evaluate_layers(case: Case, view: RunView, judgment: Any, limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> Layers:
     assert case.artifact is not None
     spec = case.artifact
     artifact, why_missing = extract_artifact(case, view)
@@ -146,12 +165,17 @@ def evaluate_layers(case: Case, view: RunView, judgment: Any) -> Layers:
         return Layers(LayerResult("failed", (f"artifact missing: {why_missing}",), evidence={"artifact": None}),
                       not_run, not_run)
     problems: list[str] = []
-    if spec.json_schema is not None:
-        problems += [f"{p or '/'}: {m}" for p, m in schema_errors(spec.json_schema, artifact)]
     harness = None
+    if spec.json_schema is not None:
+        try:
+            problems += [f"{p or '/'}: {m}" for p, m in schema_errors(spec.json_schema, artifact, limits,
+                                                                          f"case {case.id}'s artifact")]
+        except Unchecked as e:
+            harness = f"the artifact schema cannot be checked: {e}"
     if spec.validator is not None:
-        found, harness = run_validator(spec.validator, artifact)
+        found, failed_to_run = run_validator(spec.validator, artifact)
         problems += found
+        harness = harness or failed_to_run
     if problems:
         return Layers(LayerResult("failed", tuple(problems)), not_run, not_run)
     structural = (LayerResult("missing", (harness,), evidence={"harness_error": harness}) if harness

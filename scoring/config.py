@@ -343,9 +343,30 @@ class FunnelSettings(_Model):
         return STEP_LABELS.get(variant, {}).get(lang, {}).get(step, step)
 
 
+class SchemaLimits(_Model):
+    """What checking a tool call's arguments (or a case's artifact) against a JSON Schema may cost.
+
+    The schemas come from telemetry (the tools a model was offered) or from a case suite, and are
+    checked on the thread that stores every client's spans: these bounds keep one pathological
+    schema to the cost of its own span. A check past a bound gives no verdict (``args_valid`` NULL),
+    counted in ``schema_validations_refused`` by reason.
+    """
+
+    max_schema_bytes: int = Field(64 * 1024, gt=0, description="Largest schema checked, as JSON text.")
+    max_depth: int = Field(64, gt=0, description="Deepest nesting of a schema's JSON checked.")
+    max_instance_bytes: int = Field(128 * 1024, gt=0, description="Largest value (a call's arguments, an "
+                                    "artifact) checked, as JSON text.")
+    max_seconds: float = Field(0.2, gt=0, description="CPU time one check may take (the schema's own check "
+                               "included); a schema that runs out of it is not tried again for later calls.")
+
+
+DEFAULT_SCHEMA_LIMITS = SchemaLimits()
+
+
 class ScoringConfig(_Model):
     funnel: FunnelSettings = FunnelSettings()
     evidence: EvidenceSettings = EvidenceSettings()
+    schema_limits: SchemaLimits = SchemaLimits()
     prices: dict[str, Price] = Field(default_factory=dict, description="model (or glob) -> USD per million tokens")
     use_default_prices: bool = Field(True, description="Price models absent from `prices` at their list prices.")
 
@@ -353,7 +374,10 @@ class ScoringConfig(_Model):
         """Stored with every session, so ``agentfunnel rescore`` knows what a config change touches: the
         settings and the built-in tables they extend (a release that maps a tool name anew makes the
         sessions it scored stale too)."""
-        canonical = json.dumps({"settings": self.model_dump(mode="json"), "builtin": BUILTIN_TABLES_DIGEST},
+        settings = self.model_dump(mode="json")
+        if self.schema_limits == DEFAULT_SCHEMA_LIMITS:
+            del settings["schema_limits"]  # added later: the defaults keep the hashes sessions were stored with
+        canonical = json.dumps({"settings": settings, "builtin": BUILTIN_TABLES_DIGEST},
                                sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

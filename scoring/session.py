@@ -144,7 +144,7 @@ class SessionScorer:
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
             drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal)
 
-        catalog = ToolCatalog.merged(col.schemas, col.schemaless)
+        catalog = ToolCatalog.merged(col.schemas, col.schemaless, cfg.schema_limits)
         checked = list(map(itemgetter(2), col.validity_memo))
         for i in _where(map(is_not, map(itemgetter(0), col.validity_memo), repeat(catalog))):  # new, or a new catalog
             checked[i] = parts[i].validity(catalog)

@@ -14,9 +14,10 @@ from typing import Any
 from .artifacts import schema_errors
 from .assertions import MISSING, json_equal, resolve_pointer, select
 from .case_models import ArgumentExpectation, Case, tool_matches
-from .config import matches
+from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits, matches
 from .judge.checks import criterion_key
 from .results import SessionScore
+from .schema_check import Unchecked
 from .run_view import (Call, RunView, hallucinated, identify, mentions, parse_json_text, parties, party_of_call,
                        stated_choices)
 
@@ -31,6 +32,7 @@ class Context:
     view: RunView
     score: SessionScore
     judgment: Any
+    schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS
 
     @cached_property
     def owned_calls(self) -> list[tuple[Call, str, str]]:
@@ -278,20 +280,29 @@ def schema_for(case: Case, call: Call) -> dict[str, Any] | None:
     return None
 
 
-def call_schema_errors(case: Case, call: Call) -> list[dict[str, Any]] | None:
-    """Schema violations of one call, each with tool and JSON pointer; None when no schema applies."""
+def call_schema_errors(case: Case, call: Call, limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> list[dict[str, Any]] | None:
+    """Schema violations of one call, each with tool and JSON pointer; None when no schema applies.
+    Raises ``Unchecked`` when the schema cannot be checked within ``limits``."""
     schema = schema_for(case, call)
     if schema is None or call.arguments is None:
         return None
     args = call.arguments
     if isinstance(args, str):
         return [{"tool": call.name, "call": call.index, "pointer": "", "message": "arguments are not JSON"}]
-    return [{"tool": call.name, "call": call.index, "pointer": p, "message": m} for p, m in schema_errors(schema, args)]
+    return [{"tool": call.name, "call": call.index, "pointer": p, "message": m}
+            for p, m in schema_errors(schema, args, limits, f"case {case.id}, the arguments of a call to {call.name}")]
 
 
 def invalid_calls(ctx: Context) -> list[dict[str, Any]]:
-    """Every schema-invalid call of the run, recovered or not (a trajectory fact, SPEC §7)."""
-    return [e for c in ctx.view.calls for e in (call_schema_errors(ctx.case, c) or [])]
+    """Every schema-invalid call of the run, recovered or not (a trajectory fact, SPEC §7); a call whose
+    schema cannot be checked is not one."""
+    out = []
+    for c in ctx.view.calls:
+        try:
+            out += call_schema_errors(ctx.case, c, ctx.schema_limits) or []
+        except Unchecked:
+            continue
+    return out
 
 
 def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:
@@ -319,8 +330,13 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
         return "not_applicable", {}
     effective = ctx.view.last_calls(ctx.plan_calls)
     errors, uncaptured, checked = [], [], False
+    unchecked: list[dict[str, Any]] = []
     for call in ctx.plan_calls:
-        found = call_schema_errors(case, call)
+        try:
+            found = call_schema_errors(case, call, ctx.schema_limits)
+        except Unchecked as e:
+            unchecked.append({"tool": call.name, "call": call.index, "reason": e.reason, "detail": e.detail})
+            continue
         if found is None and schema_for(case, call) is not None:
             uncaptured.append(call.name)
         checked = checked or found is not None
@@ -346,7 +362,10 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
     if blocking:
         return "failed", ev
     if uncaptured:
-        return "missing", {**ev, "reason": "arguments not captured", "tools": sorted(set(uncaptured))}
+        return "missing", {**ev, "reason": "arguments not captured", "tools": sorted(set(uncaptured)),
+                           **({"unchecked": unchecked} if unchecked else {})}
+    if unchecked:
+        return "missing", {**ev, "reason": "a tool schema cannot be checked within the limits", "unchecked": unchecked}
     if not checked:
         return "not_applicable", {**ev, "reason": "no schema or argument expectation applies to the calls made"}
     return "passed", ev

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..semconv import SpanRecord
 from .artifacts import Layers, evaluate_layers
 from .case_models import Case, case_sha256
+from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
 from .labels import STAGES
 from .results import SessionScore
 from .run_view import RunView, build_view, hallucinated
@@ -126,7 +127,7 @@ def _unrecovered_tool_error(ctx: Context) -> bool:
 
 def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
                  judgment: JudgmentLike | None = None, *, harness_error: str | None = None,
-                 timed_out: bool = False) -> CaseRunResult:
+                 timed_out: bool = False, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> CaseRunResult:
     """Score one run of ``case``: stages, layers, pass, failure class and the fix to look at.
 
     ``harness_error`` lets the harness report a crash the spans cannot show (the agent process
@@ -134,7 +135,7 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
     failure class is ``timeout`` (crash's rank: the run did not finish, whatever its spans show).
     """
     view = build_view(records, score.final_answer)
-    ctx = Context(case, view, score, judgment)
+    ctx = Context(case, view, score, judgment, schema_limits)
     stages: dict[str, StageResult] = {}
     exited: str | None = None
     for name in STAGES:
@@ -158,7 +159,7 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
             stages[name] = StageResult("not_observed", {"after": after, "reason": harness_error,
                                                         "observed": stages[name].state}, stages[name].scored)
         exited = None
-    layers = evaluate_layers(case, view, judgment) if case.artifact is not None and case.fit else None
+    layers = evaluate_layers(case, view, judgment, schema_limits) if case.artifact is not None and case.fit else None
     crash = _crash(view, score, harness_error, layers)
     hit_cap = bool(score.hit_cap)
     selection = stages["selection"]

@@ -3,7 +3,9 @@
 The catalog is what the session's telemetry says the model was given (GenAI tool definitions,
 OpenInference ``llm.tools``, the AI SDK's prompt tools, Strands' tool schemas). With no
 definition for a tool, validity is unknown (NULL), never assumed. A tool's first schema in the
-session wins; a bare name (no schema) only stands until a schema arrives.
+session wins; a bare name (no schema) only stands until a schema arrives. A schema is checked
+within ``SchemaLimits`` and never fetches anything (``schema_check``): one it cannot check within
+them gives NULL too, and the refusal is counted.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Protocol
 
-import jsonschema
-
 from ..semconv import SpanRecord
+from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
 from .funnel import split_tool_name
+from .schema_check import SchemaCheck, Unchecked, note_refusal
 
 
 class ToolCall(Protocol):
@@ -42,7 +44,9 @@ def first_offers(offers: Iterable[tuple[Any, Mapping[str, Any]]]) -> dict[str, t
 _KEPT = 256
 SHARED_SCHEMA_MAX_CHARS = 16 * 1024
 _CATALOGS: dict[tuple, "ToolCatalog"] = {}  # (names, ids of their schemas) -> the catalog
-_VALIDATORS: dict[int, tuple[Any, Any]] = {}  # id of a schema -> (the schema, its validator; None if broken)
+_CHECKS: dict[tuple[int, SchemaLimits], tuple[Any, SchemaCheck]] = {}  # (id of a schema, limits) -> (it, its check)
+_REFUSED: dict[tuple[int, SchemaLimits], tuple[Any, SchemaCheck]] = {}  # as _CHECKS, for refused ones of any size
+_REFUSED_KEPT = 32  # each holds a schema of up to max_schema_bytes
 _SCHEMAS: dict[str, Any] = {}  # JSON text -> a schema held for every span that offers it
 _SHARED: dict[int, Any] = {}  # id -> schema, for the schemas _SCHEMAS holds (and only those are cached further)
 
@@ -72,37 +76,35 @@ def shared(schema: Any) -> Any:
     return _keep(_SCHEMAS, text, schema)
 
 
-def _validator(schema: dict) -> Any:
-    """The schema's validator, the schema checked once (None when it is not a valid schema)."""
-    held = _VALIDATORS.get(id(schema))
+def _check(schema: dict, limits: SchemaLimits) -> SchemaCheck:
+    """The schema's check, the schema itself checked once (a refused one refuses every call at no cost)."""
+    key = (id(schema), limits)
+    held = _CHECKS.get(key) or _REFUSED.get(key)
     if held is not None and held[0] is schema:
         return held[1]
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError:
-        validator = None
-    else:
-        validator = cls(schema)
+    check = SchemaCheck(schema, limits)
     if _SHARED.get(id(schema)) is not schema:  # too big to hold: checked again next time
-        return validator
-    return _keep(_VALIDATORS, id(schema), (schema, validator))[1]  # holds the schema: its id stays its own
+        return check
+    return _keep(_CHECKS, key, (schema, check))[1]  # holds the schema: its id stays its own
 
 
 @dataclass(frozen=True)
 class ToolCatalog:
     schemas: dict[str, Any]  # bare lowercase tool name -> JSON Schema, or None when only the name is known
+    limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS
 
     @classmethod
-    def of(cls, records: Sequence[SpanRecord], extra: dict[str, Any] | None = None) -> "ToolCatalog":
+    def of(cls, records: Sequence[SpanRecord], extra: dict[str, Any] | None = None,
+           limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> "ToolCatalog":
         offered = first_offers((i, r.tool_definitions) for i, r in enumerate(records))
         schemas = {key: offer and offer[1] for key, offer in offered.items()}
         for name, schema in (extra or {}).items():
             schemas[split_tool_name(name)[1]] = schema
-        return cls(schemas)
+        return cls(schemas, limits)
 
     @classmethod
-    def merged(cls, with_schema: Sequence[Mapping[str, tuple[Any, Any]]], names_only: Iterable[Iterable[str]]) -> "ToolCatalog":
+    def merged(cls, with_schema: Sequence[Mapping[str, tuple[Any, Any]]], names_only: Iterable[Iterable[str]],
+               limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> "ToolCatalog":
         """The catalog of consecutive parts of a session, each given as its ``first_offers`` with a schema
         and the names it offered without one: the earliest part's schema wins.
 
@@ -113,10 +115,10 @@ class ToolCatalog:
             if part:
                 offers.update(part)
         schemas = {key: offer and offer[1] for key, offer in offers.items()}
-        identity = (tuple(schemas), tuple(map(id, schemas.values())))
+        identity = (tuple(schemas), tuple(map(id, schemas.values())), limits)
         catalog = _CATALOGS.get(identity)
         if catalog is None:
-            catalog = cls(schemas)
+            catalog = cls(schemas, limits)
             if all(s is None or _SHARED.get(id(s)) is s for s in schemas.values()):
                 _keep(_CATALOGS, identity, catalog)  # which holds the schemas: their ids stay theirs
         return catalog
@@ -126,25 +128,18 @@ class ToolCatalog:
         return bool(self.schemas) and split_tool_name(call.tool_name or "")[1] not in self.schemas
 
     def args_valid(self, call: ToolCall) -> bool | None:
-        """As ``jsonschema.validate``, with the schema checked once rather than per call."""
+        """Whether the call's arguments meet its tool's schema; None when unknown: no schema, arguments not
+        captured (content capture off), or a schema that cannot be checked within the limits (counted)."""
         schema = self.schemas.get(split_tool_name(call.tool_name or "")[1])
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or call.arguments is None:
             return None
-        validator = _validator(schema)
-        if validator is None:
-            return None  # a broken schema proves nothing about the call
-        if call.arguments is None:
-            return None  # not captured (content capture off): nothing to validate, so no verdict either way
-        return jsonschema.exceptions.best_match(validator.iter_errors(call.arguments)) is None
-
-    def errors(self, call: ToolCall) -> list[tuple[str, str]]:
-        """(JSON pointer, message) for each schema violation of the call's arguments."""
-        schema = self.schemas.get(split_tool_name(call.tool_name or "")[1])
-        if not isinstance(schema, dict):
-            return []
+        check = _check(schema, self.limits)
         try:
-            validator = jsonschema.validators.validator_for(schema)(schema)
-            return [("/" + "/".join(str(p) for p in e.absolute_path), e.message)
-                    for e in validator.iter_errors(call.arguments if call.arguments is not None else {})]
-        except jsonschema.SchemaError:
-            return []
+            return check.valid(call.arguments)
+        except Unchecked as e:
+            note_refusal(e, f"the arguments of a call to tool {call.tool_name!r}")
+            if check.refused is not None and _SHARED.get(id(schema)) is not schema:  # refused for every call
+                if len(_REFUSED) >= _REFUSED_KEPT:
+                    _REFUSED.clear()
+                _REFUSED[(id(schema), self.limits)] = (schema, check)  # holds the schema: its id stays its own
+            return None
