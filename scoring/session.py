@@ -21,7 +21,7 @@ from ..semconv import SpanRecord
 from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
-from .dropoff import diagnose
+from .dropoff import Ending, diagnose
 from .funnel import ServerFacts, StepMatcher, ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
@@ -142,7 +142,8 @@ class SessionScorer:
             completion = len(steps) / len(variant_steps) if variant_steps else 0.0
         drop = None
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
-            drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal)
+            drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal,
+                            self._ending(col, final_answer, hit_cap))
 
         catalog = ToolCatalog.merged(col.schemas, col.schemaless)
         checked = list(map(itemgetter(2), col.validity_memo))
@@ -183,6 +184,19 @@ class SessionScorer:
             trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
             call_steps=call_steps, config_hash=self.config_hash, input_message=first(col.input_message),
         )
+
+    @staticmethod
+    def _ending(col: Row, final_answer: str | None, hit_cap: bool) -> Ending:
+        """How the session ended, for a drop-off its steps do not explain: its last call (failed, or made
+        before with the same arguments), the cap, its answer."""
+        at = next((i for i in range(len(col.final_call) - 1, -1, -1) if col.final_call[i] is not None), None)
+        if at is None:
+            return Ending(final_answer, hit_cap)
+        last = col.final_call[at]
+        times = col.final_call_times[at] + sum(last.identity in r for i, r in enumerate(col.repeats) if i != at)
+        if last.error:
+            return Ending(final_answer, hit_cap, last.tool_name, last.error)
+        return Ending(final_answer, hit_cap, repeated_tool=last.tool_name if times > 1 else None, repeats=times)
 
     @staticmethod
     def _wasted(parts: Sequence[TraceSummary], col: Row, views: Sequence[VariantView]) -> tuple[int, int, int, int]:

@@ -235,6 +235,8 @@ class Row(NamedTuple):
     last_call: CallId | None
     ends_failed: frozenset[CallId]  # the distinct calls whose last occurrence here failed
     ends_ok: frozenset[CallId]  # ... and those whose last occurrence worked
+    final_call: "CallFacts | None" = None  # its last call
+    final_call_times: int = 0  # how many of its calls are that call (same tool, same arguments)
 
     @classmethod
     def columns(cls, parts: Sequence["TraceSummary"]) -> "Row":
@@ -453,7 +455,9 @@ class TraceSummary:
             validity_memo=self.validity_memo, wasted_within=wasted[0],
             first_call=calls[0].identity if calls else None, last_call=calls[-1].identity if calls else None,
             ends_failed=_set(k for k, failed in wasted[1].items() if failed),
-            ends_ok=_set(k for k, failed in wasted[1].items() if not failed)))
+            ends_ok=_set(k for k, failed in wasted[1].items() if not failed),
+            final_call=calls[-1] if calls else None,
+            final_call_times=sum(1 for c in calls if c.identity == calls[-1].identity) if calls else 0))
 
     def variant_view(self, variant: str, matcher: StepMatcher) -> VariantView:
         view = self.variant_views.get(variant)
