@@ -129,7 +129,8 @@ class SessionScorer:
         if final_answer is None:
             answered = _latest_ending(col.llm_answer)
             final_answer = answered[2] if answered else None
-        hit_cap = self._hit_cap(col, final_answer, n_llms)
+        refused = tuple(chain.from_iterable(col.refused))
+        hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused))
         errored_root = any(col.failed_roots)
         last_call_failed = bool(first(reversed(col.last_call_failed)))
         stopped_by_error = errored_root or last_call_failed or hit_cap
@@ -172,7 +173,7 @@ class SessionScorer:
             model=(most_common(col.llm_models, col.llm_model_names) if any(col.llm_models)
                    else most_common(col.models, col.model_names)),
             llm_calls=n_llms, tool_call_count=n_calls,
-            invalid_tool_calls=sum(map(itemgetter(1), checked)),
+            invalid_tool_calls=sum(map(itemgetter(1), checked)) + len(refused),
             wasted_steps=sum(wasted), wasted_repeats=wasted[0], wasted_retries=wasted[1],
             wasted_rederivations=wasted[2], wasted_walk_backs=wasted[3],
             cost_usd=self._cost(col), call_args_valid=args_valid, cycles=self._cycles(parts, col),
@@ -227,7 +228,7 @@ class SessionScorer:
         return user.reads_as(outcome) if user else OUTCOME_READS_AS.get(outcome, "unknown")
 
     @staticmethod
-    def _hit_cap(col: Row, final_answer: str | None, n_llms: int) -> bool:
+    def _hit_cap(col: Row, final_answer: str | None, n_llms: int, refused: bool = False) -> bool:
         """The run hit its step cap: only with a signal that says so.
 
         A dialect's step-limit signal (an exception or attribute: MaxTurnsExceeded, UsageLimitExceeded,
@@ -238,10 +239,15 @@ class SessionScorer:
         ran (no tool call ended after it). A run that merely ends on a tool call that ran, with no
         answer, is no cap: a framework that stops on a tool result, a client that went away and a trace
         cut short look the same, and the session reads as abandoned (or the rung its steps prove).
+
+        The last rule is for loops that stop silently: it never reads a model call of a framework that
+        raises its own limit error (``CAP_SIGNALLING_DIALECTS``) as a cap, nor a run in which a tool the
+        model asked for did not exist (``refused``: the framework refused it, or it was never offered):
+        that run stopped on an invalid tool call, not at its cap.
         """
         if any(col.step_limits):
             return True
-        if not any(col.roots) or final_answer is not None or first(reversed(col.last_root_failed)):
+        if not any(col.roots) or final_answer is not None or first(reversed(col.last_root_failed)) or refused:
             return False
         if first(reversed(col.last_root_asked_tools)):
             return True
