@@ -366,19 +366,13 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
         checked = checked or found is not None
         for e in found or []:
             errors.append({**e, "effective": effective.get(call.name) is call})
-    for call in effective.values():
-        for tool, expectations in case.argument_expectations.items():
-            if not tool_matches(call.name, (tool,)):
-                continue
-            checked = True
-            if call.arguments is None:
-                uncaptured.append(call.name)
-                continue
-            for exp in expectations:
-                problem = _expectation_problem(exp, call.arguments)
-                if problem:
-                    errors.append({"tool": call.name, "call": call.index, "pointer": exp.pointer, "effective": True,
-                                   **problem})
+    for call in ctx.plan_calls:  # the judged call's misses block; the others' stay as evidence
+        found = expectation_problems(case, call)
+        if found is None:
+            uncaptured.append(call.name)
+            continue
+        checked = checked or any(tool_matches(call.name, (t,)) for t in case.argument_expectations)
+        errors += [{**e, "effective": effective.get(call.name) is call} for e in found]
     ev: dict[str, Any] = {"errors": errors}
     blocking = [e for e in errors if e["effective"]]
     if errors:
