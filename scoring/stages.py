@@ -195,8 +195,8 @@ def needs_judge(case: Case) -> bool:
 def wants_judgment(case: Case, records: Sequence[SpanRecord], score: SessionScore, *,
                    harness_error: str | None = None) -> bool:
     """Whether to ask the judge about this run: never for a run without an answer to grade, and otherwise only
-    when no earlier scored stage failed, the run neither crashed nor hit its cap, and a declared artifact's
-    structure and assertions hold (a failed run costs no judgment), unless the case says ``judge_always``."""
+    when no earlier scored stage failed and the run neither crashed nor hit its cap (a failed run costs no
+    judgment), unless the case says ``judge_always``."""
     if not needs_judge(case) or not answered(case, score):
         return False
     if case.judge_always:
@@ -204,8 +204,8 @@ def wants_judgment(case: Case, records: Sequence[SpanRecord], score: SessionScor
     result = evaluate_run(case, records, score, None, harness_error=harness_error)
     if result.crash or result.hit_cap or result.first_failed_stage is not None:
         return False
-    layers = result.layers
-    return layers is None or (layers.structural.state == "passed" and layers.properties.state != "failed")
+    # an artifact's judge is one of its three layers: it runs beside failed assertions (and is shown beside them)
+    return True
 
 
 def _judge_waits(stages: dict[str, StageResult], layers: Layers | None, exited: str | None, state: str) -> bool:
