@@ -33,7 +33,7 @@ from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment
 from ..scoring.judge.models import ReturnedData
 from ..scoring.judge.rubric import Rubric, load_rubric
 from ..scoring.run_view import build_view
-from ..scoring.stages import CaseRunResult, evaluate_run
+from ..scoring.stages import CaseRunResult, evaluate_run, needs_judge, wants_judgment
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
 from .scoring_stage import Evaluated
@@ -117,9 +117,6 @@ def production_input(production: Any, records: Sequence[SpanRecord], score: Sess
                       criteria=list(production.criteria), threshold=production.threshold, case_id=None,
                       case_sha256=hashlib.sha256(definition.encode()).hexdigest())
 
-
-def needs_judge(case: Any) -> bool:
-    return bool(case.completion_criteria) or (case.artifact is not None and case.fit)
 
 
 def _artifact(case: Case, records: Sequence[SpanRecord], score: SessionScore) -> tuple[Any, str | None]:
@@ -248,7 +245,8 @@ class Evaluator:
         records, harness = harness_outcome(records)
         if harness is not None and harness[0] != "ok":  # a run that did not finish is not judged: no pass either way
             judgment = None
-        waiting = needs_judge(case) and judgment is None and harness_ok(harness) and self.judge_configured
+        wanted = needs_judge(case) and harness_ok(harness) and wants_judgment(case, records, score)
+        waiting = wanted and judgment is None and self.judge_configured
         if waiting and status == "closed":
             self._request(score.session_id, judge_input(case, records, score))
         result = evaluate_run(case, records, score, PENDING if waiting else judgment,
@@ -259,8 +257,9 @@ class Evaluator:
             result = dataclasses.replace(result, probe=True)
         if self.settings.archive_dir:
             self._archive(score, result, judgment)
+        # a run the judge is not asked about (no answer, an earlier stage failed) has no judge status
         status_and_score = ((judgment.status if judgment else "pending" if waiting else "missing"),
-                            (judgment.score if judgment else None)) if needs_judge(case) and harness_ok(harness) \
+                            (judgment.score if judgment else None)) if wanted or judgment is not None \
             else (None, None)
         return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result))
 
@@ -387,7 +386,7 @@ class Evaluator:
                 continue
             score, records = found
             case = self.cases.get(score.case_id or "")
-            if case is None or not needs_judge(case):
+            if case is None or not wants_judgment(case, records, score):
                 continue
             judgment = self.judge.judge(judge_input(case, records, score))
             row = judgment_row(sid, judgment)

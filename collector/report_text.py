@@ -315,11 +315,15 @@ DROP_REASON_NAMES = {
     "en": {"search_no_ids": "Search results carry no ids", "variant_unmapped": "Options not mapped to a variant",
            "cart_no_checkout_url": "Cart has no checkout link",
            "checkout_payment_required": "Checkout needs payment data", "tool_error": "Tool error",
-           "unknown": "Unknown"},
+           "step_cap": "Hit the step cap", "unrecovered_error": "Stopped after a tool error",
+           "repeated_calls": "Stopped after repeating a call", "needs_input": "Asked the user",
+           "info_only": "Answered without a further step", "unknown": "Unknown"},
     "ja": {"search_no_ids": "検索結果に ID がない", "variant_unmapped": "オプションをバリエーションに対応付けられない",
            "cart_no_checkout_url": "カートにチェックアウトリンクがない",
            "checkout_payment_required": "チェックアウトに支払い情報が必要", "tool_error": "ツールエラー",
-           "unknown": "不明"},
+           "step_cap": "ステップ上限に到達", "unrecovered_error": "ツールエラーの後に停止",
+           "repeated_calls": "同じ呼び出しを繰り返して停止", "needs_input": "ユーザーに質問した",
+           "info_only": "回答のみで次のステップなし", "unknown": "不明"},
 }
 
 # A run's failure class (scoring.stages, in precedence order): English shows the stored value itself.
@@ -382,6 +386,16 @@ DROP_FIX_TEXT = {
            "variant_unmapped": "バリエーションの構造を明確に返す: バリエーション ID と人が読めるオプション名 (サイズ、色)。",
            "cart_no_checkout_url": "カートの応答にチェックアウトリンクを含める。",
            "checkout_payment_required": "エージェントが使えるテスト用または委任型の支払い方法に対応する。",
+           "step_cap": "エージェントがステップ数を使い切った: これ以上見つからないときは結果でそう伝え、次のステップのツールを"
+                       "結果から選びやすくして、上限内で終われるようにする。",
+           "unrecovered_error": "ツールのエラーで何を変えればよいか (有効な値、再試行の目安) を伝え、エージェントが止まらずに"
+                                "回復できるようにする。",
+           "repeated_calls": "エージェントが同じ呼び出しを繰り返して停止した: 結果やエラーで何が変わったか、次に何を試すかを"
+                             "伝え、同じ問い合わせを繰り返さないようにする。",
+           "needs_input": "エージェントがユーザーに質問して停止した: 質問した内容 (オプション、在庫、価格、既定値) を結果で"
+                          "返し、それを使って次のステップを提案できるようにする。",
+           "info_only": "エージェントは回答し、次のステップに進まなかった: 情報だけが目的だった可能性がある。先に進んで"
+                        "ほしい場合は、次のステップのツールと識別子を結果の中で見えるようにする。",
            "unknown": ""},
 }
 

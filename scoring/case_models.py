@@ -287,6 +287,7 @@ class Case(_Model):
     completion_criteria: list[str] = []
     artifact: ArtifactSpec | None = None
     judge_threshold: float = Field(0.7, ge=0.0, le=1.0)
+    judge_always: bool = Field(False, description="ask the judge even when an earlier scored stage failed")
     probe: bool = Field(False, description="probes never count in pass rates")
 
     @field_validator("tool_schemas")
@@ -315,6 +316,12 @@ class Case(_Model):
                 raise ValueError(f"required_result_fields[{i}].tool: {f.tool!r} is not in the allowed tool plan")
         if not self.fit and not self.selection.applies:
             raise ValueError("selection: a negative control (fit: false) is decided at Selection, which cannot be none")
+        if self.fit and not self.competitors:
+            # a target and no competitors: a data lookup, with no candidate list and no choice to read unless the
+            # case names where they are (its tool calls never stand in for either)
+            for name, spec in (("discovery", DiscoverySpec), ("selection", SelectionSpec)):
+                if name not in self.model_fields_set:
+                    object.__setattr__(self, name, spec(applies=False))
         twice = [st for i, st in enumerate(self.scored_stages or []) if st in (self.scored_stages or [])[:i]]
         if twice:
             raise ValueError(f"scored_stages: lists {twice[0]!r} twice")

@@ -585,7 +585,8 @@ def case_from_session(records: Sequence[SpanRecord], score: SessionScore, case_i
                 required.append(RequiredField(tool=name, path=path, non_null=value is not None))
     target = servers[0] if servers else (score.service_name or score.agent_name or "TODO-target")
     return Case(id=case_id, task=_first_user_message(view.records) or TODO_TASK, intent_summary=TODO_INTENT,
-                target=Party(name=target), allowed_tools=allowed, expected_server=servers[0] if servers else None,
+                target=Party(name=target), discovery=DiscoverySpec(applies=False),
+                selection=SelectionSpec(applies=False), allowed_tools=allowed, expected_server=servers[0] if servers else None,
                 tool_schemas=schemas, required_result_fields=required)
 
 
@@ -595,6 +596,9 @@ def render_case_yaml(case: Case, session_id: str | None = None) -> str:
     data = {k: v for k, v in case.model_dump(mode="json", by_alias=True, exclude_unset=True).items()
             if v not in (None, [], {})}
     data.pop("completion_criteria", None)
+    for key in ("discovery", "selection"):  # the shorthand a person writes
+        if data.get(key) == {"applies": False}:
+            data[key] = "none"
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     item = "\n".join(("- " if i == 0 else "  ") + line if line else line
                      for i, line in enumerate(body.rstrip("\n").splitlines()))

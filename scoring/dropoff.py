@@ -7,6 +7,7 @@ session's diagnosis then only looks at those facts, so a long session is not rea
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +23,16 @@ FIXES = {
     "variant_unmapped": "Return clear variant structures: variant ids with human-readable option names (size, colour).",
     "cart_no_checkout_url": "Include a checkout link in cart responses.",
     "checkout_payment_required": "Support a test or delegated payment method agents can use.",
+    "step_cap": "The agent ran out of steps: make results say when nothing more is to be found, and the next step's "
+                "tool easy to pick from them, so it finishes within its limit.",
+    "unrecovered_error": "Make the tool's error say what to change (a valid value, a retry hint) so the agent can "
+                         "recover instead of stopping.",
+    "repeated_calls": "The agent repeated the same call and stopped: make results and errors say what changed or "
+                      "what to try next, so it does not ask again.",
+    "needs_input": "The agent stopped to ask the user: return what it asked about (options, stock, price, defaults) "
+                   "in the results, so it can propose the next step with them.",
+    "info_only": "The agent answered and took no further step: the request may have been for information only; if "
+                 "users meant to go on, make the next step's tool and identifiers visible in the results.",
     "unknown": "",
 }
 PAYMENT_STATUSES = ["requires_payment", "payment_required", "pending_payment", "awaiting_payment"]
@@ -104,8 +115,47 @@ def _each(facts: Iterable[StepFacts], name: str) -> map:
     return map(attrgetter(name), facts)
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a session ended, for the reasons that read the whole session rather than its steps."""
+
+    answer: str | None = None  # the final answer
+    hit_cap: bool = False
+    failed_tool: str | None = None  # the session's last call failed: its tool and error
+    error: str | None = None
+    repeated_tool: str | None = None  # the session's last call repeated an earlier identical call
+    repeats: int = 0  # how often that call was made
+
+
+_QUESTION_END = re.compile(r"[?？]\s*[\"'”」)）]*\s*$")
+
+
+def asks_user(answer: str) -> bool:
+    """The answer ends on a question to the user ("Shall I add it?", 「追加しますか？」)."""
+    return bool(_QUESTION_END.search(answer.strip()))
+
+
+def _ending_reason(end: Ending, nxt: str) -> DropOff | None:
+    """Why a session that stopped without a step-specific reason stopped: the cap, an error it did not
+    recover from, a repeated call, a question to the user, or an answer without a further step."""
+    if end.hit_cap:
+        return DropOff("step_cap", nxt, {"hit_cap": True}, FIXES["step_cap"])
+    if end.failed_tool is not None:
+        return DropOff("unrecovered_error", nxt, {"tool": end.failed_tool, "error": end.error},
+                       FIXES["unrecovered_error"])
+    if end.repeated_tool is not None:
+        return DropOff("repeated_calls", nxt, {"tool": end.repeated_tool, "calls": end.repeats},
+                       FIXES["repeated_calls"])
+    if end.answer:
+        excerpt = end.answer.strip()[-160:]
+        if asks_user(end.answer):
+            return DropOff("needs_input", nxt, {"question": excerpt}, FIXES["needs_input"])
+        return DropOff("info_only", nxt, {"answer": excerpt}, FIXES["info_only"])
+    return None
+
+
 def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequence[StepFacts],
-             terminal_pass: bool) -> DropOff | None:
+             terminal_pass: bool, end: Ending | None = None) -> DropOff | None:
     """The drop-off of a commerce session that stopped before its terminal rung, else None.
 
     ``facts`` are those of consecutive runs of the session's calls, in session order.
@@ -116,6 +166,10 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     drop-off), else the next step of the variant it did not reach. A session that reached the
     variant's last step without its terminal rung (shopping: checkout without a confirmed order)
     dropped at that last step: the drop-off step is always one of the variant's steps.
+
+    Without a failed step ahead or a result that explains the stop, ``end`` says how the session
+    ended (step cap, unrecovered error, repeated call, a question to the user, an answer); only
+    a session none of these describe is ``unknown``.
     """
     if terminal_pass:
         return None
@@ -163,4 +217,4 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
         tool = _first(_each(reversed(facts), "search"))
         if tool is not None and not any(_each(facts, "search_has_ids")):
             return DropOff("search_no_ids", nxt, {"tool": tool}, FIXES["search_no_ids"])
-    return DropOff("unknown", nxt, {}, FIXES["unknown"])
+    return (_ending_reason(end, nxt) if end is not None else None) or DropOff("unknown", nxt, {}, FIXES["unknown"])

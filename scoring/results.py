@@ -8,7 +8,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class DropOff:
-    reason: str  # search_no_ids | variant_unmapped | cart_no_checkout_url | checkout_payment_required | tool_error | unknown
+    # search_no_ids | variant_unmapped | cart_no_checkout_url | checkout_payment_required | tool_error | step_cap |
+    # unrecovered_error | repeated_calls | needs_input | info_only | unknown
+    reason: str
     step: str | None  # the step the session did not reach
     evidence: dict[str, Any]
     fix: str

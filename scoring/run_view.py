@@ -16,6 +16,7 @@ from typing import Any
 from ..semconv import SpanRecord
 from .case_models import Case, Party, split_server, tool_matches
 from .config import matches
+from .summary import refused_tools
 
 
 def parse_json_text(value: Any) -> Any:
@@ -81,6 +82,7 @@ class RunView:
     roots: tuple[SpanRecord, ...]
     final_answer: str | None
     offered: tuple[str, ...] = ()  # tool names the spans show the model was offered
+    refused: tuple[str, ...] = ()  # tools the model asked for that no tool span ran: invented or refused (one per request)
 
     @property
     def content_captured(self) -> bool:
@@ -142,7 +144,8 @@ def build_view(records: Sequence[SpanRecord], final_answer: str | None = None) -
     texts.sort(key=lambda t: t.end_ns)
     answer = final_answer or (texts[-1].text if texts else None)
     offered = dict.fromkeys(name for r in ordered for name in r.tool_definitions)
-    return RunView(tuple(ordered), tuple(calls), tuple(texts), tuple(roots), answer, tuple(offered))
+    return RunView(tuple(ordered), tuple(calls), tuple(texts), tuple(roots), answer, tuple(offered),
+                   refused_tools(ordered))
 
 
 # --------------------------------------------------------------------------- who is who
@@ -163,6 +166,25 @@ def mentions(text: str, party: Party) -> int | None:
 
 _NEGATION = re.compile(r"\b(not|no|never|cannot|unable|without)\b|n't\b", re.IGNORECASE)
 _PASSED_OVER = re.compile(r"\b(instead of|rather than|over|than|except|besides)\s+(the\s+|a\s+|an\s+)?$", re.IGNORECASE)
+
+
+# An answer that says no candidate fits: an abstention, whatever parties it names on the way.
+_ABSTENTION = re.compile(
+    r"\bneither\b(?:[^.!?\n]{0,80}?)\b(?:fits?|suits?|works?|matches|meets|is\s+(?:a\s+)?(?:good\s+|right\s+)?(?:fit|match))\b"
+    r"|\bnone\s+of\s+(?:these|those|them|the\s+(?:options|candidates|products|providers|tools))\b"
+    r"|\bnone\s+(?:fits?|suits?|works?|matches)\b|\bno\s+(?:suitable|matching)\s+(?:option|product|provider|candidate)s?\b"
+    r"|\bnot\s+a\s+(?:good\s+)?fit\s+for\s+any\b"
+    r"|該当(?:なし|する(?:もの|製品|サービス)?(?:は|が)(?:ありません|ない))"
+    r"|(?:どれ|いずれ)も(?:合わない|合いません|当てはまらない|当てはまりません|適さない|適しません|該当しない|該当しません"
+    r"|条件を満たさない|条件を満たしません)",
+    re.IGNORECASE)
+
+
+def stated_abstention(text: str | None) -> str | None:
+    """The words in which an answer declines every candidate ("neither fits", "none of these", 「該当なし」,
+    「どれも合わない」), or None."""
+    m = _ABSTENTION.search(text or "")
+    return m.group(0) if m else None
 
 
 def stated_choices(text: str, everyone: Sequence[tuple[str, Party]]) -> list[tuple[int, str, Party]]:
@@ -230,7 +252,10 @@ def catalog_of(case: Case) -> tuple[str, ...]:
 def hallucinated(case: Case, call: Call, offered: Sequence[str] = ()) -> bool:
     """A call to a tool that exists nowhere: not in the case's catalog and not among the tools the
     spans show the model was offered (decidable only when the case declares a catalog or schemas, or
-    the spans show an offer); a competitor's tools exist, they are just not the target's."""
+    the spans show an offer); a competitor's tools exist, they are just not the target's. A call the
+    framework itself refused ("tool not found") is one whatever the case declares."""
+    if call.record.unknown_tool:
+        return True
     if not case.catalog and not case.tool_schemas and not offered:
         return False
     offered_names = tuple(dict.fromkeys([*offered, *(split_server(n)[1] for n in offered)]))

@@ -21,7 +21,7 @@ from ..semconv import SpanRecord
 from .assembled import Session, TraceShare
 from . import evidence as ev
 from .config import ScoringConfig
-from .dropoff import diagnose
+from .dropoff import Ending, diagnose
 from .funnel import ServerFacts, StepMatcher, ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
@@ -129,7 +129,8 @@ class SessionScorer:
         if final_answer is None:
             answered = _latest_ending(col.llm_answer)
             final_answer = answered[2] if answered else None
-        hit_cap = self._hit_cap(col, final_answer, n_llms)
+        refused = tuple(chain.from_iterable(col.refused))
+        hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused))
         errored_root = any(col.failed_roots)
         last_call_failed = bool(first(reversed(col.last_call_failed)))
         stopped_by_error = errored_root or last_call_failed or hit_cap
@@ -142,7 +143,8 @@ class SessionScorer:
             completion = len(steps) / len(variant_steps) if variant_steps else 0.0
         drop = None
         if variant not in ("generic",) and variant not in cfg.funnel.variants:
-            drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal)
+            drop = diagnose(variant_steps, steps, list(map(attrgetter("dropoff"), views)), terminal,
+                            self._ending(col, final_answer, hit_cap))
 
         catalog = ToolCatalog.merged(col.schemas, col.schemaless, cfg.schema_limits)
         checked = list(map(itemgetter(2), col.validity_memo))
@@ -171,7 +173,7 @@ class SessionScorer:
             model=(most_common(col.llm_models, col.llm_model_names) if any(col.llm_models)
                    else most_common(col.models, col.model_names)),
             llm_calls=n_llms, tool_call_count=n_calls,
-            invalid_tool_calls=sum(map(itemgetter(1), checked)),
+            invalid_tool_calls=sum(map(itemgetter(1), checked)) + len(refused),
             wasted_steps=sum(wasted), wasted_repeats=wasted[0], wasted_retries=wasted[1],
             wasted_rederivations=wasted[2], wasted_walk_backs=wasted[3],
             cost_usd=self._cost(col), call_args_valid=args_valid, cycles=self._cycles(parts, col),
@@ -183,6 +185,19 @@ class SessionScorer:
             trace_ids=tuple(sorted(frozenset().union(*col.trace_ids))), span_count=sum(col.spans),
             call_steps=call_steps, config_hash=self.config_hash, input_message=first(col.input_message),
         )
+
+    @staticmethod
+    def _ending(col: Row, final_answer: str | None, hit_cap: bool) -> Ending:
+        """How the session ended, for a drop-off its steps do not explain: its last call (failed, or made
+        before with the same arguments), the cap, its answer."""
+        at = next((i for i in range(len(col.final_call) - 1, -1, -1) if col.final_call[i] is not None), None)
+        if at is None:
+            return Ending(final_answer, hit_cap)
+        last = col.final_call[at]
+        times = col.final_call_times[at] + sum(last.identity in r for i, r in enumerate(col.repeats) if i != at)
+        if last.error:
+            return Ending(final_answer, hit_cap, last.tool_name, last.error)
+        return Ending(final_answer, hit_cap, repeated_tool=last.tool_name if times > 1 else None, repeats=times)
 
     @staticmethod
     def _wasted(parts: Sequence[TraceSummary], col: Row, views: Sequence[VariantView]) -> tuple[int, int, int, int]:
@@ -213,7 +228,7 @@ class SessionScorer:
         return user.reads_as(outcome) if user else OUTCOME_READS_AS.get(outcome, "unknown")
 
     @staticmethod
-    def _hit_cap(col: Row, final_answer: str | None, n_llms: int) -> bool:
+    def _hit_cap(col: Row, final_answer: str | None, n_llms: int, refused: bool = False) -> bool:
         """The run hit its step cap: only with a signal that says so.
 
         A dialect's step-limit signal (an exception or attribute: MaxTurnsExceeded, UsageLimitExceeded,
@@ -224,10 +239,15 @@ class SessionScorer:
         ran (no tool call ended after it). A run that merely ends on a tool call that ran, with no
         answer, is no cap: a framework that stops on a tool result, a client that went away and a trace
         cut short look the same, and the session reads as abandoned (or the rung its steps prove).
+
+        The last rule is for loops that stop silently: it never reads a model call of a framework that
+        raises its own limit error (``CAP_SIGNALLING_DIALECTS``) as a cap, nor a run in which a tool the
+        model asked for did not exist (``refused``: the framework refused it, or it was never offered):
+        that run stopped on an invalid tool call, not at its cap.
         """
         if any(col.step_limits):
             return True
-        if not any(col.roots) or final_answer is not None or first(reversed(col.last_root_failed)):
+        if not any(col.roots) or final_answer is not None or first(reversed(col.last_root_failed)) or refused:
             return False
         if first(reversed(col.last_root_asked_tools)):
             return True

@@ -19,7 +19,7 @@ from .judge.checks import criterion_key
 from .results import SessionScore
 from .schema_check import Unchecked
 from .run_view import (Call, RunView, hallucinated, identify, mentions, parse_json_text, parties, party_of_call,
-                       stated_choices)
+                       stated_abstention, stated_choices)
 
 BAD_ASSESSMENTS = ("missing", "contradicted", "unsupported")
 _JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
@@ -50,6 +50,21 @@ class Context:
         plan = self.case.plan()
         return [c for c in self.view.calls
                 if not self.case.is_helper(c.name) and (not plan or tool_matches(c.name, plan))]
+
+    @cached_property
+    def judged_calls(self) -> dict[str, Call]:
+        """Per plan tool, the one call Invocation, Execution and Result Usability judge: the first that meets
+        its schema and every argument expectation (of those, the first that succeeded: a retry after an
+        error is the call the agent went on with), else the last. The order parallel calls were listed in
+        decides nothing; the other calls stay evidence."""
+        by_tool: dict[str, list[Call]] = {}
+        for c in self.plan_calls:
+            by_tool.setdefault(c.name, []).append(c)
+        out: dict[str, Call] = {}
+        for name, calls in by_tool.items():
+            meeting = [c for c in calls if meets(self.case, c)]
+            out[name] = next((c for c in meeting if c.ok), meeting[-1] if meeting else calls[-1])
+        return out
 
 
 def _short(value: Any, limit: int = 200) -> Any:
@@ -183,7 +198,7 @@ def _choice_of(value: Any, everyone) -> tuple[str, str | None]:
     """(role, party name) a choice argument names: target | competitor | none | other."""
     if value is None or value is MISSING or (isinstance(value, (list, dict)) and not value):
         return "none", None
-    if isinstance(value, str) and value.strip().lower().strip(".!") in NO_CHOICE:
+    if isinstance(value, str) and (value.strip().lower().strip(".!") in NO_CHOICE or stated_abstention(value)):
         return "none", None
     who = identify(value, everyone)
     if who is None and isinstance(value, list) and value:
@@ -222,8 +237,11 @@ def selection(ctx: Context) -> tuple[str, dict[str, Any]]:
         ev = {"source": "choice_path", "stated": _short(picks[0]) if picks else None}
     elif view.final_answer:
         named = [(off, r, p.name) for off, r, p in stated_choices(view.final_answer, everyone)]
-        role, chosen = (named[0][1], named[0][2]) if named else ("abstained", None)
+        declined = stated_abstention(view.final_answer)
+        role, chosen = (named[0][1], named[0][2]) if named and not declined else ("abstained", None)
         ev = {"source": "stated_choice", "named": [n for _, _, n in named]}
+        if declined:  # said in words that nothing fits: parties named on the way were not chosen
+            ev["abstention"] = declined
     else:
         ev = {"source": None,
               "reason": "no choice argument, no call to a party's tools and no message content captured"}
@@ -255,12 +273,16 @@ def tool_resolution(ctx: Context) -> tuple[str, dict[str, Any]]:
     in_plan = [n for n in names if tool_matches(n, plan)]
     calls_by_name = {c.name: c for c in view.calls}
     invented = [n for n in names if n not in in_plan and hallucinated(case, calls_by_name[n], view.offered)]
+    refused = [n for n in dict.fromkeys(view.refused) if n not in invented]
+    invented += refused  # asked for, never run: the framework refused it, or nothing offered it
     off_plan = [n for n in names if n not in in_plan and n not in invented]
     ev.update(in_plan=in_plan, hallucinated=invented, off_plan=off_plan, strict_plan=case.strict_plan)
-    if not called:
-        return "failed", {**ev, "reason": "no tool was called"}
+    if refused:
+        ev["refused"] = refused
     if invented:
         return "failed", {**ev, "reason": "called a tool that exists nowhere: " + ", ".join(invented)}
+    if not called:
+        return "failed", {**ev, "reason": "no tool was called"}
     if not in_plan:
         return "failed", {**ev, "reason": "no tool of the allowed plan was called"}
     if off_plan and case.strict_plan:
@@ -305,6 +327,24 @@ def invalid_calls(ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
+def expectation_problems(case: Case, call: Call) -> list[dict[str, Any]] | None:
+    """The argument expectations one call misses; None when its arguments were not captured."""
+    found: list[dict[str, Any]] = []
+    for tool, expectations in case.argument_expectations.items():
+        if not tool_matches(call.name, (tool,)):
+            continue
+        if call.arguments is None:
+            return None
+        found += [{"tool": call.name, "call": call.index, "pointer": exp.pointer, **problem}
+                  for exp in expectations if (problem := _expectation_problem(exp, call.arguments))]
+    return found
+
+
+def meets(case: Case, call: Call) -> bool:
+    """The call's arguments meet its schema and every expectation (as far as they were captured)."""
+    return not call_schema_errors(case, call) and not expectation_problems(case, call)
+
+
 def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:
     value = resolve_pointer(args, exp.pointer) if isinstance(args, (dict, list)) else MISSING
     check = exp.check
@@ -328,7 +368,7 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
     case = ctx.case
     if not case.fit:
         return "not_applicable", {}
-    effective = ctx.view.last_calls(ctx.plan_calls)
+    effective = ctx.judged_calls
     errors, uncaptured, checked = [], [], False
     unchecked: list[dict[str, Any]] = []
     for call in ctx.plan_calls:
@@ -342,19 +382,13 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
         checked = checked or found is not None
         for e in found or []:
             errors.append({**e, "effective": effective.get(call.name) is call})
-    for call in effective.values():
-        for tool, expectations in case.argument_expectations.items():
-            if not tool_matches(call.name, (tool,)):
-                continue
-            checked = True
-            if call.arguments is None:
-                uncaptured.append(call.name)
-                continue
-            for exp in expectations:
-                problem = _expectation_problem(exp, call.arguments)
-                if problem:
-                    errors.append({"tool": call.name, "call": call.index, "pointer": exp.pointer, "effective": True,
-                                   **problem})
+    for call in ctx.plan_calls:  # the judged call's misses block; the others' stay as evidence
+        found = expectation_problems(case, call)
+        if found is None:
+            uncaptured.append(call.name)
+            continue
+        checked = checked or any(tool_matches(call.name, (t,)) for t in case.argument_expectations)
+        errors += [{**e, "effective": effective.get(call.name) is call} for e in found]
     ev: dict[str, Any] = {"errors": errors}
     blocking = [e for e in errors if e["effective"]]
     if errors:
@@ -380,7 +414,7 @@ def execution(ctx: Context) -> tuple[str, dict[str, Any]]:
     calls = ctx.plan_calls
     if not calls:
         return "not_applicable", {"reason": "no tool call to execute"}
-    effective = ctx.view.last_calls(calls)
+    effective = ctx.judged_calls
     failed = [{"tool": c.name, "error": _short(c.error), "status": c.record.status_code}
               for c in effective.values() if not c.ok]
     recovered = [{"tool": c.name, "error": _short(c.error)} for c in calls if not c.ok and effective[c.name] is not c
@@ -430,10 +464,12 @@ def result_usability(ctx: Context) -> tuple[str, dict[str, Any]]:
         return "not_applicable", {}
     if not case.required_result_fields:
         return "not_applicable", {"reason": "the case declares no required result fields"}
-    ok_calls = [c for c in ctx.plan_calls if c.ok]
+    judged = [c for c in ctx.judged_calls.values() if c.ok]
+    others = [c for c in reversed(ctx.plan_calls) if c.ok and c not in judged]
     fields, any_failed, any_uncaptured = [], False, False
     for spec in case.required_result_fields:
-        mine = [c for c in reversed(ok_calls) if spec.tool is None or tool_matches(c.name, (spec.tool,))]
+        mine = [c for c in judged if spec.tool is None or tool_matches(c.name, (spec.tool,))] or \
+            [c for c in others if spec.tool is None or tool_matches(c.name, (spec.tool,))]
         row: dict[str, Any] = {"path": spec.path, "tool": spec.tool}
         captured = [c for c in mine if c.result is not None]
         if not mine:
@@ -465,12 +501,23 @@ def _criterion(c: Any, case_texts: dict[str, str]) -> dict[str, Any]:
             "assessment": get("assessment") or get("status"), "evidence": get("evidence")}
 
 
+NO_ANSWER = "the run ended without a final answer"
+
+
+def answered(case: Case, score: SessionScore) -> bool:
+    """The run has what the judge grades: a final answer, or the tool argument the case declares as its artifact."""
+    source = case.artifact.source.tool_argument if case.artifact is not None else None
+    return bool(score.final_answer and score.final_answer.strip()) or source is not None
+
+
 def completion(ctx: Context) -> tuple[str, dict[str, Any]]:
     case, j = ctx.case, ctx.judgment
     if not case.completion_criteria:
         return "not_applicable", {"reason": "the case has no completion criteria" if case.fit
                                   else "a negative control without criteria needs no judge"}
     ev: dict[str, Any] = {"criteria": list(case.completion_criteria), "threshold": case.judge_threshold}
+    if not answered(case, ctx.score):
+        return "not_observed", {**ev, "reason": NO_ANSWER}
     if j is None:
         return "missing", {**ev, "reason": "no judgment"}
     status = getattr(j, "status", None)

@@ -23,7 +23,7 @@ from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
 from .labels import STAGES
 from .results import SessionScore
 from .run_view import RunView, build_view, hallucinated
-from .stage_checks import STAGE_CHECKS, Context, invalid_calls
+from .stage_checks import NO_ANSWER, STAGE_CHECKS, Context, answered, invalid_calls
 
 STAGE_STATES = ("passed", "failed", "not_observed", "missing", "not_applicable", "pending")
 FAILURE_CLASSES = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable",
@@ -112,7 +112,7 @@ def _crash(view: RunView, score: SessionScore, harness_error: str | None, layers
         return "no spans recorded for the run"
     if not score.final_answer and not view.final_answer:
         for root in view.roots:
-            if root.error and not root.step_limit:
+            if root.error and not root.step_limit and not root.unknown_tool:  # a refused tool is the agent's call
                 return f"agent failed: {root.error}"
     if layers is not None and layers.structural.state == "missing":
         return "; ".join(layers.structural.problems)
@@ -167,7 +167,8 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
     if not case.fit:
         correct_abstention = {"passed": True, "failed": False}.get(selection.state)
     completion = stages["completion"]
-    completion_ok = not completion.scored or completion.state not in ("missing", "pending")
+    unanswered = completion.scored and completion.evidence.get("reason") == NO_ANSWER
+    completion_ok = not completion.scored or completion.state not in ("missing", "pending") and not unanswered
 
     if case.fit:
         stages_ok = exited is None and completion_ok
@@ -185,6 +186,27 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
         probe=case.probe, fit=case.fit, correct_abstention=correct_abstention,
         controlled_exposure=case.candidates_supplied, layers=layers, failure_class=failure_class,
         fix_hint=fix_hint, hit_cap=hit_cap, crash=crash, timed_out=failure_class == "timeout")
+
+
+def needs_judge(case: Case) -> bool:
+    """The case has something for a judge to grade: completion criteria, or an artifact of a target-fit case."""
+    return bool(case.completion_criteria) or (case.artifact is not None and case.fit)
+
+
+def wants_judgment(case: Case, records: Sequence[SpanRecord], score: SessionScore, *,
+                   harness_error: str | None = None) -> bool:
+    """Whether to ask the judge about this run: never for a run without an answer to grade, and otherwise only
+    when no earlier scored stage failed and the run neither crashed nor hit its cap (a failed run costs no
+    judgment), unless the case says ``judge_always``."""
+    if not needs_judge(case) or not answered(case, score):
+        return False
+    if case.judge_always:
+        return True
+    result = evaluate_run(case, records, score, None, harness_error=harness_error)
+    if result.crash or result.hit_cap or result.first_failed_stage is not None:
+        return False
+    # an artifact's judge is one of its three layers: it runs beside failed assertions (and is shown beside them)
+    return True
 
 
 def _judge_waits(stages: dict[str, StageResult], layers: Layers | None, exited: str | None, state: str) -> bool:
@@ -213,7 +235,7 @@ def _failure_class(ctx: Context, stages: dict[str, StageResult], layers: Layers 
         if _judge_waits(stages, layers, exited, "missing"):
             return "judge_unavailable"
     if invalid_calls(ctx) or any(hallucinated(ctx.case, c, ctx.view.offered) for c in ctx.view.calls) \
-            or ctx.score.invalid_tool_calls > 0:
+            or ctx.view.refused or ctx.score.invalid_tool_calls > 0:
         return "invalid_tool_call"
     if _unrecovered_tool_error(ctx):
         return "tool_error"
@@ -243,6 +265,8 @@ def _fix_hint(ctx: Context, stages: dict[str, StageResult], layers: Layers | Non
             return "the failed assertions: " + ", ".join(layers.properties.failed_assertions)
         if layers.judge.state == "failed":
             return "the judge's reasoning: " + "; ".join(layers.judge.problems)
+    if stages["completion"].evidence.get("reason") == NO_ANSWER:
+        return "the run's end: it stopped without a final answer (its last calls and errors show where)"
     if failure_class == "judge_pending":
         return "nothing yet: the judgment has not returned (wait for it, e.g. compare --wait)"
     if failure_class == "judge_unavailable":

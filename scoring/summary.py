@@ -68,6 +68,35 @@ def reads_as_invalid(error: str | None) -> bool:
     return bool(error) and any(s in error.lower() for s in VALIDATION_SIGNALS)
 
 
+# Frameworks that raise their own step-limit error (semconv STEP_LIMIT_SIGNALS): a model call of theirs
+# asking for tools that never ran is no silent cap (the error says when the cap was hit).
+CAP_SIGNALLING_DIALECTS = frozenset({"pydantic_ai", "strands", "adk"})
+
+
+def refused_tools(records: Iterable[SpanRecord], with_calls: bool = False) -> tuple[str, ...]:
+    """Tools a model asked for that did not exist, one name per refused request, in order: a requested name
+    no tool span ran and, where the spans show what was offered, not offered (hallucinated); or a name a
+    framework's own "tool not found" error gives. ``with_calls`` also lists tool spans that ran and failed
+    so (those are counted as calls elsewhere)."""
+    records = list(records)
+    offered = {n for r in records for name in r.tool_definitions for n in (name, split_tool_name(name)[1])}
+    ran = {n for r in records if r.is_tool_call and not r.unknown_tool
+           for n in (r.tool_name, split_tool_name(r.tool_name or "")[1])}
+    span_refused = [r.tool_name for r in records if r.is_tool_call and r.unknown_tool]
+    asked: dict[str, int] = {}
+    for r in records:
+        if r.kind == "llm" and not r.ignored:
+            for name in r.requested_tools:
+                if name not in ran and name not in span_refused and offered and \
+                        name not in offered and split_tool_name(name)[1] not in offered:
+                    asked[name] = asked.get(name, 0) + 1
+    for r in records:
+        if r.unknown_tool and not r.is_tool_call and r.unknown_tool not in ran and r.unknown_tool not in span_refused:
+            asked.setdefault(r.unknown_tool, 1)
+    out = [name for name, n in asked.items() for _ in range(n)]
+    return tuple([*span_refused, *out] if with_calls else out)
+
+
 def climb(parent_id: str, depth: int, links: Mapping[str, str | None]) -> tuple[str, int] | None:
     """Walk up from an agent span's parent: (the id no span in ``links`` has, hops so far) when the
     walk runs out of spans, None when it meets an agent span or the depth cap first."""
@@ -102,7 +131,8 @@ class CallFacts:
 
 def call_facts(key: Key, r: SpanRecord, flags: frozenset[str], evidence: EvidenceSettings) -> CallFacts:
     canonical = json.dumps(r.arguments, sort_keys=True, default=str)
-    return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags, reads_as_invalid(r.error),
+    return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags,
+                     reads_as_invalid(r.error) or r.unknown_tool is not None,
                      payment_mentions(r.error, r.result, evidence), r.arguments, r.trace_id)
 
 
@@ -235,6 +265,9 @@ class Row(NamedTuple):
     last_call: CallId | None
     ends_failed: frozenset[CallId]  # the distinct calls whose last occurrence here failed
     ends_ok: frozenset[CallId]  # ... and those whose last occurrence worked
+    final_call: "CallFacts | None" = None  # its last call
+    final_call_times: int = 0  # how many of its calls are that call (same tool, same arguments)
+    refused: tuple[str, ...] = ()  # ``refused_tools``
 
     @classmethod
     def columns(cls, parts: Sequence["TraceSummary"]) -> "Row":
@@ -397,6 +430,7 @@ class TraceSummary:
     schemaless: frozenset[str]  # tools offered by name only
     servers: ServerFacts  # what its MCP handshakes and tool listings said of the servers
     config_hash: str
+    refused: tuple[str, ...] = ()  # ``refused_tools`` of its records
     # derived from the above
     bare_names: tuple[str, ...] = field(init=False)  # distinct catalog names the calls look up
     exits: frozenset[str] = field(init=False)  # parent ids (not "") that roots found no span for
@@ -453,7 +487,10 @@ class TraceSummary:
             validity_memo=self.validity_memo, wasted_within=wasted[0],
             first_call=calls[0].identity if calls else None, last_call=calls[-1].identity if calls else None,
             ends_failed=_set(k for k, failed in wasted[1].items() if failed),
-            ends_ok=_set(k for k, failed in wasted[1].items() if not failed)))
+            ends_ok=_set(k for k, failed in wasted[1].items() if not failed),
+            final_call=calls[-1] if calls else None,
+            final_call_times=sum(1 for c in calls if c.identity == calls[-1].identity) if calls else 0,
+            refused=self.refused))
 
     def variant_view(self, variant: str, matcher: StepMatcher) -> VariantView:
         view = self.variant_views.get(variant)
@@ -530,7 +567,7 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
             if r.model:
                 llm_models.append((key, r.model))
             if latest_llm is None or r.end_ns > latest_llm[0]:
-                latest_llm = (r.end_ns, key, r.finish_reason == "tool_call")
+                latest_llm = (r.end_ns, key, r.finish_reason == "tool_call" and r.dialect not in CAP_SIGNALLING_DIALECTS)
             # a response that also asks for a tool is a step on the way, not the answer (semconv.md §4)
             if r.final_answer and r.finish_reason != "tool_call" and (llm_answer is None or r.end_ns > llm_answer[0]):
                 llm_answer = (r.end_ns, key, r.final_answer)
@@ -595,7 +632,7 @@ def summarize(records: Sequence[SpanRecord], evidence: EvidenceSettings, prices:
         schemas={name: (offer[0], shared(offer[1])) for name, offer in offered.items() if offer is not None},
         schemaless=_set(name for name, offer in offered.items() if offer is None),
         servers=ServerFacts.of([r for r in records if r.mcp_method is not None]),
-        config_hash=config_hash,
+        config_hash=config_hash, refused=refused_tools(records),
     )
 
 
@@ -650,7 +687,7 @@ def merge(parts: Sequence[TraceSummary]) -> TraceSummary:
         listings=sum(p.listings for p in parts), schemas=schemas,
         schemaless=frozenset().union(*(p.schemaless for p in parts)) - schemas.keys(),
         servers=ServerFacts.merged(p.servers for p in parts),
-        config_hash=parts[0].config_hash,
+        config_hash=parts[0].config_hash, refused=tuple(chain.from_iterable(p.refused for p in parts)),
     )
 
 

@@ -19,7 +19,7 @@ from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNE
                          EVENT_OPERATION_EXCEPTION, GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, SESSION_KEYS, USER_KEYS,
                          WEAK_SESSION_KEYS)
 from .dialects import REGISTRY, Dialect
-from .dialects.base import exception, step_limit_text
+from .dialects.base import exception, step_limit_text, unknown_tool_name
 from .dialects.index import DialectIndex
 from .records import SpanRecord, SpanView, new_record
 
@@ -146,6 +146,8 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
     # the shared fields, some left out where the default says the same: the record is built faster
     fields.update(_span_attribution(attrs, res))
     fields["error"], fields["step_limit"] = error, step_limit or None
+    if error or exc_message:
+        fields["unknown_tool"] = unknown_tool_name(exc_message, error)
     session_key, source, weak = _session_key(attrs, session_keys)
     if session_key is not None:
         fields["session_key"], fields["session_key_source"], fields["weak_session_key"] = session_key, source, weak

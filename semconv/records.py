@@ -66,7 +66,9 @@ class SpanRecord:
     final_answer: str | None = None
     input_message: str | None = None  # the text of the first user message the span carries (what was asked)
     finish_reason: str | None = None
+    requested_tools: tuple[str, ...] = ()  # tools a model call asked for, by name, as its output lists them
     step_limit: str | None = None  # the framework's own "hit the step cap" signal, as text
+    unknown_tool: str | None = None  # the tool a framework's "tool not found" error on this span names
     mcp_method: str | None = None
     ignored: str | None = None
     tool_definitions: dict[str, Any] = field(default_factory=dict)  # tool name -> JSON Schema (or None) the model was offered

@@ -163,3 +163,16 @@ def test_the_readmes_configuration_example_is_a_valid_configuration():
     settings = Settings.model_validate(tomllib.loads(block))
     assert settings.sql.max_rows == 100000 and settings.receivers.max_connections == 512
     assert settings.cases.allow_remote_commands is False
+
+
+def test_the_demos_drop_offs_say_why_sessions_stopped(tmp_path):
+    """Of the production sessions that stopped between two steps, at most a tenth read "unknown": the rest
+    asked the user, answered, hit the cap, stopped after an error or a repeated call, or hit a data flaw."""
+    db = tmp_path / "demo.duckdb"
+    run_cli("demo", "--db", str(db), timeout=300)
+    rows = read_db(db, "SELECT drop_reason, count(*) AS n FROM sessions WHERE drop_reason IS NOT NULL "
+                       "AND experiment IS NULL GROUP BY ALL")
+    by_reason = {r["drop_reason"]: r["n"] for r in rows}
+    stopped = sum(by_reason.values())
+    assert stopped >= 60 and by_reason.get("unknown", 0) <= stopped // 10, by_reason
+    assert {"needs_input", "info_only", "step_cap"} <= set(by_reason), by_reason

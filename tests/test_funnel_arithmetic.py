@@ -272,7 +272,7 @@ def test_where_sessions_stopped_and_the_step_they_dropped_at(shop_db):
         "stopped_at": "checkout", "drop_step": "checkout", "drop_reason": "checkout_payment_required",
         "outcome": "checkout_reached"}
     assert {k: rows["carted-0"][k] for k in ("stopped_at", "drop_step", "drop_reason")} == {
-        "stopped_at": "cart", "drop_step": "checkout", "drop_reason": "unknown"}
+        "stopped_at": "cart", "drop_step": "checkout", "drop_reason": "info_only"}  # answered, went no further
     assert rows["bought-0"]["drop_step"] is None and rows["bought-0"]["drop_reason"] is None
     off_funnel = sql(shop_db, "SELECT s.session_id, s.variant, s.drop_step FROM sessions s WHERE s.drop_step IS NOT NULL "
                               "AND NOT EXISTS (SELECT 1 FROM funnel_steps f WHERE f.variant = s.variant "
@@ -291,7 +291,7 @@ def test_a_real_tool_error_is_the_drop_off_at_its_step(shop_db, tmp_path):
     by_reason = {(r[0], r[1], r[2]): r for r in drops[1:]}
     error = by_reason[("Tool error | tool_error", "Search Products | Shopping", "Add to Cart")]
     assert error[3] == "3" and error[4] == "add_to_cart: out of stock"
-    searched = by_reason[("Unknown | unknown", "Search Products | Shopping", "View Details")]
+    searched = by_reason[("Answered without a further step | info_only", "Search Products | Shopping", "View Details")]
     assert searched[3] == "4"
     unpaid = by_reason[("Checkout needs payment data | checkout_payment_required", "Checkout | Shopping",
                         "Checkout | Purchase Completed not reached")]

@@ -180,6 +180,31 @@ def test_drop_off_reasons(records, reason):
         assert s.drop.fix
 
 
+@pytest.mark.parametrize("records,reason,evidence", [
+    ([call("search_products", SEARCH), call("get_product_details", DETAILS),
+      agent("Trail Runner 2 comes in sizes 41 and 42; size 42 is in stock. Shall I add it?")],
+     "needs_input", {"question": "Trail Runner 2 comes in sizes 41 and 42; size 42 is in stock. Shall I add it?"}),
+    ([call("search_products", SEARCH), agent("トレイルランナー 2 が見つかりました。カートに追加しますか？")], "needs_input",
+     {"question": "トレイルランナー 2 が見つかりました。カートに追加しますか？"}),
+    ([call("search_products", SEARCH), agent("Under 150 EUR: Gion Garden Hotel, Kyoto Station Inn.")], "info_only",
+     {"answer": "Under 150 EUR: Gion Garden Hotel, Kyoto Station Inn."}),
+    ([call("search_products", SEARCH), agent(error="Max turns (3) exceeded", step_limit="MaxTurnsExceeded")],
+     "step_cap", {"hit_cap": True}),
+    ([call("search_products", SEARCH), call("get_product_details", DETAILS, args={"id": "p1"}),
+      call("get_product_details", error="503 upstream", args={"id": "p2"})],
+     "unrecovered_error", {"tool": "get_product_details", "error": "503 upstream"}),
+    ([call("search_products", SEARCH, args={"q": "shoe"}), call("search_products", SEARCH, args={"q": "shoe"}),
+      call("search_products", SEARCH, args={"q": "shoe"})], "repeated_calls", {"tool": "search_products", "calls": 3}),
+], ids=["question", "question-ja", "answer", "step-cap", "unrecovered-error", "repeats"])
+def test_drop_offs_of_sessions_that_end_without_a_step_reason(records, reason, evidence):
+    """Each ending has its reason, evidence and fix (English stored, Japanese in the report), never unknown."""
+    from agentfunnel.collector.report_text import DROP_FIX_TEXT, DROP_REASON_NAMES
+
+    s = score(*records)
+    assert s.drop is not None and (s.drop.reason, s.drop.evidence) == (reason, evidence)
+    assert s.drop.fix and DROP_FIX_TEXT["ja"][reason] and DROP_REASON_NAMES["ja"][reason] != "不明"
+
+
 def test_no_drop_off_after_a_purchase():
     assert score(call("complete_checkout", ORDER_OK)).drop is None
 

@@ -8,6 +8,7 @@ marks a span bears, first one wins per field.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +50,29 @@ STEP_LIMIT_SIGNALS = (
     "limit_turns",  # Strands stop reason
     "step limit", "max steps", "max_steps",  # hand-rolled loops and SDK wrappers
 )
+
+
+# A framework refusing a tool the model asked for that it does not have; the name is group "name".
+_Q = r"[\'\"`‘’“”]?"
+_NAME = r"(?P<name>[A-Za-z_][\w.:/-]{0,127}?)"
+UNKNOWN_TOOL_PATTERNS = tuple(re.compile(p, re.IGNORECASE) for p in (
+    rf"\btool(?:\s+named)?\s+{_Q}{_NAME}{_Q}\s+(?:was\s+)?not\s+found",  # OpenAI Agents SDK, many loops
+    rf"\bunknown\s+tool(?:\s+name)?\s*:?\s*{_Q}{_NAME}{_Q}(?=[\s.,;:]|$)",  # Pydantic AI's retry prompt
+    rf"\bno\s+(?:such\s+)?tool\s+(?:named\s+|called\s+)?{_Q}{_NAME}{_Q}(?=[\s.,;:]|$)",
+    rf"\btool\s+{_Q}{_NAME}{_Q}\s+(?:does\s+not\s+exist|is\s+not\s+(?:available|registered|defined))",
+    rf"\b{_Q}{_NAME}{_Q}\s+is\s+not\s+a\s+valid\s+tool",  # LangChain AgentExecutor
+))
+
+
+def unknown_tool_name(*texts: Any) -> str | None:
+    """The tool a "tool not found" error names (the framework refused a tool the model invented)."""
+    for text in texts:
+        if isinstance(text, str) and "tool" in text.lower():
+            for pattern in UNKNOWN_TOOL_PATTERNS:
+                m = pattern.search(text[:2000])
+                if m:
+                    return m.group("name")
+    return None
 
 
 def step_limit_text(*texts: Any) -> str | None:

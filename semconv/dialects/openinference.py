@@ -157,6 +157,13 @@ def _asks_for_tools(output: Any) -> bool:
     return False
 
 
+def _requested(a: dict) -> tuple[str, ...]:
+    """Tool names an LLM span's flattened output messages ask for, in index order."""
+    keys = [k for k in a if k.startswith(OI_LLM_OUTPUT_MESSAGES) and k.endswith(".tool_call.function.name")]
+    keys.sort(key=lambda k: [int(x) if x.isdigit() else 0 for x in k.split(".")])
+    return tuple(str(a[k]) for k in keys if isinstance(a[k], str) and a[k])
+
+
 class OpenInference:
     name = "openinference"
     marks = Marks(keys=frozenset({OI_SPAN_KIND}))
@@ -189,6 +196,7 @@ class OpenInference:
                 calls_tools = isinstance(raw, str) and '"tool_calls"' in raw and _asks_for_tools(parse_json(raw))
             # some bridges report "stop" even for a tool-call response
             out["finish_reason"] = "tool_call" if calls_tools else reason
+            out["requested_tools"] = _requested(a) or None
             # the text is kept whatever the response asked for (candidates listed beside a tool call);
             # a response that asked for a tool is never the session's answer (scoring reads the finish reason)
             out["final_answer"] = _last_output_content(a)

@@ -86,6 +86,7 @@ class OtelGenAI:
             if text == "None" and out["finish_reason"] == "tool_call":
                 text = None  # OpenLIT writes str(content): "None" for a response that only calls tools
             out["final_answer"] = text
+            out["requested_tools"] = requested_tool_names(messages) or _legacy_requested(a) or None
         elif kind == "agent":
             # agent spans repeat the run's totals; the session uses them only without llm spans
             out["input_tokens"] = as_int(first(a, GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_USAGE_INPUT_TOKENS))
@@ -97,6 +98,25 @@ class OtelGenAI:
         if kind != "tool":
             out["input_message"] = genai_user_text(span)  # what the user asked (user_input.py)
         return out
+
+
+def requested_tool_names(messages: list | None) -> tuple[str, ...]:
+    """The tools an output's ``tool_call`` parts ask for, in order (structured-output pseudo-tools are answers)."""
+    if not messages:
+        return ()
+    return tuple(str(p["name"]) for m in messages if isinstance(m, dict) for p in (m.get("parts") or [])
+                 if isinstance(p, dict) and p.get("type") == "tool_call" and isinstance(p.get("name"), str)
+                 and p["name"] and p["name"] not in STRUCTURED_OUTPUT_TOOLS)
+
+
+def _legacy_requested(a: dict) -> tuple[str, ...]:
+    """OpenLLMetry's indexed ``gen_ai.completion.<i>.tool_calls.<j>.name``."""
+    prefix = f"{GEN_AI_COMPLETION}."
+    if not any(k.startswith(prefix) and ".tool_calls." in k for k in a):
+        return ()
+    keys = sorted((k for k in a if k.startswith(prefix) and ".tool_calls." in k and k.endswith(".name")),
+                  key=lambda k: [int(x) if x.isdigit() else 0 for x in k.split(".")])
+    return tuple(str(a[k]) for k in keys if isinstance(a[k], str) and a[k])
 
 
 def _requested_tools(messages: list | None) -> str | None:

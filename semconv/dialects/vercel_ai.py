@@ -34,6 +34,10 @@ class VercelAI:
                        output_tokens=as_int(first(a, *AI_USAGE_OUTPUT)))
             if out["finish_reason"] != "tool_call":
                 out["final_answer"] = a.get(AI_RESPONSE_TEXT) or None
+            asked = parse_json(a.get("ai.response.toolCalls"))
+            if isinstance(asked, list):
+                out["requested_tools"] = tuple(str(c["toolName"]) for c in asked
+                                               if isinstance(c, dict) and isinstance(c.get("toolName"), str)) or None
         elif op in AGENT_OPS:
             out.update(kind="agent", input_tokens=as_int(first(a, *AI_USAGE_INPUT)),
                        output_tokens=as_int(first(a, *AI_USAGE_OUTPUT)), final_answer=a.get(AI_RESPONSE_TEXT) or None)
