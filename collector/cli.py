@@ -343,21 +343,19 @@ def cmd_cases_check(args: argparse.Namespace) -> int:
 def _session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
     from .sessions import gather_sessions
-    from .store.session_tables import SessionTables
-    from .store.writer import connect
     from ..scoring import SessionScorer
 
-    tables = SessionTables()
+    keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         from .store.lake import ReaderTables, open_reader
 
-        con, tables = open_reader(settings.store.lake), ReaderTables()
+        con = open_reader(settings.store.lake)
+        try:
+            found = gather_sessions(con, ReaderTables(), [session_id], session_keys=keys)
+        finally:
+            con.close()
     else:
-        con = connect(settings.store.path, read_only=True)
-    try:
-        found = gather_sessions(con, tables, [session_id], session_keys=tuple(settings.sessions.session_keys))
-    finally:
-        con.close()
+        found = _stored_session(settings.store.path, session_id, keys)
     session = found.get(session_id)
     if session is None:
         return None
@@ -365,24 +363,36 @@ def _session_records(settings: Settings, session_id: str):
     return SessionScorer(settings.scoring).score(session_id, records), records
 
 
+def _stored_session(db: Path, session_id: str, session_keys: tuple[str, ...]) -> dict[str, Any]:
+    """A session's traces read back with read-only SQL (``query``): through the server that owns the file, or
+    from the file itself; assembled as the session stage assembles them."""
+    from .assembly import assemble
+    from .query import query
+    from .sessions import sessions_of
+    from .store.session_tables import LOG_COLUMNS, SPAN_COLUMNS, span_views
+
+    literal = "'" + session_id.replace("'", "''") + "'"
+    traces = ("SELECT DISTINCT trace_id FROM (SELECT unnest(session_ids) AS s, trace_id FROM trace_index) "
+              f"WHERE s = {literal}")
+    spans = query(db, f"SELECT {SPAN_COLUMNS} FROM spans WHERE trace_id IN ({traces}) "
+                      "ORDER BY trace_id, start_time, span_id").rows
+    logs = query(db, f"SELECT {LOG_COLUMNS} FROM logs WHERE span_id IS NOT NULL AND trace_id IN ({traces}) "
+                     "ORDER BY t").rows if spans else []
+    assembled = [assemble(views, session_keys) for views in span_views(spans, logs).values()]
+    return sessions_of(assembled, {session_id}, ())
+
+
 def cmd_cases_add(args: argparse.Namespace) -> int:
     """Turn a (failing) production session into a draft case: every production failure becomes a row."""
-    from .query import running_server
+    from .query import QueryError
     from .store.lake import LakeUnavailable
     from ..scoring.cases import case_from_session, render_case_yaml
 
     settings = _settings(args)
     lake = settings.store.lake
-    if lake is None and running_server(settings.store.path):
-        print("agentfunnel cases add: the database is owned by a running server; run it on a snapshot or "
-              "after stopping the server", file=sys.stderr)
-        return 1
-    if lake is None and not settings.store.path.exists():
-        print(f"agentfunnel cases add: database {settings.store.path} does not exist", file=sys.stderr)
-        return 1
     try:
         found = _session_records(settings, args.from_session)
-    except LakeUnavailable as exc:  # the lake cannot be reached, or has no views yet
+    except (LakeUnavailable, QueryError) as exc:  # the lake cannot be reached, no such file, a bound of sql.*
         print(f"agentfunnel cases add: {exc}", file=sys.stderr)
         return 1
     if found is None:

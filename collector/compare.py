@@ -60,6 +60,11 @@ SELECT count(*) AS pending FROM sessions s LEFT JOIN case_runs r USING (session_
 WHERE {experiment} AND s.case_id IS NOT NULL AND s.failure_class = 'judge_pending' AND NOT coalesce(r.probe, false)
 """
 POLL_SECONDS = 0.25
+_UNJUDGED_SQL = """
+SELECT count(*) AS unjudged FROM sessions s LEFT JOIN case_runs r USING (session_id)
+WHERE s.experiment GLOB '{pattern}' AND s.case_id IS NOT NULL AND s.failure_class = 'judge_unavailable'
+  AND NOT coalesce(r.probe, false)
+"""
 
 
 def pending_judgments(db: Path | StoreSettings, patterns: str | Sequence[str] | None = None) -> int:
@@ -101,6 +106,7 @@ class Side:
     cases: dict[str, dict] = field(default_factory=dict)
     totals: dict = field(default_factory=dict)
     pending: int = 0  # runs whose judgment has not returned
+    unjudged: int = 0  # runs whose only problem is a judgment that could not be had (judge_unavailable)
 
     @property
     def reliable(self) -> float | None:
@@ -124,9 +130,9 @@ class Comparison:
 
     def to_json(self) -> dict:
         return {"a": {"pattern": self.a.pattern, "reliable": self.a.reliable, "recoverable": self.a.recoverable,
-                      "pending": self.a.pending, **self.a.totals},
+                      "pending": self.a.pending, "unjudged": self.a.unjudged, **self.a.totals},
                 "b": {"pattern": self.b.pattern, "reliable": self.b.reliable, "recoverable": self.b.recoverable,
-                      "pending": self.b.pending, **self.b.totals},
+                      "pending": self.b.pending, "unjudged": self.b.unjudged, **self.b.totals},
                 "cases": self.rows, "failed_gates": self.gates, "why_regressed": self.why}
 
 
@@ -144,6 +150,8 @@ def load_side(db: Path | StoreSettings, pattern: str) -> Side:
     totals = query(db, _TOTALS_SQL.format(pattern=p))
     side.totals = dict(zip(totals.columns, totals.rows[0])) if totals.rows else {}
     side.pending = pending_judgments(db, pattern)
+    found = query(db, _UNJUDGED_SQL.format(pattern=p))
+    side.unjudged = int(found.rows[0][0]) if found.rows else 0
     return side
 
 
@@ -169,16 +177,24 @@ def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float |
         gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
     gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost,
                         max_p99_cost=max_p99_cost)
-    if side_a.pending:
-        gates.append(pending_gate(side_a, "A"))
-    if side_b.pending:
-        gates.append(pending_gate(side_b, "B"))
+    gates += judgment_gates(side_a, "A") + judgment_gates(side_b, "B")
     return Comparison(side_a, side_b, rows, gates)
 
 
 def pending_gate(side: Side, label: str) -> str:
     return (f"{side.pending} run(s) of {label} ({side.pattern}) still wait for a judgment (pending): "
             "they count as not passed; wait for them with --wait SECONDS")
+
+
+def unjudged_gate(side: Side, label: str) -> str:
+    return (f"{side.unjudged} run(s) of {label} ({side.pattern}) have no judgment (judge_unavailable): their "
+            "Completion could not be checked, so nothing says they passed; the reason is in each run's completion "
+            "evidence (configure the judge, then agentfunnel judge --experiment NAME)")
+
+
+def judgment_gates(side: Side, label: str) -> list[str]:
+    """A gate never passes on runs whose required judgment is pending or could not be had."""
+    return ([pending_gate(side, label)] if side.pending else []) + ([unjudged_gate(side, label)] if side.unjudged else [])
 
 
 def side_gates(side: Side, *, min_pass_hat_k: float | None = None, max_p95_cost: float | None = None,
@@ -297,5 +313,5 @@ def to_json_text(cmp: Comparison) -> str:
     return json.dumps(cmp.to_json(), default=str, indent=2)
 
 
-__all__ = ["TAILS", "TAILS_TITLE", "compare", "load_side", "pending_gate", "pending_judgments", "side_gates", "print_terminal", "render_html", "to_json_text", "wait_for_judgments",
+__all__ = ["TAILS", "TAILS_TITLE", "compare", "judgment_gates", "load_side", "pending_gate", "unjudged_gate", "pending_judgments", "side_gates", "print_terminal", "render_html", "to_json_text", "wait_for_judgments",
            "Comparison", "Side", "asdict"]

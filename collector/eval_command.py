@@ -88,6 +88,33 @@ def _err(message: str) -> None:
     print(f"agentfunnel eval run: {visible_controls(message, keep_line_breaks=True)}", file=sys.stderr, flush=True)
 
 
+def _remote_suite_refusal(info: dict[str, Any], url: str, db: Path, cases_file: str, planned: list[str]) -> str | None:
+    """Why runs cannot go to the server at ``url``, or None after saying how they will be scored.
+
+    ``--cases`` picks the cases and their tasks; the server scores the runs with its own suite, so a server with
+    no suite, or one without a planned case, would store runs nothing scores ("runs 0"): refused before any run.
+    """
+    from .query import QueryError, admin_post
+
+    try:
+        doc = admin_post(info, "/cases", {}, timeout=30)
+    except (OSError, QueryError) as exc:
+        return f"--endpoint {url}: cannot ask the server that owns {db} for its case suite: {exc}"
+    if not doc.get("suite"):
+        return (f"--endpoint {url}: the server that owns {db} has no case suite, so it would score none of these "
+                f"runs; restart it with cases.suite: {cases_file} in its --config, or drop --endpoint (and stop that "
+                f"server, or give another --db) to run an embedded server with --cases {cases_file}")
+    unknown = [c for c in planned if c not in set(doc.get("cases") or [])]
+    if unknown:
+        return (f"--endpoint {url}: the server's suite ({doc['suite']}) has no case {', '.join(map(repr, unknown))} "
+                f"of --cases {cases_file}; give it the same suite, or choose cases it has with --case")
+    print(f"agentfunnel eval run: --cases {cases_file} picks the cases and their tasks; the server that owns {db} "
+          f"scores the runs, with its own case suite ({doc['suite']})", file=sys.stderr)
+    if doc.get("judge_warning"):
+        print(f"agentfunnel eval run: warning: that server: {doc['judge_warning']}", file=sys.stderr)
+    return None
+
+
 def _describe(record: RunRecord) -> str:
     r = record.result
     what = "ok" if r.outcome == "ok" else f"{r.outcome}: {r.message}"
@@ -125,9 +152,11 @@ def cmd_eval_run(args: argparse.Namespace, settings: Settings) -> int:
             _err(f"--endpoint {url}: the runs are read back through the database its server owns; give that file "
                  f"with --db (no running server owns {db})")
             return 2
+        refused = _remote_suite_refusal(info, url, db, args.cases, [c.id for c in cases])
+        if refused:
+            _err(refused)
+            return 2
         target: Any = RemoteTarget(url, db, info, settings.receivers.bearer_token)
-        print(f"agentfunnel eval run: the server that owns {db} scores the runs, with its own case suite",
-              file=sys.stderr)
     else:
         update = {
             "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
@@ -194,7 +223,7 @@ def _wait_judgments(db: Any, experiment: str, seconds: float) -> None:
 def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
     from rich.text import Text
 
-    from .compare import compare, load_side, pending_gate, side_gates
+    from .compare import compare, judgment_gates, load_side, side_gates
     from .experiments import load_experiment, terminal_renderables
     from .report import Filters, load_report
     from .report_terminal import look_at, stages_table
@@ -221,7 +250,7 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
                                         f"{row['a']} -> {row['b']}"))
     else:
         side = load_side(db, args.experiment)
-        gates = side_gates(side, **gates_kw) + ([pending_gate(side, "the experiment")] if side.pending else [])
+        gates = side_gates(side, **gates_kw) + judgment_gates(side, "the experiment")
     from .judge_audit import judge_warnings, kappa_gate
 
     gates += kappa_gate(db, args.experiment, args.min_judge_kappa)

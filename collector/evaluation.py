@@ -29,8 +29,8 @@ from ..scoring.artifacts import extract_artifact
 from ..scoring.assertions import MISSING
 from ..scoring.case_models import Case, case_sha256
 from ..scoring.config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
-from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment
-from ..scoring.judge.models import ReturnedData
+from ..scoring.judge import PENDING, JudgeInput, JudgeSettings, Judgment, UnavailableJudgment
+from ..scoring.judge.models import ENV_API_KEY, ReturnedData
 from ..scoring.judge.rubric import Rubric, load_rubric
 from ..scoring.run_view import build_view
 from ..scoring.stages import CaseRunResult, evaluate_run, needs_judge, wants_judgment
@@ -193,6 +193,24 @@ class Evaluator:
             made = self._judge
         return made.configured if made is not None else self.judge_settings.resolved_api_key() is not None
 
+    def _unavailable(self) -> UnavailableJudgment | None:
+        """The judgment of a run that needs one while no judge can be asked: why, kept in its Completion evidence."""
+        reason = self.judge_settings.unavailable_reason()
+        return UnavailableJudgment(f"no judge: {reason}") if reason and not self.judge_configured else None
+
+    def judge_warning(self) -> str | None:
+        """One line for the start of ``serve`` and ``eval run``: criteria exist, but no judge can grade them, and why."""
+        reason = self.judge_settings.unavailable_reason()
+        if reason is None:
+            return None
+        judged = [c.id for c in self.cases.values() if needs_judge(c)]
+        if not judged and self.production is None:
+            return None
+        what = (f"{len(judged)} case(s) of the suite need a judge ({', '.join(judged[:3])}"
+                f"{', ...' if len(judged) > 3 else ''})" if judged else "production judging is configured")
+        return (f"{what} but no judge is configured: {reason}; their Completion is stored as missing and those runs "
+                f"cannot pass (set judge.api_key or ${ENV_API_KEY})")
+
     @property
     def judge(self) -> AnthropicJudge:
         """Made on first use: importing the anthropic SDK takes seconds, and most sessions are not case runs."""
@@ -249,7 +267,10 @@ class Evaluator:
         waiting = wanted and judgment is None and self.judge_configured
         if waiting and status == "closed":
             self._request(score.session_id, judge_input(case, records, score))
-        result = evaluate_run(case, records, score, PENDING if waiting else judgment,
+        graded: Any = PENDING if waiting else judgment
+        if graded is None and wanted:  # asked for, and no judge to ask: say why Completion is missing
+            graded = self._unavailable()
+        result = evaluate_run(case, records, score, graded,
                               harness_error=harness_error(records, harness),
                               timed_out=harness is not None and harness[0] == "timeout",
                               schema_limits=self.schema_limits)

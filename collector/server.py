@@ -101,6 +101,8 @@ class Server:
         if rs.bearer_token is None and not _is_loopback(rs.host):
             log.warning("listening on %s beyond loopback without a bearer token: anyone who can reach this host can "
                         "write spans (set receivers.bearer_token or AGENTFUNNEL_BEARER_TOKEN)", rs.host)
+        if self.evaluator is not None and (warning := self.evaluator.judge_warning()):
+            log.warning("%s", warning)
         self.store.open()
         if self.settings.store.lake is None:
             self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()
@@ -193,6 +195,7 @@ class Server:
         app.router.add_post("/flush", self._flush)
         app.router.add_post("/rescore", self._rescore)
         app.router.add_post("/judge", self._judge)
+        app.router.add_post("/cases", self._cases)
         app.router.add_post("/audit/labels", self._audit_labels)
         add_data_routes(app, self, self.retention)  # /prune, /delete, /export, /snapshot
         return app
@@ -240,6 +243,17 @@ class Server:
         stale = bool((await request.json()).get("stale_only")) if request.can_read_body else False
         traces = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.rescore, stale)
         return web.json_response({"traces": traces})
+
+    async def _cases(self, request: web.Request) -> web.Response:
+        """What this server scores case runs with (``eval run --endpoint`` asks before it starts any run): its
+        suite's description and case ids (none: no suite), and why no judge can grade them, if none can."""
+        if (refused := self._refused(request)) is not None:
+            return refused
+        ev = self.evaluator
+        suite = ev.suite if ev is not None else None
+        return web.json_response({"suite": suite.describe() if suite else None,
+                                  "cases": list(ev.cases) if ev is not None else [],
+                                  "judge_warning": ev.judge_warning() if ev is not None else None})
 
     async def _judge(self, request: web.Request) -> web.Response:
         """Judge case runs now with the running configuration (``agentfunnel judge`` while serving).

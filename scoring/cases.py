@@ -583,11 +583,24 @@ def case_from_session(records: Sequence[SpanRecord], score: SessionScore, case_i
             for key, value in call.result.items():
                 path = f"$.{key}" if re.fullmatch(r"[A-Za-z_][\w-]*", key) else f"$[{json.dumps(key)}]"
                 required.append(RequiredField(tool=name, path=path, non_null=value is not None))
-    target = servers[0] if servers else (score.service_name or score.agent_name or "TODO-target")
     return Case(id=case_id, task=_first_user_message(view.records) or TODO_TASK, intent_summary=TODO_INTENT,
-                target=Party(name=target), discovery=DiscoverySpec(applies=False),
-                selection=SelectionSpec(applies=False), allowed_tools=allowed, expected_server=servers[0] if servers else None,
+                target=Party(name=_target_of(allowed, servers, score), tools=allowed),
+                discovery=DiscoverySpec(applies=False), selection=SelectionSpec(applies=False),
+                allowed_tools=allowed, expected_server=servers[0] if servers else None,
                 tool_schemas=schemas, required_result_fields=required)
+
+
+def _target_of(tools: Sequence[str], servers: Sequence[str], score: SessionScore) -> str:
+    """The party whose tools the session called: the server they ran on, else the prefix their names share
+    (``mcp__fxrates__get_rate``: fxrates), else the first tool; never the agent's own service name (the agent
+    is not the product it was asked to use). No tool called: the service name, for the user to replace."""
+    if servers:
+        return servers[0]
+    for name in tools:
+        server, _ = split_server(name)
+        if server:
+            return server
+    return tools[0] if tools else (score.service_name or score.agent_name or "TODO-target")
 
 
 def render_case_yaml(case: Case, session_id: str | None = None) -> str:
@@ -596,9 +609,9 @@ def render_case_yaml(case: Case, session_id: str | None = None) -> str:
     data = {k: v for k, v in case.model_dump(mode="json", by_alias=True, exclude_unset=True).items()
             if v not in (None, [], {})}
     data.pop("completion_criteria", None)
-    for key in ("discovery", "selection"):  # the shorthand a person writes
-        if data.get(key) == {"applies": False}:
-            data[key] = "none"
+    for stage in ("discovery", "selection"):  # a data lookup says so explicitly (SPEC §6): the shorthand
+        if data.get(stage) == {"applies": False}:
+            data[stage] = "none"
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     item = "\n".join(("- " if i == 0 else "  ") + line if line else line
                      for i, line in enumerate(body.rstrip("\n").splitlines()))
@@ -609,5 +622,7 @@ def render_case_yaml(case: Case, session_id: str | None = None) -> str:
             "  completion_criteria: []\n")
     header = ["# agentfunnel case" + (f" drafted from session {session_id}" if session_id else ""),
               "# Review before use: the task and intent summary, the allowed tools (every tool the session",
-              "# called, wrong ones included) and the required result fields (the keys its results returned)."]
+              "# called, wrong ones included) and the required result fields (the keys its results returned).",
+              "# A data lookup (discovery: none, selection: none): when the agent chooses among products, name",
+              "# the competitors and declare where its candidates and its choice are read."]
     return "\n".join(header) + "\ncases:\n" + item + "\n" + crit

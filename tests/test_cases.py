@@ -366,6 +366,7 @@ def test_case_from_session_round_trips_through_yaml(tmp_path, with_input):
     assert case.task == ("EUR to USD on 2026-01-15?" if with_input else TODO_TASK)
     assert case.allowed_tools == ["mcp__fxrates__get_rate", "mcp__fxrates__list_currencies"]
     assert case.target.name == "fxrates" and case.expected_server == "fxrates"
+    assert not case.discovery.applies and not case.selection.applies  # a data lookup, never the agent's service name
     assert case.tool_schemas == {"mcp__fxrates__get_rate": {"type": "object", "properties": {"base": {"type": "string"}}}}
     fields = {(f.tool, f.path, f.non_null) for f in case.required_result_fields}
     assert fields == {("mcp__fxrates__get_rate", "$.base", True), ("mcp__fxrates__get_rate", "$.rate", True),
@@ -373,6 +374,7 @@ def test_case_from_session_round_trips_through_yaml(tmp_path, with_input):
     assert case.completion_criteria == []
     text = render_case_yaml(case, session_id="s-42")
     assert "# TODO: completion criteria" in text and "completion_criteria: []" in text and "s-42" in text
+    assert "  discovery: none\n  selection: none\n" in text
     path = tmp_path / "drafted.yaml"
     path.write_text(text)
     assert load_suite(path).cases[0] == case

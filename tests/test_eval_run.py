@@ -121,7 +121,11 @@ def _eval(db: Path, experiment: str, plan: Path, *extra: str, config: Path | Non
           timeout: float = 240) -> subprocess.CompletedProcess:
     cmd = [*agentfunnel_cmd(), "eval", "run", "--db", str(db), "--cases", str(CASES), "--experiment", experiment,
            *(["--config", str(config)] if config else []), *extra, "--", sys.executable, str(AGENT), str(plan)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=NO_JUDGE_KEY)
+
+
+NO_JUDGE_KEY = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+NO_JUDGE = "no judge is configured: the configuration has no judge section and $ANTHROPIC_API_KEY is not set"
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +276,51 @@ def test_runs_export_to_a_server_already_serving(tmp_path, server_factory):
     assert lines["fx-rate"][1:3] == ["2", "1"]
     nowhere = _eval(tmp_path / "none.duckdb", "remote", plan, "--endpoint", srv.http_url)
     assert nowhere.returncode == 2 and "no running server owns" in nowhere.stderr
+
+
+def test_without_a_judge_runs_that_need_one_fail_the_gate_and_say_why(tmp_path):
+    """No judge section and no key: said once at start; the forecast run that did everything right has a
+    Completion missing with the reason stored, and the gate fails on it instead of passing with pass^k 0.00."""
+    plan = _plan(tmp_path / "plan.json", {"kyoto-weather": {"1": "pass"}, "fx-rate": {"1": "pass"}})
+    out = _eval(tmp_path / "nojudge.duckdb", "nojudge", plan, "--wait", "0")
+    assert out.returncode == 1, out.stdout + out.stderr
+    warnings = [line for line in out.stderr.splitlines() if NO_JUDGE in line]
+    assert len(warnings) == 1 and "1 case(s) of the suite need a judge (kyoto-weather)" in warnings[0]
+    assert "gate failed: 1 run(s) of the experiment (nojudge) have no judgment (judge_unavailable)" in \
+        " ".join(out.stdout.split())
+    assert "all gates passed" not in out.stdout
+    runs = {r["case_id"]: r for r in read_db(tmp_path / "nojudge.duckdb", "SELECT case_id, passed, failure_class, "
+                                             "completion, completion_evidence, fix_hint FROM case_runs")}
+    assert (runs["fx-rate"]["passed"], runs["fx-rate"]["completion"]) == (True, "not_applicable")
+    kyoto = runs["kyoto-weather"]
+    assert (kyoto["passed"], kyoto["failure_class"], kyoto["completion"]) == (False, "judge_unavailable", "missing")
+    why = "no judge: the configuration has no judge section and $ANTHROPIC_API_KEY is not set"
+    assert json.loads(kyoto["completion_evidence"])["error"] == why
+    assert kyoto["fix_hint"] == f"the judge, not the agent: {why}"
+
+
+def test_an_endpoint_is_used_only_with_a_suite_that_has_the_cases(tmp_path, server_factory):
+    """``--endpoint`` to a server without a suite is refused before any run (exit 2, saying what to do), as is one
+    whose suite lacks a planned case; a server whose suite needs a judge it does not have says so at start, and
+    ``eval run`` repeats it."""
+    plan = _plan(tmp_path / "plan.json", {"kyoto-weather": {"1": "pass"}, "fx-rate": {"1": "pass"}})
+    bare = server_factory(db=tmp_path / "bare.duckdb", env={"ANTHROPIC_API_KEY": ""})
+    refused = _eval(bare.db, "remote", plan, "--endpoint", bare.http_url, "--wait", "0")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "has no case suite, so it would score none of these runs" in refused.stderr
+    assert f"cases.suite: {CASES}" in refused.stderr and "drop --endpoint" in refused.stderr
+    assert "run 1" not in refused.stderr  # nothing was run
+    assert "has no judge" not in bare.logs() and NO_JUDGE not in bare.logs()  # no criteria: nothing to say
+
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"cases": {"suite": str(CASES)}}))
+    suited = server_factory(["--config", str(config)], db=tmp_path / "suited.duckdb", env={"ANTHROPIC_API_KEY": ""})
+    assert sum(NO_JUDGE in line for line in suited.logs().splitlines()) == 1
+    other = tmp_path / "other.yaml"
+    other.write_text(CASES.read_text().replace("id: kyoto-weather", "id: osaka-weather"))
+    lacking = _eval(suited.db, "remote", plan, "--endpoint", suited.http_url, "--wait", "0", "--cases", str(other))
+    assert lacking.returncode == 2 and "has no case 'osaka-weather'" in lacking.stderr, lacking.stderr
+    ran = _eval(suited.db, "remote", plan, "--endpoint", suited.http_url, "--wait", "0", "--case", "kyoto-weather")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert f"warning: that server: 1 case(s) of the suite need a judge (kyoto-weather) but {NO_JUDGE}" in ran.stderr
+    assert "have no judgment (judge_unavailable)" in " ".join(ran.stdout.split())

@@ -136,6 +136,38 @@ def test_cases_check_names_the_case_and_field_and_cases_add_drafts_from_a_sessio
     assert "1 case(s) OK" in ok.stdout
 
 
+def test_cases_add_drafts_a_case_its_session_passes_while_a_server_owns_the_file(tmp_path, server_factory):
+    """The draft of a run that did everything right passes that run: a data lookup (Discovery and Selection
+    ``none``, said explicitly) whose target is the party of the tools called, not the agent's service name. It is
+    drafted through the server that owns the file, as ``sql`` and ``report`` read."""
+    from conftest import FIXTURES
+
+    recording = FIXTURES / "stages" / "pydantic-ai" / "fx-lookup--pass.traces.binpb"
+    sid = "stages-pydantic-ai-fx-lookup--pass"
+    db = tmp_path / "prod.duckdb"
+    run_cli("ingest", "--db", str(db), str(recording))
+    service = read_db(db, f"SELECT service_name FROM sessions WHERE session_id = '{sid}'")[0]["service_name"]
+    server_factory(db=db)
+    draft = tmp_path / "draft.yaml"
+    made = run_cli("cases", "add", "--db", str(db), "--from-session", sid, "--id", "fx-lookup", "--out", str(draft),
+                   check=False)
+    assert made.returncode == 0, made.stderr
+    case = yaml.safe_load(draft.read_text())["cases"][0]
+    assert (case["discovery"], case["selection"]) == ("none", "none")
+    assert case["target"]["name"] == "get_historical_rate" != service and case["allowed_tools"] == [
+        "get_historical_rate"]
+    missing = run_cli("cases", "add", "--db", str(db), "--from-session", "no-such-session", check=False)
+    assert missing.returncode == 1 and "no session 'no-such-session'" in missing.stderr
+    config = tmp_path / "suite.yaml"
+    config.write_text(yaml.safe_dump({"cases": {"suite": str(draft)}}))
+    scored = tmp_path / "scored.duckdb"
+    run_cli("ingest", "--db", str(scored), "--config", str(config), str(recording))
+    run = read_db(scored, "SELECT * FROM case_runs")[0]
+    assert (run["case_id"], run["passed"], run["first_failed_stage"]) == ("fx-lookup", True, None)
+    assert [run[s] for s in STAGES] == ["not_applicable", "not_applicable", "passed", "passed", "passed", "passed",
+                                        "not_applicable"]
+
+
 # ---------------------------------------------------------------------------- agentfunnel judge, on the file and through the server
 
 JUDGE_STATE = ("SELECT s.judge_status, s.judge_score, s.passed, r.completion FROM sessions s "

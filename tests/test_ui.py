@@ -15,7 +15,8 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+from html.parser import HTMLParser
+from urllib.parse import parse_qsl, unquote, urljoin, urlsplit
 
 import markupsafe
 import pytest
@@ -26,7 +27,8 @@ from agentfunnel.collector.ui import queries
 from agentfunnel.collector.ui.app import CSP
 from agentfunnel.collector.ui.filters import FilterError, SessionFilters
 from agentfunnel.collector.ui.model import call_views, overview_view
-from agentfunnel.collector.ui.pages import Context, overview_page, session_page, sessions_page
+from agentfunnel.collector.ui.pages import (Context, compare_page, error_page, experiment_page, experiments_page,
+                                            login_page, overview_page, session_page, sessions_page)
 from agentfunnel.collector.ui.queries import Reader
 from conftest import agentfunnel_cmd, run_cli, shared_demo
 
@@ -214,9 +216,44 @@ def test_case_run_page_shows_stages_first_failure_and_judge_state(demo_db, reade
     doc = session_page(queries.session_detail(reader, run["session_id"]), Context())
     assert "Case run: seven stages" in doc and len(re.findall(r'<li class="stage[ "]', doc)) == 7
     assert re.search(rf'id="stage-{run["first_failed_stage"]}"', doc)
-    assert "No judgment is stored for this run." in doc  # the demo runs without a judge
+    assert "No judgment is stored for this run." in doc  # its earlier stages failed: no judgment was asked for
     ja = session_page(queries.session_detail(reader, run["session_id"]), Context(lang="ja"))
     assert "ケースラン" in ja and "会話" in ja
+
+
+def test_a_judged_run_shows_each_criterion_with_its_status_and_evidence(demo_db, reader):
+    """The demo grades its funnel-builder cases with its scripted judge (the anthropic SDK against a local Messages
+    API): each stored assessment (criterion, status, evidence) is a row of the run's judge table."""
+    judged = sql(demo_db, "SELECT session_id, criteria FROM judgments WHERE status = 'incomplete' LIMIT 1")[0]
+    criteria = json.loads(judged["criteria"])
+    assert criteria and {"criterion", "status", "evidence"} <= set(criteria[0])
+    doc = session_page(queries.session_detail(reader, judged["session_id"]), Context())
+    rows = re.findall(r'<tr class="criterion"><td>(.*?)</td><td><span class="pill ra-(\w+)">(.*?)</span></td>'
+                      r'<td class="small">(.*?)</td></tr>', doc)
+    assert [(html.unescape(c), s, html.unescape(e)) for c, _, s, e in rows] == [
+        (c["criterion"], c["status"], c["evidence"]) for c in criteria]
+    assert {cls for _, cls, s, _ in rows if s == "missing"} <= {"fail"} and any(s == "missing" for _, _, s, _ in rows)
+    assert "Missing requirements:" in doc
+
+
+def test_every_page_kind_renders_on_a_database_with_judged_runs(demo_db, reader):
+    """Every page the UI serves, as pure functions over the demo's rows: each session (judged runs, runs without a
+    judgment, production sessions), each experiment, their comparison, the lists, the error and sign-in pages."""
+    assert sql(demo_db, "SELECT count(*) AS n FROM judgments")[0]["n"] > 0
+    for lang in ("en", "ja"):
+        ctx = Context(lang=lang)
+        for sid in [r["session_id"] for r in sql(demo_db, "SELECT session_id FROM sessions")]:
+            assert f'id="session-id">{html.escape(sid)}<' in session_page(queries.session_detail(reader, sid), ctx)
+        names = [e["experiment"] for e in queries.experiments(reader)]
+        assert len(names) > 1 and "baseline" in experiments_page(queries.experiments(reader), ctx)
+        for name in names:
+            assert html.escape(name) in experiment_page(queries.experiment_detail(reader, name), names, ctx)
+        assert "fix-1" in compare_page(queries.compare(reader, "baseline", "fix-1"), "baseline", "fix-1", names, ctx)
+        assert compare_page(None, "", "", names, ctx)
+        assert overview_page(queries.overview(reader), ctx)
+        f = SessionFilters.parse({"experiment": "fix-1"})
+        assert sessions_page(queries.session_list(reader, f), f, ctx)
+        assert "nope" in error_page(404, "Not found", "nope", ctx) and login_page(ctx, "/ui/")
 
 
 def test_experiment_and_compare_agree_with_sql_and_the_compare_command(demo_db, reader):
@@ -387,3 +424,48 @@ def test_report_html_report_and_compare_print_ui_urls_while_a_server_runs(demo_d
     assert f'href="{base}experiments/baseline"' in doc and f'href="{base}sessions/' in doc
     cmp = run_cli("compare", "--db", str(db), "baseline", "fix-1", check=False).stdout
     assert f"UI: {base}compare?a=baseline&b=fix-1" in cmp and f"A: {base}experiments/baseline" in cmp
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def test_a_crawl_from_the_index_meets_no_server_error(demo_db, reader, server_factory, tmp_path):
+    """Every link of the UI followed from its index on a served database with judged runs: no page answers 5xx.
+    A list link is followed once per page kind (its path, its parameters' names and its page number), so the crawl
+    reaches every session, experiment and list page without walking every filter combination."""
+    db = tmp_path / "served.duckdb"
+    db.write_bytes(demo_db.read_bytes())
+    srv = server_factory(db=db)
+    base = srv.http_url + "/ui/"
+
+    def kind(url: str) -> tuple:
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        return parts.path, tuple(sorted(query)), query.get("page")
+
+    queue, seen, answers = [base], {kind(base)}, {}
+    while queue:
+        url = queue.pop(0)
+        status, _, body = _get(url)
+        answers[url] = status
+        links = _Links()
+        links.feed(body)
+        for href in links.hrefs:
+            target = urljoin(url, href).split("#", 1)[0]
+            if target.startswith(base) and kind(target) not in seen:
+                seen.add(kind(target))
+                queue.append(target)
+    assert [u for u, status in answers.items() if status >= 500] == []
+    assert set(answers.values()) == {200}
+    visited = {unquote(urlsplit(u).path.removeprefix("/ui/sessions/")) for u in answers
+               if urlsplit(u).path.startswith("/ui/sessions/")}
+    judged = {r["session_id"] for r in sql(demo_db, "SELECT session_id FROM judgments")}
+    assert judged and judged <= visited
+    assert {r["session_id"] for r in sql(demo_db, "SELECT session_id FROM sessions")} <= visited

@@ -186,6 +186,26 @@ def test_keyboard_contrast_and_both_widths(browser, demo, shots):
     page.close()
 
 
+def test_a_judged_run_shows_the_judges_criteria(browser, demo, shots):
+    """A funnel-builder run the demo's judge graded: its session page lists each criterion with its status and
+    evidence, as stored."""
+    db, url = demo
+    judged = read_db(db, "SELECT session_id, criteria FROM judgments WHERE status = 'incomplete' LIMIT 1")[0]
+    criteria = json.loads(judged["criteria"])
+    page = _page(browser)
+    response = page.goto(url + "sessions/" + urllib.request.quote(judged["session_id"], safe=""))
+    assert response is not None and response.status == 200
+    rows = page.locator("#case-run .judgment tr.criterion")
+    assert rows.count() == len(criteria) > 0
+    for i, c in enumerate(criteria):
+        cells = rows.nth(i).locator("td")
+        assert [cells.nth(k).inner_text() for k in range(3)] == [c["criterion"], c["status"], c["evidence"]]
+    assert page.locator("#case-run").get_by_text("Missing requirements:").is_visible()
+    _shot(page, shots, "7-judged-run-1280")
+    assert page.evaluate("window.__csp") == []
+    page.close()
+
+
 def test_hostile_span_data_is_text_under_the_csp(browser, tmp_path, shots):
     db = build_hostile_db(tmp_path / "hostile.duckdb")
     ui = UIProcess(db)

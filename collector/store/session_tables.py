@@ -110,22 +110,50 @@ class Sources:
 
 LOCAL = Sources()
 
-_SPAN_QUERY = """
-SELECT trace_id, span_id, parent_span_id, name, kind, status_code, status_message, scope_name,
-       attributes, resource_attributes, events, epoch_ns(start_time) AS start_ns, epoch_ns(end_time) AS end_ns
-FROM {spans} WHERE received_at >= ? AND trace_id {IN}
+SPAN_COLUMNS = ("trace_id, span_id, parent_span_id, name, kind, status_code, status_message, scope_name, attributes, "
+                "resource_attributes, events, epoch_ns(start_time) AS start_ns, epoch_ns(end_time) AS end_ns")
+LOG_COLUMNS = "span_id, event_name, epoch_ns(coalesce(time, observed_time)) AS t, attributes, body"
+_SPAN_QUERY = f"""
+SELECT {SPAN_COLUMNS}
+FROM {{spans}} WHERE received_at >= ? AND trace_id {{IN}}
 ORDER BY trace_id, start_time, span_id
 """
 
-_LOG_QUERY = """
-SELECT span_id, event_name, epoch_ns(coalesce(time, observed_time)) AS t, attributes, body
-FROM {logs} WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id {IN}
+_LOG_QUERY = f"""
+SELECT {LOG_COLUMNS}
+FROM {{logs}} WHERE received_at >= ? AND span_id IS NOT NULL AND trace_id {{IN}}
 ORDER BY t
 """
 
 
 def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
+
+
+def span_views(span_rows: Iterable[Sequence[Any]], log_rows: Iterable[Sequence[Any]]) -> dict[str, list[SpanView]]:
+    """Rows of ``SPAN_COLUMNS`` and ``LOG_COLUMNS`` as span views by trace, the log records tied to a span as its
+    events: from the writer's connection, or read back through the SQL endpoint (``cases add``)."""
+    log_events: dict[str, list[dict]] = {}
+    for span_id, event_name, t, attrs, body in log_rows:
+        attributes = _loads(attrs) or {}
+        if body is not None:
+            attributes.setdefault("body", _loads(body))
+        log_events.setdefault(span_id, []).append({"name": event_name or attributes.get("event.name") or "log",
+                                                   "time_unix_nano": t or 0,
+                                                   "attributes": attributes, "from_log": True})
+    views: dict[str, list[SpanView]] = {}
+    seen: set[tuple[str, str]] = set()
+    for row in span_rows:
+        (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
+        if (tid, sid) in seen:  # on a lake, a span two replicas stored (after a change of the ring)
+            continue
+        seen.add((tid, sid))
+        views.setdefault(tid, []).append(SpanView(
+            trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
+            resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),
+            span_kind=kind or "INTERNAL", status_code=status or "UNSET", status_message=message,
+            scope_name=scope, start_ns=start or 0, end_ns=end or 0))
+    return views
 
 
 class SessionTables:
@@ -177,28 +205,8 @@ class SessionTables:
                     sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
         """Stored spans as views, trace by trace in store order, with the log records tied to them as events."""
         ids = _strings(trace_ids)
-        log_events: dict[str, list[dict]] = {}
-        for span_id, event_name, t, attrs, body in con.execute(
-                _LOG_QUERY.format(logs=sources.logs, IN=_IN), [since, ids]).fetchall():
-            attributes = _loads(attrs) or {}
-            if body is not None:
-                attributes.setdefault("body", _loads(body))
-            log_events.setdefault(span_id, []).append({"name": event_name or attributes.get("event.name") or "log",
-                                                       "time_unix_nano": t or 0,
-                                                       "attributes": attributes, "from_log": True})
-        views: dict[str, list[SpanView]] = {}
-        seen: set[tuple[str, str]] = set()
-        for row in con.execute(_SPAN_QUERY.format(spans=sources.spans, IN=_IN), [since, ids]).fetchall():
-            (tid, sid, parent, name, kind, status, message, scope, attrs, res, events, start, end) = row
-            if (tid, sid) in seen:  # on a lake, a span two replicas stored (after a change of the ring)
-                continue
-            seen.add((tid, sid))
-            views.setdefault(tid, []).append(SpanView(
-                trace_id=tid, span_id=sid, parent_span_id=parent, name=name or "", attributes=_loads(attrs) or {},
-                resource_attributes=_loads(res) or {}, events=(_loads(events) or []) + log_events.get(sid, []),
-                span_kind=kind or "INTERNAL", status_code=status or "UNSET", status_message=message,
-                scope_name=scope, start_ns=start or 0, end_ns=end or 0))
-        return views
+        return span_views(con.execute(_SPAN_QUERY.format(spans=sources.spans, IN=_IN), [since, ids]).fetchall(),
+                          con.execute(_LOG_QUERY.format(logs=sources.logs, IN=_IN), [since, ids]).fetchall())
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
                         span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),

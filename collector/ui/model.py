@@ -310,3 +310,38 @@ def stages_view(case_run: Row | None) -> list[dict[str, Any]]:
     return [{"stage": s, "state": case_run.get(s), "cls": STAGE_STATE_CLASS.get(case_run.get(s) or "", "unknown"),
              "evidence": loads(case_run.get(f"{s}_evidence")), "first": case_run.get("first_failed_stage") == s}
             for s in labels.STAGES]
+
+
+CRITERION_CLASS = {"satisfied": "pass", "missing": "fail", "contradicted": "fail", "unsupported": "partial"}
+
+
+@dataclass(frozen=True)
+class CriterionView:
+    criterion: str
+    status: str | None
+    cls: str
+    evidence: str
+
+
+def _criterion_view(c: Any) -> CriterionView:
+    """One stored assessment: ``criterion``, ``status``, ``evidence`` as the judge stores them
+    (``scoring.judge.models.CriterionAssessment``); a bare string or an older ``name``/``assessment``
+    row reads the same way, and a value of any other shape is shown as text, never a failed page."""
+    if not isinstance(c, dict):
+        return CriterionView("" if c is None else str(c), None, "unknown", "")
+    status = c.get("status", c.get("assessment"))
+    status = None if status is None else str(status)
+    evidence = c.get("evidence")
+    return CriterionView(str(c.get("criterion", c.get("name", "")) or ""), status,
+                         CRITERION_CLASS.get(status or "", "unknown"), "" if evidence is None else str(evidence))
+
+
+def judgment_views(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The stored judgments of a run, their JSON columns read and their criteria as ``CriterionView`` rows."""
+    out = []
+    for j in rows:
+        criteria = loads(j.get("criteria"))
+        out.append({**j, "criteria": [_criterion_view(c) for c in criteria] if isinstance(criteria, list) else [],
+                    "missing_requirements": loads(j.get("missing_requirements")) or [],
+                    "unsupported_claims": loads(j.get("unsupported_claims")) or []})
+    return out

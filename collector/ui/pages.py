@@ -166,9 +166,7 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None)
     spans = model.waterfall(rows.spans, rows.calls)
     steps = [{"variant": s.get("variant"), **x} for x in rows.steps]
     drop_evidence = model.loads(s.get("drop_evidence"))
-    judgments = [{**j, "criteria": model.loads(j.get("criteria")) or [],
-                  "missing_requirements": model.loads(j.get("missing_requirements")) or [],
-                  "unsupported_claims": model.loads(j.get("unsupported_claims")) or []} for j in rows.judgments]
+    judgments = model.judgment_views(rows.judgments)
     has_messages = any(isinstance(i, Message) and not i.final for turn in turns for i in [turn.user, *turn.items] if i)
     return _render("session.html", ctx, s=s, calls=calls, by_span={c.row["span_id"]: c for c in calls},
                    turns=turns, spans=spans, span_total=rows.span_total, steps=steps,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .cache import JudgeCache, MemoryJudgeCache
 from .checks import answer_sha256, check_verdict, completion_passed, reference_sha256
 from .models import (PENDING, CriterionAssessment, JudgeInput, JudgeSettings, Judgment, PendingJudgment, ReturnedData,
-                     Verdict)
+                     UnavailableJudgment, Verdict)
 from .pacing import Clock, SystemClock
 from .rubric import COMPLETION_RUBRIC, PROMPT_VERSION, VERDICT_TOOL, Rubric, ScoreLevel, build_prompt
 
@@ -22,7 +22,7 @@ __all__ = [
     "JudgeCache", "MemoryJudgeCache",
     "check_verdict", "completion_passed", "answer_sha256", "reference_sha256",
     "JudgeSettings", "JudgeInput", "ReturnedData", "CriterionAssessment", "Verdict", "Judgment",
-    "PENDING", "PendingJudgment",
+    "PENDING", "PendingJudgment", "UnavailableJudgment",
     "Rubric", "ScoreLevel", "COMPLETION_RUBRIC", "PROMPT_VERSION", "VERDICT_TOOL", "build_prompt",
 ]
 

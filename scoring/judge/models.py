@@ -78,6 +78,15 @@ class JudgeSettings(_Model):
     def resolved_api_key(self) -> str | None:
         return self.api_key or os.environ.get(ENV_API_KEY) or None
 
+    def unavailable_reason(self) -> str | None:
+        """Why no judgment can be asked for with these settings (None: a key is there to ask with), naming
+        what to set: a run whose Completion needs a judge then stores this as the reason it is missing."""
+        if self.resolved_api_key() is not None:
+            return None
+        if not self.model_fields_set:
+            return f"the configuration has no judge section and ${ENV_API_KEY} is not set"
+        return f"judge.api_key is not set and ${ENV_API_KEY} is not set"
+
     def resolved_base_url(self) -> str:
         return (self.base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL).rstrip("/")
 
@@ -181,3 +190,18 @@ class PendingJudgment:
 
 
 PENDING = PendingJudgment()
+
+
+@dataclass(frozen=True)
+class UnavailableJudgment:
+    """The judgment of a run no judge could be asked about (none configured): ``missing``, never a pass, never
+    stored or cached; ``error`` says why, and becomes the Completion stage's evidence and the run's fix hint."""
+
+    error: str
+    status: str = "missing"
+    passed: bool = False
+    score: float | None = None
+    criteria: tuple = ()
+    missing_requirements: tuple = ()
+    unsupported_claims: tuple = ()
+    explanation: str = ""
