@@ -183,6 +183,10 @@ class StoreSettings(_Model):
         512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
         "DuckDB spills to temporary files next to the database.")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
+    accept_damaged_wal: bool = Field(
+        False, description="Open the database even when its write-ahead log is shorter than what was committed "
+        "to it (cut short or deleted), keeping what it holds; the log is copied aside first. Off: such a start is "
+        "refused (`agentfunnel serve --accept-damaged-wal` sets it for one start).")
     lake: LakeSettings | None = Field(None, description="Ship what is committed in the file to a shared DuckLake "
                                                        "(several replicas); readers read the lake.")
 

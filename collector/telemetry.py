@@ -79,6 +79,8 @@ DESCRIPTIONS = {
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
+    "store_failing": "1 while the store's commits fail (e.g. a full disk; /readyz answers 503, as do exports, "
+                     "retryable), 0 once one succeeds.",
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span, log record and metric data point keys held in the duplicate window.",
     "open_traces": "Traces received and not yet assembled into sessions.",

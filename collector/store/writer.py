@@ -35,6 +35,7 @@ from ..wire import WIRE
 from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
+from .guard import StoreUnusable, WalMark, check_files, wal_path
 from .metrics_table import metrics_arrow_table
 from .schema import append_arrow, describe, migrate, transaction
 from .shipper import Shipper
@@ -130,6 +131,11 @@ def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ..
     con.execute("SET lock_configuration = true")
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (DuckDB's run over several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _utcnow() -> datetime:
     """Naive UTC, the convention of every TIMESTAMP column."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
@@ -197,6 +203,10 @@ class Store:
         self._last_received = datetime.min  # received_at strictly increases from commit to commit
         self._shipping_stop = threading.Event()
         self._shipping: threading.Thread | None = None
+        self._mark: WalMark | None = None
+        self.failing: str | None = None  # why the last commit failed, until one succeeds (/readyz answers 503)
+        self._probing = False
+        metrics.gauge("store_failing", lambda: int(self.failing is not None))
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
         self._jobs_waiting = 0
@@ -206,8 +216,12 @@ class Store:
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> "Store":
         path = self.settings.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.con = connect(path)
+        check_files(path, self.settings.accept_damaged_wal)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.con = connect(path)
+        except (duckdb.Error, OSError) as exc:
+            raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
         try:
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
             self.con.execute(f"SET memory_limit = '{self.settings.memory_limit_mb}MB'")
@@ -217,10 +231,19 @@ class Store:
             else:
                 migrate(self.con)
                 lock_down(self.con)
-        except BaseException:
+        except BaseException as exc:
             self.con.close()
             self.con = None
+            if isinstance(exc, (duckdb.Error, OSError)):
+                raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
             raise
+        try:
+            self._mark = WalMark(path)
+        except OSError as exc:
+            self.con.close()
+            self.con = None
+            raise StoreUnusable(f"cannot write beside the database {path}: {_one_line(exc)}") from None
+        self._mark.update()
         self._columns = {table: list(describe(self.con, table)) for table in ("spans", "logs", "metrics")}
         self._seed_dedupe()
         self._thread = threading.Thread(target=self._run, name="agentfunnel-writer", daemon=True)
@@ -307,10 +330,21 @@ class Store:
                         self._ship_now(self.con)
                     except Exception as exc:  # noqa: BLE001 - it is committed here and shipped later
                         log.warning("could not ship to the lake before stopping (shipped at the next start): %s", exc)
-                self.con.execute("CHECKPOINT")
+                try:
+                    self.con.execute("CHECKPOINT")
+                except duckdb.Error as exc:
+                    raise StoreUnusable(
+                        f"could not checkpoint the database {self.settings.path} while stopping: {_one_line(exc)}; "
+                        f"everything committed is in its write-ahead log {wal_path(self.settings.path)}, "
+                        "replayed at the next start") from None
             finally:
-                self.con.close()
+                with contextlib.suppress(duckdb.Error):
+                    self.con.close()
                 self.con = None
+                if self._mark is not None:
+                    self._mark.update()
+                    self._mark.close()
+                    self._mark = None
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views)."""
@@ -321,6 +355,31 @@ class Store:
 
             cur.execute(f"USE {READERS}")
         return cur
+
+    def probe(self) -> None:
+        """While commits fail, try a small write on the writer thread (at most one at a time): readiness comes
+        back once the store can commit again, even if no client sends anything meanwhile."""
+        with self._lock:
+            if self.failing is None or self._probing or self._closed or self.settings.lake is not None:
+                return
+            self._probing = True
+
+        def job(con: duckdb.DuckDBPyConnection) -> None:
+            try:  # a logged write of nothing new: it needs the log to grow, as a commit of spans does
+                con.execute("UPDATE _agentfunnel_migrations SET applied_at = applied_at "
+                            "WHERE name = (SELECT max(name) FROM _agentfunnel_migrations)")
+                if self._mark is not None:
+                    self._mark.update()
+                self.failing = None
+            except duckdb.Error as exc:
+                self.failing = _one_line(exc)
+            finally:
+                self._probing = False
+
+        try:
+            self.submit_job(job, transaction=False)
+        except RetryableError:
+            self._probing = False
 
     # ------------------------------------------------------------------ submit
     @property
@@ -451,6 +510,8 @@ class Store:
                 con.execute("BEGIN TRANSACTION")
                 result = item.job(con)
                 con.execute("COMMIT")
+                if self._mark is not None:
+                    self._mark.update()
                 if self.shipper is not None:
                     self.shipper.note(0)
         except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
@@ -490,6 +551,7 @@ class Store:
                 err = PermanentError(f"the store refused this request's data: {exc}")
             else:
                 err = RetryableError(f"the store could not commit: {exc}")
+                self.failing = _one_line(exc)
             self._finish(item, exc=err)
             return
         for item, result in zip(items, results):
@@ -555,6 +617,9 @@ class Store:
         with transaction(con) if len(tables) > 1 else contextlib.nullcontext():
             for table, rows in tables.items():
                 append_arrow(con, table, rows, self._columns[table])
+        if self._mark is not None:  # before anything is acknowledged: the record covers every acknowledged commit
+            self._mark.update()
+        self.failing = None
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
         if self.shipper is not None:

@@ -1,0 +1,248 @@
+"""Faults a store must survive, against a real ``agentfunnel serve``: a write-ahead log cut short or deleted,
+files that are not a database, a full disk; and the receivers' answers on a half-closed connection."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ServerProcess, agentfunnel_cmd, sql
+from otlp_build import trace_request
+
+
+def _body(n_spans: int, start_ns: int | None = None) -> bytes:
+    trace_id = os.urandom(16)
+    extra = {} if start_ns is None else {"start_time_unix_nano": start_ns, "end_time_unix_nano": start_ns + 1000}
+    spans = [{"trace_id": trace_id, "span_id": os.urandom(8), "name": "execute_tool search", **extra}
+             for _ in range(n_spans)]
+    return trace_request(spans).SerializeToString()
+
+
+def _post(addr: str, body: bytes) -> int:
+    host, port = addr.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def _serve(db: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """A start that is expected to be refused: it must end by itself."""
+    return subprocess.run(agentfunnel_cmd() + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0",
+                                               *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def _acknowledged_then_killed(server_factory, db: Path, requests: int = 30) -> None:
+    srv = server_factory(db=db)
+    for _ in range(requests):
+        assert _post(srv.http, _body(50)) == 200
+    srv.kill()
+    assert Path(str(db) + ".wal").stat().st_size > 0
+
+
+@pytest.mark.parametrize("damage", ["half", "empty", "deleted"])
+def test_a_write_ahead_log_cut_short_or_deleted_is_refused_and_kept(server_factory, tmp_path, damage):
+    db = tmp_path / "af.duckdb"
+    wal = Path(str(db) + ".wal")
+    _acknowledged_then_killed(server_factory, db)
+    size = wal.stat().st_size
+    if damage == "deleted":
+        wal.unlink()
+    else:
+        with open(wal, "r+b") as f:
+            f.truncate(size // 2 if damage == "half" else 0)
+    left = None if damage == "deleted" else wal.read_bytes()
+    db_before = db.read_bytes()
+
+    proc = _serve(db)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert str(wal) in line and "--accept-damaged-wal" in line and f"{size} bytes were committed" in line
+    assert db.read_bytes() == db_before, "the database was changed"
+    if left is not None:
+        assert wal.read_bytes() == left, "the log was not kept as it was"
+
+    # Accepting the damage opens with what the log holds, and keeps a copy of it
+    srv = server_factory(["--accept-damaged-wal"], db=db)
+    assert _post(srv.http, _body(5)) == 200
+    srv.stop()
+    copies = list(tmp_path.glob("af.duckdb.wal.damaged-*"))
+    assert len(copies) == (0 if left is None else 1)
+    if copies:
+        assert copies[0].read_bytes() == left
+
+
+def test_an_intact_log_after_kill_9_starts_and_loses_nothing(server_factory, tmp_path):
+    db = tmp_path / "af.duckdb"
+    _acknowledged_then_killed(server_factory, db, requests=20)
+    srv = server_factory(db=db)
+    srv.stop()
+    assert sql(db, "select count(*) as n from spans")[0]["n"] == 1000
+
+
+@pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header"])
+def test_a_file_that_is_not_a_database_is_refused_in_one_line_and_left_untouched(server_factory, tmp_path, content):
+    db = tmp_path / "af.duckdb"
+    if content == "bad header":  # a real database whose header is damaged
+        srv = server_factory(db=db)
+        srv.stop()
+        data = bytearray(db.read_bytes())
+        data[4096:4096 + 64] = os.urandom(64)
+        data[8192:8192 + 64] = os.urandom(64)
+        content = bytes(data)
+    db.write_bytes(content)
+    proc = _serve(db)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert str(db) in line
+    assert db.read_bytes() == content
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("")
+    proc = subprocess.run(agentfunnel_cmd() + ["ingest", "--db", str(db), str(dump)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and str(db) in _one_line(proc.stderr)
+    assert db.read_bytes() == content
+
+
+def _readyz(srv: ServerProcess) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(srv.http_url + "/readyz", timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _metrics(srv: ServerProcess) -> dict:
+    with urllib.request.urlopen(srv.http_url + "/metrics?format=json", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    where = tmp_path / "disk"
+    where.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(where)], check=True,
+                       capture_output=True, timeout=30)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot mount a small file system here: {exc}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def test_a_full_disk_makes_readyz_fail_until_space_is_freed(server_factory, small_disk):
+    db = small_disk / "af.duckdb"
+    srv = server_factory(db=db)
+    assert _readyz(srv)[0] == 200
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:  # fill the disk to the last block
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+                f.flush()
+        except OSError:
+            pass
+    statuses = set()
+    for _ in range(20):
+        statuses.add(_post(srv.http, _body(200)))
+        if 503 in statuses:
+            break
+    assert statuses <= {200, 503} and 503 in statuses
+    status, answer = _readyz(srv)
+    assert status == 503 and "cannot commit" in answer["reason"], answer
+    assert _metrics(srv)["store_failing"] == 1
+
+    filler.unlink()
+    deadline = time.monotonic() + 20
+    while _readyz(srv)[0] != 200 and time.monotonic() < deadline:  # the probe commits without any client
+        time.sleep(0.2)
+    assert _readyz(srv)[0] == 200
+    assert _metrics(srv)["store_failing"] == 0
+    assert _post(srv.http, _body(20)) == 200
+    assert srv.stop() == 0
+
+
+def test_a_full_disk_at_stop_and_start_is_one_line_and_exit_2(server_factory, small_disk):
+    db = small_disk / "af.duckdb"
+    srv = server_factory(db=db)
+    for _ in range(5):
+        assert _post(srv.http, _body(200)) == 200
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        except OSError:
+            pass
+    assert srv.stop() == 2
+    stderr = srv.logs()
+    assert "Traceback" not in stderr and "could not checkpoint" in stderr, stderr
+    wal_kept = Path(str(db) + ".wal").read_bytes()
+
+    proc = _serve(db)
+    assert proc.returncode == 2, proc.stderr
+    assert str(db) in _one_line(proc.stderr)
+    assert Path(str(db) + ".wal").read_bytes() == wal_kept
+
+    filler.unlink()
+    srv = server_factory(db=db)
+    srv.stop()
+    assert sql(db, "select count(*) as n from spans")[0]["n"] == 1000
+
+
+def test_spans_dated_in_the_future_are_counted_and_pruned_by_arrival(server_factory, tmp_path):
+    config = tmp_path / "af.toml"
+    config.write_text("[retention]\nraw_days = 1\ninterval_seconds = 0.5\nmax_future_seconds = 3600\n")
+    srv = server_factory(["--config", str(config)])
+    now_ns = time.time_ns()
+    year_ns = 365 * 86400 * 10**9
+    assert _post(srv.http, _body(3, now_ns + year_ns)) == 200  # a clock a year ahead
+    assert _post(srv.http, _body(2, now_ns + 60 * 10**9)) == 200  # a minute ahead: within the setting
+    assert _post(srv.http, _body(4, now_ns)) == 200
+    assert _metrics(srv)["spans_future_dated"] == 3
+    srv.stop()
+    assert sql(srv.db, "select count(*) as n from spans")[0]["n"] == 9
+
+
+def test_a_request_on_a_half_closed_connection_is_answered(server):
+    host, port = server.http.split(":")
+    body = _body(3)
+    for request in (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body,
+                    b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                    b"Content-Length: 5\r\n\r\nnope!"):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(request)
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200" if request.endswith(body) else b"HTTP/1.1 400"), answer[:200]
