@@ -230,6 +230,8 @@ class Store:
                 self._open_lake()
             else:
                 migrate(self.con)
+                # what the log held goes into the file now: a full disk is refused here, not at the first commit
+                self.con.execute("CHECKPOINT")
                 lock_down(self.con)
         except BaseException as exc:
             self.con.close()
@@ -503,19 +505,25 @@ class Store:
     def _run_job_in_transaction(self, item: _Item) -> None:
         assert self.con is not None and item.job is not None
         con = self.con
+        committing = False
         try:
             if not item.transaction:
                 result = item.job(con)
             else:
                 con.execute("BEGIN TRANSACTION")
                 result = item.job(con)
+                committing = True
                 con.execute("COMMIT")
                 if self._mark is not None:
                     self._mark.update()
                 if self.shipper is not None:
                     self.shipper.note(0)
         except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
-            log.exception("store job failed")
+            if committing and isinstance(exc, duckdb.Error):  # the store, not the job (a full disk): one line
+                self.failing = _one_line(exc)
+                log.warning("store job could not commit: %s", self.failing)
+            else:
+                log.exception("store job failed")
             try:
                 con.execute("ROLLBACK")
             except duckdb.Error:
