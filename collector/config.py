@@ -423,6 +423,10 @@ class RetentionSettings(_Model):
     tables: dict[TableName, float] = Field(default_factory=dict, description="A time-to-live in days for one table, "
                                            "overriding raw_days or derived_days.")
     interval_seconds: float = Field(3600.0, gt=0, description="How often the server prunes.")
+    max_future_seconds: float = Field(86400.0, gt=0, description="A span, log record or metric point dated more than "
+                                      "this after it arrived (a clock ahead) is counted in spans_future_dated (spans) "
+                                      "and aged by its arrival time instead of its own; so is a session whose last "
+                                      "span is, with its tool calls.")
     max_rows_per_job: int = Field(50_000, gt=0, description="Most rows one pruning job removes; more take more jobs, "
                                   "so ingest waits at most one job (counted in prune_jobs).")
 

@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from otlp_build import trace_request
 
 def _body(n_spans: int, start_ns: int | None = None) -> bytes:
     trace_id = os.urandom(16)
-    extra = {} if start_ns is None else {"start_time_unix_nano": start_ns, "end_time_unix_nano": start_ns + 1000}
+    extra = {} if start_ns is None else {"start": start_ns, "end": start_ns + 1000}
     spans = [{"trace_id": trace_id, "span_id": os.urandom(8), "name": "execute_tool search", **extra}
              for _ in range(n_spans)]
     return trace_request(spans).SerializeToString()
@@ -227,7 +228,7 @@ def test_a_full_disk_at_stop_and_start_is_one_line_and_exit_2(on_small_disk, sma
     assert sql(db, "select count(*) as n from spans")[0]["n"] == 1000
 
 
-def test_spans_dated_in_the_future_are_counted_and_pruned_by_arrival(server_factory, tmp_path):
+def test_spans_dated_in_the_future_are_counted_and_kept_while_fresh(server_factory, tmp_path):
     config = tmp_path / "af.toml"
     config.write_text("[retention]\nraw_days = 1\ninterval_seconds = 0.5\nmax_future_seconds = 3600\n")
     srv = server_factory(["--config", str(config)])
@@ -255,3 +256,23 @@ def test_a_request_on_a_half_closed_connection_is_answered(server):
             while chunk := s.recv(65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 200" if request.endswith(body) else b"HTTP/1.1 400"), answer[:200]
+
+
+def test_retention_ages_rows_dated_in_the_future_by_their_arrival(tmp_path):
+    from agentfunnel.collector.retention import prune_chunk
+    from agentfunnel.collector.store.schema import migrate
+    from agentfunnel.collector.store.writer import connect
+
+    con = connect(tmp_path / "af.duckdb")
+    migrate(con)
+    now = datetime(2026, 6, 1)
+    rows = [  # (span, start, received): a week-old span; a span a year ahead that arrived a week ago; one that
+        ("old", now - timedelta(days=7), now - timedelta(days=7)),  # arrived now; one a minute ahead, a week ago
+        ("ahead_old", now + timedelta(days=358), now - timedelta(days=7)),
+        ("ahead_new", now + timedelta(days=365), now),
+        ("minute_ahead", now - timedelta(days=7) + timedelta(minutes=1), now - timedelta(days=7)),
+        ("fresh", now, now),
+    ]
+    con.executemany("INSERT INTO spans (trace_id, span_id, start_time, received_at) VALUES ('t', ?, ?, ?)", rows)
+    assert prune_chunk(con, "spans", now - timedelta(days=1), 100, max_future_seconds=3600) == 3
+    assert sorted(r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()) == ["ahead_new", "fresh"]

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
@@ -187,10 +188,13 @@ def _column(parts: list[tuple[Any, list[bool] | None]], name: str) -> list[Any]:
 class Store:
     """Owns the DuckDB file for writing; one instance per process."""
 
-    def __init__(self, settings: StoreSettings, metrics: Metrics, max_queue_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, settings: StoreSettings, metrics: Metrics, max_queue_bytes: int = 256 * 1024 * 1024,
+                 max_future_seconds: float | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self.max_queue_bytes = max_queue_bytes
+        # spans starting more than this after they arrive are counted (spans_future_dated): a clock ahead
+        self.max_future_ns = None if max_future_seconds is None else int(max_future_seconds * 1e9)
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._queue_bytes = 0
         self._lock = threading.Lock()
@@ -609,10 +613,14 @@ class Store:
 
         t0 = time.perf_counter()
         tables: dict[str, pa.Table] = {}
+        future_dated = 0
         if span_parts:
             spans_tbl = self._span_table(span_parts, received_at)
             if spans_tbl.num_rows:
                 tables["spans"] = spans_tbl
+                if self.max_future_ns is not None:
+                    horizon = pa.scalar(time.time_ns() + self.max_future_ns, pa.timestamp("ns"))
+                    future_dated = pc.sum(pc.greater(spans_tbl.column("start_time"), horizon)).as_py()
         if log_parts:
             logs_tbl = self._log_table(log_parts, received_at)
             if logs_tbl.num_rows:
@@ -630,6 +638,8 @@ class Store:
         self.failing = None
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
+        if future_dated:
+            self.metrics.inc("spans_future_dated", future_dated)
         if self.shipper is not None:
             self.shipper.note(sum(t.num_rows for t in tables.values()))
         evicted = self.dedupe.evicted_by_size
