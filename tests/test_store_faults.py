@@ -102,15 +102,18 @@ def test_an_intact_log_after_kill_9_starts_and_loses_nothing(server_factory, tmp
     assert sql(db, "select count(*) as n from spans")[0]["n"] == 1000
 
 
-@pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header"])
+@pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header", "cut short"])
 def test_a_file_that_is_not_a_database_is_refused_in_one_line_and_left_untouched(server_factory, tmp_path, content):
     db = tmp_path / "af.duckdb"
-    if content == "bad header":  # a real database whose header is damaged
+    if isinstance(content, str):  # a real database, damaged
         srv = server_factory(db=db)
         srv.stop()
         data = bytearray(db.read_bytes())
-        data[4096:4096 + 64] = os.urandom(64)
-        data[8192:8192 + 64] = os.urandom(64)
+        if content == "bad header":
+            data[4096:4096 + 64] = os.urandom(64)
+            data[8192:8192 + 64] = os.urandom(64)
+        else:
+            del data[len(data) // 2:]
         content = bytes(data)
     db.write_bytes(content)
     proc = _serve(db)
