@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -92,14 +91,6 @@ def test_a_write_ahead_log_cut_short_or_deleted_is_refused_and_kept(server_facto
     assert len(copies) == (0 if left is None else 1)
     if copies:
         assert copies[0].read_bytes() == left
-
-
-def test_an_intact_log_after_kill_9_starts_and_loses_nothing(server_factory, tmp_path):
-    db = tmp_path / "af.duckdb"
-    _acknowledged_then_killed(server_factory, db, requests=20)
-    srv = server_factory(db=db)
-    srv.stop()
-    assert sql(db, "select count(*) as n from spans")[0]["n"] == 1000
 
 
 @pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header", "cut short"])
@@ -279,3 +270,46 @@ def test_retention_ages_rows_dated_in_the_future_by_their_arrival(tmp_path):
     con.executemany("INSERT INTO spans (trace_id, span_id, start_time, received_at) VALUES ('t', ?, ?, ?)", rows)
     assert prune_chunk(con, "spans", now - timedelta(days=1), 100, max_future_seconds=3600) == 3
     assert sorted(r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()) == ["ahead_new", "fresh"]
+
+
+def test_the_log_check_follows_checkpoints_and_the_database_it_was_recorded_for(tmp_path):
+    from agentfunnel.collector.store.guard import StoreUnusable, WalMark, check_files
+    from agentfunnel.collector.store.writer import connect
+
+    db = tmp_path / "af.duckdb"
+    con = connect(db)
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.execute("CHECKPOINT")
+    mark = WalMark(db)
+    con.execute("INSERT INTO t VALUES (1)")
+    mark.update()
+    wal = Path(str(db) + ".wal")
+    saved = wal.read_bytes()
+    wal.unlink()
+    with pytest.raises(StoreUnusable, match="is missing"):
+        check_files(db)
+    wal.write_bytes(saved)
+    check_files(db)
+    con.execute("CHECKPOINT")  # the log is folded into the file and removed: nothing is expected of it now
+    mark.update()
+    con.execute("INSERT INTO t VALUES (2)")
+    assert not wal.exists() or wal.stat().st_size > 0
+    con.close()
+    mark.close()
+    check_files(db)
+
+    from agentfunnel.collector.store.guard import mark_path, read_mark
+
+    recorded = read_mark(db)
+    db.unlink()  # another database under the same name: the record is not its own
+    wal.unlink(missing_ok=True)
+    other = connect(db)
+    other.execute("CREATE TABLE u (a INTEGER)")
+    other.close()
+    header = db.read_bytes()[:12288]
+    iteration = max(int.from_bytes(header[at:at + 8], "little") for at in (4096 + 8, 8192 + 8))
+    mark_path(db).write_text(f"{recorded[0]} {iteration:020d} {100:020d}\n")
+    check_files(db)
+    mark_path(db).write_text(f"{header[124:140].hex()} {iteration:020d} {100:020d}\n")
+    with pytest.raises(StoreUnusable, match="is missing, but 100 bytes were committed"):
+        check_files(db)

@@ -4,9 +4,9 @@ DuckDB replays its write-ahead log (``<db>.wal``) on open, then folds it into th
 it. A log cut short (a restored backup, a copy taken mid-write, a file system that lost its tail)
 or deleted is replayed as far as it reads, without a word, and the evidence is gone. So the
 writer keeps a small record next to the database, ``<db>.walmark``: after every commit it notes
-the database header's checkpoint iteration and the log's length. A log that DuckDB has not
-checkpointed since (same iteration) must be at least that long; if it is shorter or missing,
-acknowledged data is missing from it and the store refuses to start.
+the database's identity and checkpoint iteration (from its header) and the log's length. A log of
+the same database that DuckDB has not checkpointed since (same iteration) must be at least that
+long; if it is shorter or missing, acknowledged data is missing from it and the store refuses to start.
 
 The record is rewritten in place (one ``pwrite`` of a few bytes, no fsync) after DuckDB's own
 fsync of the log: it never claims more than the log durably holds. After a power loss it may
@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 _HEADER_BYTES = 3 * 4096  # DuckDB's main header, then two database headers (the newer one is in use)
 _ITERATION_AT = (4096 + 8, 8192 + 8)  # each database header: checksum (8 bytes), then its iteration
-_RECORD = "{:020d} {:020d}\n"
+_IDENTITY = slice(124, 140)  # in the main header: 16 random bytes naming the database, made when it was created
+_RECORD = "{} {:020d} {:020d}\n"
 
 
 class StoreUnusable(Exception):
@@ -70,36 +71,37 @@ def check_files(db: Path, accept_damaged_wal: bool = False) -> None:
         raise StoreUnusable(f"the database {db} is not a DuckDB database file ({size} bytes, no DuckDB header): "
                             "restore it from a copy, or choose another --db")
     expected = read_mark(db)
-    if expected is None or expected[0] != _iteration(header):
-        return  # no record, or DuckDB checkpointed since it was written: the log holds only what came after
+    if expected is None or expected[0] != header[_IDENTITY].hex() or expected[1] != _iteration(header):
+        return  # no record, another database's, or DuckDB checkpointed since: the log holds only what came after
     wal = wal_path(db)
     have = _size(wal)
-    if (have or 0) >= expected[1]:
+    if (have or 0) >= expected[2]:
         return
     found = "is missing" if have is None else f"holds {have} bytes"
     if not accept_damaged_wal:
         raise StoreUnusable(
-            f"the write-ahead log {wal} {found}, but {expected[1]} bytes were committed to it: it was cut short or "
+            f"the write-ahead log {wal} {found}, but {expected[2]} bytes were committed to it: it was cut short or "
             "deleted, and opening the database would lose acknowledged data; restore the log from a copy, or "
-            "start with --accept-damaged-wal to keep only what it holds (the log is copied aside first)")
+            "start with --accept-damaged-wal to keep only what it holds (the log is copied aside first; if the "
+            f"database itself was put back from a copy on purpose, remove {mark_path(db)} instead)")
     if have is not None:
         kept = wal.with_name(f"{wal.name}.damaged-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         shutil.copy2(wal, kept)
         log.warning("the write-ahead log %s %s of the %d bytes committed to it; opening with what it holds "
-                    "(--accept-damaged-wal), a copy is kept as %s", wal, found, expected[1], kept)
+                    "(--accept-damaged-wal), a copy is kept as %s", wal, found, expected[2], kept)
     else:
         log.warning("the write-ahead log %s is missing (%d bytes were committed to it); opening without it "
-                    "(--accept-damaged-wal)", wal, expected[1])
+                    "(--accept-damaged-wal)", wal, expected[2])
 
 
-def read_mark(db: Path) -> tuple[int, int] | None:
-    """(checkpoint iteration, log length) as last recorded, or None when there is no readable record."""
+def read_mark(db: Path) -> tuple[str, int, int] | None:
+    """(database identity, checkpoint iteration, log length) as last recorded, or None when there is no readable
+    record."""
     try:
-        text = mark_path(db).read_text("ascii")
-        iteration, length = (int(v) for v in text.split())
+        identity, iteration, length = mark_path(db).read_text("ascii").split()
+        return identity, int(iteration), int(length)
     except (OSError, ValueError):
         return None
-    return iteration, length
 
 
 class WalMark:
@@ -107,6 +109,7 @@ class WalMark:
 
     def __init__(self, db: Path) -> None:
         self.db_fd = os.open(db, os.O_RDONLY)
+        self.identity = os.pread(self.db_fd, _IDENTITY.stop, 0)[_IDENTITY].hex()
         self.wal = str(wal_path(db))
         self.path = mark_path(db)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -123,7 +126,7 @@ class WalMark:
             except FileNotFoundError:
                 length = 0
             if (iteration, length) != self.last:
-                os.pwrite(self.fd, _RECORD.format(iteration, length).encode(), 0)
+                os.pwrite(self.fd, _RECORD.format(self.identity, iteration, length).encode(), 0)
                 self.last = (iteration, length)
             self.failed = False
         except OSError as exc:  # the record is a check, not the data: commits go on without it

@@ -220,8 +220,8 @@ class Store:
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> "Store":
         path = self.settings.path
-        check_files(path, self.settings.accept_damaged_wal)
         try:
+            check_files(path, self.settings.accept_damaged_wal)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.con = connect(path)
         except (duckdb.Error, OSError) as exc:
