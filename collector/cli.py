@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, Settings, load_settings
+from .store.guard import StoreUnusable
 
 DEFAULT_DB = Path("agentfunnel.duckdb")
 DEMO_DB = Path("agentfunnel-demo.duckdb")  # the demo's own file: never the one `serve` fills
@@ -75,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ("receivers", "host"): args.host,
         ("receivers", "grpc_port"): args.grpc_port,
         ("receivers", "http_port"): args.http_port,
+        ("store", "accept_damaged_wal"): args.accept_damaged_wal or None,
     })
 
     def announce(ep: Endpoints) -> None:
@@ -87,9 +89,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"agentfunnel serve: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"agentfunnel serve: cannot start: {exc}", file=sys.stderr)
-        return 1
+    except StoreUnusable as exc:  # at start or at stop; nothing was overwritten
+        print(f"agentfunnel serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the sidecar on a full disk
+        print(f"agentfunnel serve: cannot start: {exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}",
+              file=sys.stderr)
+        return 2
     # Everything is committed and the store closed: exit now rather than tear the heap down object by
     # object (seconds with many traces open, outside receivers.stop_timeout_seconds)
     logging.shutdown()
@@ -622,6 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, default=None, help="OTLP/gRPC port (default 4317; 0 = any free)")
     p.add_argument("--http-port", type=int, default=None, help="OTLP/HTTP port (default 4318; 0 = any free)")
+    p.add_argument("--accept-damaged-wal", action="store_true",
+                   help="start even if the write-ahead log is shorter than what was committed to it, keeping what "
+                        "it holds (a copy of the log is kept beside it)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("ingest", help="store OTLP files (protobuf, OTLP/JSON, Collector JSON lines)")
@@ -744,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentfunnel: not following the server's sidecar: {exc}", file=sys.stderr)
         return 2
     except DbUnusable as exc:
+        print(f"{args.prog}: {exc}", file=sys.stderr)
+        return 2
+    except StoreUnusable as exc:
         print(f"{args.prog}: {exc}", file=sys.stderr)
         return 2
 

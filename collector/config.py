@@ -196,6 +196,10 @@ class StoreSettings(_Model):
     rewrite_reader_wait_seconds: float = Field(
         30.0, ge=0, description="How long a rewrite of the file (after `agentfunnel delete`) waits for reads in "
         "progress (SQL, the UI, an export or snapshot) before it interrupts them; new reads wait for the rewrite.")
+    accept_damaged_wal: bool = Field(
+        False, description="Open the database even when its write-ahead log is shorter than what was committed "
+        "to it (cut short or deleted), keeping what it holds; the log is copied aside first. Off: such a start is "
+        "refused (`agentfunnel serve --accept-damaged-wal` sets it for one start).")
     lake: LakeSettings | None = Field(None, description="Ship what is committed in the file to a shared DuckLake "
                                                        "(several replicas); readers read the lake.")
 
@@ -436,6 +440,10 @@ class RetentionSettings(_Model):
     tables: dict[TableName, float] = Field(default_factory=dict, description="A time-to-live in days for one table, "
                                            "overriding raw_days or derived_days.")
     interval_seconds: float = Field(3600.0, gt=0, description="How often the server prunes.")
+    max_future_seconds: float = Field(86400.0, gt=0, description="A span, log record or metric point dated more than "
+                                      "this after it arrived (a clock ahead) is counted in spans_future_dated (spans) "
+                                      "and aged by its arrival time instead of its own; so is a session whose last "
+                                      "span is, with its tool calls.")
     max_rows_per_job: int = Field(50_000, gt=0, description="Most rows one pruning job removes; more take more jobs, "
                                   "so ingest waits at most one job (counted in prune_jobs).")
 

@@ -49,14 +49,19 @@ log = logging.getLogger(__name__)
 # and judgments with their sessions (before them, and once their session is gone).
 _OF_OLD_SESSIONS = ("(session_id IN (SELECT session_id FROM sessions WHERE coalesce(last_seen, updated_at) < ?) "
                     "OR session_id NOT IN (SELECT session_id FROM sessions))")
+# A row dated more than ``{future}`` (retention.max_future_seconds) after it arrived (a clock ahead) is aged by
+# its arrival instead: received_at for raw rows, the session row's updated_at for a session and its tool calls.
+_FUTURE_SESSION = "(last_seen > updated_at + {future} AND updated_at < ?)"
 OLDER_THAN: dict[str, str] = {
     "case_runs": _OF_OLD_SESSIONS,
     "judgments": _OF_OLD_SESSIONS,
-    "tool_calls": "start_time < ?",
-    "sessions": "coalesce(last_seen, updated_at) < ?",
-    "spans": "start_time < ?",
-    "logs": "coalesce(time, observed_time, received_at) < ?",
-    "metrics": "coalesce(time, start_time, received_at) < ?",
+    "tool_calls": f"start_time < ? OR session_id IN (SELECT session_id FROM sessions WHERE {_FUTURE_SESSION})",
+    "sessions": f"coalesce(last_seen, updated_at) < ? OR {_FUTURE_SESSION}",
+    "spans": "start_time < ? OR (start_time > received_at + {future} AND received_at < ?)",
+    "logs": "coalesce(time, observed_time, received_at) < ? "
+            "OR (coalesce(time, observed_time) > received_at + {future} AND received_at < ?)",
+    "metrics": "coalesce(time, start_time, received_at) < ? "
+               "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
 assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
@@ -88,10 +93,12 @@ def cutoffs_for(settings: Settings, now: dt.datetime | None = None) -> dict[str,
     return {t: now - dt.timedelta(days=days) for t, days in settings.retention.ttl_days().items()}
 
 
-def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime, limit: int) -> int:
+def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime, limit: int,
+                max_future_seconds: float = 86400.0) -> int:
     """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
-    rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {OLDER_THAN[table]} "
-                       f"LIMIT {int(limit)})", [cutoff]).fetchall()
+    where = OLDER_THAN[table].format(future=f"to_microseconds({int(max_future_seconds * 1e6)})")
+    rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} "
+                       f"LIMIT {int(limit)})", [cutoff] * where.count("?")).fetchall()
     return int(rows[0][0]) if rows else 0
 
 
@@ -226,9 +233,11 @@ class Retention:
         """Remove rows older than each table's cutoff, in bounded jobs; rows removed by table."""
         self.check_supported("pruning")
         limit = self.settings.retention.max_rows_per_job
+        future = self.settings.retention.max_future_seconds
         removed: dict[str, int] = {}
         steps: list[tuple[str, Callable[[duckdb.DuckDBPyConnection], int]]] = [
-            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit)) for t in OLDER_THAN if t in cutoffs]
+            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit, future))
+            for t in OLDER_THAN if t in cutoffs]
         if "spans" in cutoffs:
             steps.append(("trace_index", lambda con: sweep_index(con, limit)))
         for table, step in steps:

@@ -39,6 +39,7 @@ from .receivers.http import HttpReceiver
 from .receivers.status import check_bearer
 from .retention import Retention
 from .sql_sandbox import SqlSandbox
+from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
 from .telemetry import Metrics
@@ -448,14 +449,21 @@ async def serve_forever(settings: Settings, announce: Callable[[Endpoints], None
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    started = False
     try:
         endpoints = await server.start()
+        started = True
         announce(endpoints)
         await stop.wait()
     finally:
         bound = settings.receivers.stop_timeout_seconds
         _exit_after(bound)
-        await server.stop(grace=min(5.0, bound / 4), deadline=time.monotonic() + bound)
+        try:
+            await server.stop(grace=min(5.0, bound / 4), deadline=time.monotonic() + bound)
+        except StoreUnusable:
+            if started:
+                raise
+            # a start that failed says why in one line; the same cause failing the stop would hide it
 
 
 def _exit_after(seconds: float) -> None:

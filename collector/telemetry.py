@@ -15,6 +15,8 @@ from typing import Callable
 DESCRIPTIONS = {
     "spans_received": "Spans decoded from export requests (before deduplication).",
     "spans_committed": "Spans committed to the store (new rows).",
+    "spans_future_dated": "Spans committed whose start is more than retention.max_future_seconds after they arrived "
+                          "(a clock ahead); retention ages them by their arrival.",
     "spans_duplicate": "Spans recognised as already stored (retries) and not written again.",
     "spans_rejected": "Spans refused, by reason (partial success or whole request).",
     "logs_received": "Log records decoded from export requests.",
@@ -96,6 +98,8 @@ DESCRIPTIONS = {
 }
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
+    "store_failing": "1 while the store's commits fail (e.g. a full disk; /readyz answers 503, as do exports, "
+                     "retryable), 0 once one succeeds.",
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span, log record and metric data point keys held in the duplicate window.",
     "open_traces": "Traces received and not yet assembled into sessions.",

@@ -45,7 +45,8 @@ class IngestPath:
 def build_session_stage(settings: Settings, metrics: Metrics, store: Store | None = None,
                         forward: bool = False) -> SessionStage:
     """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
-    store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight)
+    store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight,
+                           max_future_seconds=settings.retention.max_future_seconds)
     tables = tables_for(settings.store)
     sessions: SessionService | None = None
 

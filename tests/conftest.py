@@ -44,9 +44,11 @@ class ServerProcess:
     admin: str = ""
     log_path: Path | None = None
     python: str = sys.executable  # another environment's interpreter (the lake's)
+    log_dir: Path | None = None  # where its stderr goes (default: beside the database)
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
-        self.log_path = self.db.with_suffix(f".serve{int(time.time() * 1000) % 100000}.log")
+        name = f"{self.db.stem}.serve{int(time.time() * 1000) % 100000}.log"
+        self.log_path = (self.log_dir or self.db.parent) / name
         log = open(self.log_path, "w")
         cmd = [self.python, "-m", "agentfunnel.collector.cli", "serve", "--db", str(self.db), "--grpc-port", "0", "--http-port", "0", *self.args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,

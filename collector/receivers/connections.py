@@ -8,6 +8,9 @@ every connection passes through a small protocol wrapper that counts it, refuses
 cap, and closes it when its first request's headers have not arrived in time; the application's
 middleware tells the wrapper when they have.
 
+A client that half-closes its socket after sending a request (``shutdown(SHUT_WR)``) is answered
+before the connection closes, as on any other connection.
+
 The wrapper also answers requests aiohttp's parser refuses (a Content-Length that is not a
 number, negative, duplicated or beside Transfer-Encoding; a bad request line, header or chunk):
 400 with a JSON message naming what was wrong, the connection closed (the stream cannot be
@@ -73,6 +76,15 @@ def _strict_handler(limits: "ConnectionLimits") -> type[RequestHandler]:
 
     class StrictRequestHandler(RequestHandler):
         __slots__ = ()  # the same layout as RequestHandler: a connection's handler is switched to it
+
+        def eof_received(self) -> bool:
+            """A client that half-closes its socket after a request still gets the answer, then the connection
+            closes. aiohttp let the transport close itself on the client's EOF, before anything was written."""
+            if not self._messages and self._waiter is not None:  # idle between requests: nothing to answer
+                self.force_close()
+                return False
+            self._close = True  # answer what arrived; read no further request
+            return True
 
         def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
                          message: str | None = None) -> web.StreamResponse:

@@ -181,6 +181,11 @@ class HttpReceiver:
     async def _readyz(self, request: web.Request) -> web.Response:
         if not self.ready:
             return web.json_response({"status": "not ready"}, status=503)
+        store = self.pipeline.store
+        if store.failing is not None:  # acknowledging nothing: not ready, until a commit (or a probe's) succeeds
+            store.probe()
+            return web.json_response({"status": "not ready", "reason": f"the store cannot commit: {store.failing}"},
+                                     status=503)
         return web.json_response({"status": "ready"})
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
@@ -37,6 +38,7 @@ from ..wire import WIRE
 from ..errors import PermanentError, RetryableError, Saturated
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
+from .guard import StoreUnusable, WalMark, check_files, wal_path
 from .metrics_table import metrics_arrow_table
 from .schema import append_arrow, describe, migrate, transaction
 from .shipper import Shipper
@@ -132,6 +134,11 @@ def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ..
     con.execute("SET lock_configuration = true")
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (DuckDB's run over several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _utcnow() -> datetime:
     """Naive UTC, the convention of every TIMESTAMP column."""
     return datetime.now(timezone.utc).replace(tzinfo=None)
@@ -222,10 +229,13 @@ class ReaderCursor:
 class Store:
     """Owns the DuckDB file for writing; one instance per process."""
 
-    def __init__(self, settings: StoreSettings, metrics: Metrics, max_queue_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, settings: StoreSettings, metrics: Metrics, max_queue_bytes: int = 256 * 1024 * 1024,
+                 max_future_seconds: float | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self.max_queue_bytes = max_queue_bytes
+        # spans starting more than this after they arrive are counted (spans_future_dated): a clock ahead
+        self.max_future_ns = None if max_future_seconds is None else int(max_future_seconds * 1e9)
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._queue_bytes = 0
         self._lock = threading.Lock()
@@ -238,6 +248,10 @@ class Store:
         self._last_received = datetime.min  # received_at strictly increases from commit to commit
         self._shipping_stop = threading.Event()
         self._shipping: threading.Thread | None = None
+        self._mark: WalMark | None = None
+        self.failing: str | None = None  # why the last commit failed, until one succeeds (/readyz answers 503)
+        self._probing = False
+        metrics.gauge("store_failing", lambda: int(self.failing is not None))
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
         self._jobs_waiting = 0
@@ -250,13 +264,24 @@ class Store:
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> "Store":
         path = self.settings.path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            check_files(path, self.settings.accept_damaged_wal)
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
         if self.settings.lake is None:
             name = glob.escape(path.name)  # a copy a stopped rewrite left (and its partial file): not the data
             for stale in [*path.parent.glob(f".{name}.rewrite*"), *path.parent.glob(f"..{name}.rewrite*")]:
                 stale.unlink(missing_ok=True)
         self._connect()
         assert self.con is not None
+        try:
+            self._mark = WalMark(path)
+        except OSError as exc:
+            self.con.close()
+            self.con = None
+            raise StoreUnusable(f"cannot write beside the database {path}: {_one_line(exc)}") from None
+        self._mark.update()
         self._columns = {table: list(describe(self.con, table)) for table in ("spans", "logs", "metrics")}
         if self.settings.lake is None and self._rewrite_marker.exists():
             # a deletion committed before the process stopped, its file not yet rewritten: rewrite it first
@@ -271,7 +296,11 @@ class Store:
 
     def _connect(self) -> None:
         """The write connection, set up as every open sets it up (the schema migrated, then SQL locked down)."""
-        self.con = connect(self.settings.path)
+        path = self.settings.path
+        try:
+            self.con = connect(path)
+        except (duckdb.Error, OSError) as exc:
+            raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
         try:
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")
             self.con.execute(f"SET memory_limit = '{self.settings.memory_limit_mb}MB'")
@@ -280,10 +309,14 @@ class Store:
                 self._open_lake()
             else:
                 migrate(self.con)
+                # what the log held goes into the file now: a full disk is refused here, not at the first commit
+                self.con.execute("CHECKPOINT")
                 lock_down(self.con)
-        except BaseException:
+        except BaseException as exc:
             self.con.close()
             self.con = None
+            if isinstance(exc, (duckdb.Error, OSError)):
+                raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
             raise
 
     def _open_lake(self) -> None:
@@ -363,10 +396,21 @@ class Store:
                         self._ship_now(self.con)
                     except Exception as exc:  # noqa: BLE001 - it is committed here and shipped later
                         log.warning("could not ship to the lake before stopping (shipped at the next start): %s", exc)
-                self.con.execute("CHECKPOINT")
+                try:
+                    self.con.execute("CHECKPOINT")
+                except duckdb.Error as exc:
+                    raise StoreUnusable(
+                        f"could not checkpoint the database {self.settings.path} while stopping: {_one_line(exc)}; "
+                        f"everything committed is in its write-ahead log {wal_path(self.settings.path)}, "
+                        "replayed at the next start") from None
             finally:
-                self.con.close()
+                with contextlib.suppress(duckdb.Error):
+                    self.con.close()
                 self.con = None
+                if self._mark is not None:
+                    self._mark.update()
+                    self._mark.close()
+                    self._mark = None
 
     def reader(self) -> "ReaderCursor":
         """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views).
@@ -440,6 +484,8 @@ class Store:
             try:
                 if closed:
                     self._connect()  # the rewritten file (or, if the swap failed, the one as it was)
+                    if self._mark is not None:  # the log was replaced with the file: record what it holds now
+                        self._mark.update()
             finally:
                 with self._readers_changed:
                     self._swapping = False
@@ -469,6 +515,31 @@ class Store:
                 late = list(self._readers)
             for cur in late:  # not closed by its holder: closed here, its next use fails
                 cur.close()
+
+    def probe(self) -> None:
+        """While commits fail, try a small write on the writer thread (at most one at a time): readiness comes
+        back once the store can commit again, even if no client sends anything meanwhile."""
+        with self._lock:
+            if self.failing is None or self._probing or self._closed or self.settings.lake is not None:
+                return
+            self._probing = True
+
+        def job(con: duckdb.DuckDBPyConnection) -> None:
+            try:  # a logged write of nothing new: it needs the log to grow, as a commit of spans does
+                con.execute("UPDATE _agentfunnel_migrations SET applied_at = applied_at "
+                            "WHERE name = (SELECT max(name) FROM _agentfunnel_migrations)")
+                if self._mark is not None:
+                    self._mark.update()
+                self.failing = None
+            except duckdb.Error as exc:
+                self.failing = _one_line(exc)
+            finally:
+                self._probing = False
+
+        try:
+            self.submit_job(job, transaction=False)
+        except RetryableError:
+            self._probing = False
 
     # ------------------------------------------------------------------ submit
     @property
@@ -592,17 +663,25 @@ class Store:
     def _run_job_in_transaction(self, item: _Item) -> None:
         assert self.con is not None and item.job is not None
         con = self.con
+        committing = False
         try:
             if not item.transaction:
                 result = item.job(con)
             else:
                 con.execute("BEGIN TRANSACTION")
                 result = item.job(con)
+                committing = True
                 con.execute("COMMIT")
+                if self._mark is not None:
+                    self._mark.update()
                 if self.shipper is not None:
                     self.shipper.note(0)
         except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
-            log.exception("store job failed")
+            if committing and isinstance(exc, duckdb.Error):  # the store, not the job (a full disk): one line
+                self.failing = _one_line(exc)
+                log.warning("store job could not commit: %s", self.failing)
+            else:
+                log.exception("store job failed")
             try:
                 con.execute("ROLLBACK")
             except duckdb.Error:
@@ -638,6 +717,7 @@ class Store:
                 err = PermanentError(f"the store refused this request's data: {exc}")
             else:
                 err = RetryableError(f"the store could not commit: {exc}")
+                self.failing = _one_line(exc)
             self._finish(item, exc=err)
             return
         for item, result in zip(items, results):
@@ -687,10 +767,14 @@ class Store:
 
         t0 = time.perf_counter()
         tables: dict[str, pa.Table] = {}
+        future_dated = 0
         if span_parts:
             spans_tbl = self._span_table(span_parts, received_at)
             if spans_tbl.num_rows:
                 tables["spans"] = spans_tbl
+                if self.max_future_ns is not None:
+                    horizon = pa.scalar(time.time_ns() + self.max_future_ns, pa.timestamp("ns"))
+                    future_dated = pc.sum(pc.greater(spans_tbl.column("start_time"), horizon)).as_py()
         if log_parts:
             logs_tbl = self._log_table(log_parts, received_at)
             if logs_tbl.num_rows:
@@ -703,8 +787,13 @@ class Store:
         with transaction(con) if len(tables) > 1 else contextlib.nullcontext():
             for table, rows in tables.items():
                 append_arrow(con, table, rows, self._columns[table])
+        if self._mark is not None:  # before anything is acknowledged: the record covers every acknowledged commit
+            self._mark.update()
+        self.failing = None
         self.dedupe.add(new_keys)
         self.metrics.inc("commits")
+        if future_dated:
+            self.metrics.inc("spans_future_dated", future_dated)
         if self.shipper is not None:
             self.shipper.note(sum(t.num_rows for t in tables.values()))
         evicted = self.dedupe.evicted_by_size
