@@ -88,19 +88,20 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class Page:
     name: str  # docs/frameworks/<name>.md
-    harness: str  # tests/fixtures/framework_pages/<harness>: builds `agent` on an offline model
+    harness: str  # tests/fixtures/framework_pages/<harness>: the page's model and tool, offline (.py or .mjs)
     session: str  # the session id the page's run block sets
     tool: str
     model: str  # the model name the offline model reports
     skip: str = ""
 
 
-PYTHON_PAGES = [
+PAGES_RUN = [
     Page("pydantic-ai", "pydantic_ai_agent.py", "trip-42", "search_hotels", "scripted-model"),
     Page("openai-agents", "openai_agents_agent.py", "trip-43", "search_hotels", "scripted-model"),
     Page("langgraph", "langgraph_agent.py", "trip-44", "search_hotels", "scripted-model"),
     Page("strands", "strands_agent.py", "trip-45", "search_hotels", "scripted-model"),
     Page("opentelemetry-sdk", "", "trip-47", "search_hotels", "scripted-model"),
+    Page("vercel-ai", "vercel_ai_agent.mjs", "trip-48", "search_hotels", "scripted-model"),
     Page("crewai", "", "trip-46", "search_hotels", "scripted-model", skip=(
         "crewai 1.15.30 cannot share the test environment: it requires openai<3 (openai-agents 0.24.0 "
         "requires openai>=3) and pydantic<2.13 (the project runs pydantic 2.14), and pulls chromadb, "
@@ -109,6 +110,9 @@ PYTHON_PAGES = [
 
 
 def assert_session(db: Path, page: Page, blocks: dict[str, list[str]], logs: str) -> None:
+    """The page's own check finds the session, with its model, its one tool call and its answer."""
+    from agentfunnel.collector.query import query
+
     rows = sql(db, page_query(blocks))
     assert rows, f"{page.name}: the page's check found no session {page.session!r}\n{logs[-3000:]}"
     (row,) = rows
@@ -117,16 +121,81 @@ def assert_session(db: Path, page: Page, blocks: dict[str, list[str]], logs: str
     assert row["tool_call_count"] == 1 and row["llm_calls"] == 2, row
     assert row.get("agent_name", "hotel_agent") == "hotel_agent", row
     assert row.get("final_answer", ANSWER) == ANSWER, row
-    calls = sql(db, f"SELECT tool_name, arguments, error FROM tool_calls WHERE session_id = '{page.session}'")
-    assert [c["tool_name"] for c in calls] == [page.tool], calls
-    assert json.loads(calls[0]["arguments"]) == {"city": "Lisbon", "max_price": 150}, calls
-    assert calls[0]["error"] is None, calls
+    calls = query(db, f"SELECT tool_name, arguments, error FROM tool_calls WHERE session_id = '{page.session}'").rows
+    assert [c[0] for c in calls] == [page.tool], calls
+    assert json.loads(calls[0][1]) == {"city": "Lisbon", "max_price": 150}, calls
+    assert calls[0][2] is None, calls
 
 
 def check_pins(page: Page, blocks: dict[str, list[str]]) -> None:
-    """The page's install line names the versions this test runs."""
-    for name, version in page_pins(blocks).items():
+    """The page's install line names the versions this test runs (Python: installed; Node: the lock)."""
+    pins = page_pins(blocks)
+    if page.harness.endswith(".mjs"):
+        locked = json.loads((NODE_PACKAGE / "package.json").read_text())["dependencies"]
+        assert pins == {k: locked.get(k) for k in pins}, f"{page.name}.md's npm install line is not {NODE_PACKAGE}"
+        return
+    for name, version in pins.items():
         assert importlib.metadata.version(name) == version, f"{page.name}.md pins {name}=={version}"
+
+
+@dataclass
+class Run:
+    """One page's agent script, started in the background (most of its time is spent importing)."""
+
+    page: Page
+    blocks: dict[str, list[str]]
+    cmd: list[str]
+    cwd: Path
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    npm: subprocess.Popen | None = None  # the Node page installs its packages first
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def finish(self, timeout: float = 120) -> str:
+        """Wait for the script; its output, asserting it succeeded."""
+        if self.npm is not None:
+            out, _ = self.npm.communicate(timeout=180)
+            assert self.npm.returncode == 0, f"npm ci: {out}"
+            self.npm = None
+            self.start()
+        assert self.proc is not None
+        out, _ = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"{self.page.name}: {out}"
+        return out
+
+    def kill(self) -> None:
+        for p in (self.npm, self.proc):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+NODE_PACKAGE = FIXTURES / "recorders" / "vercel-ai"  # package.json + package-lock.json with the page's pins
+
+
+def prepare(page: Page, srv: ServerProcess, workdir: Path) -> Run:
+    """The page's set-up + the offline harness + the page's run block, as one script in ``workdir``."""
+    blocks = marked_blocks(PAGES / f"{page.name}.md")
+    harness = (HARNESS / page.harness).read_text(encoding="utf-8") if page.harness else ""
+    source = "\n".join([*blocks.get("setup", []), harness, *blocks.get("run", [])])
+    env = clean_env(page_env(blocks, srv.http_url))
+    if not page.harness.endswith(".mjs"):
+        (workdir / "agent.py").write_text(source, encoding="utf-8")
+        run = Run(page, blocks, [sys.executable, "agent.py"], workdir, env)
+        run.start()
+        return run
+    (workdir / "agent.mjs").write_text(source, encoding="utf-8")
+    run = Run(page, blocks, [shutil.which("node") or "node", "agent.mjs"], workdir, env)
+    npm = shutil.which("npm")
+    if npm and shutil.which("node"):
+        for name in ("package.json", "package-lock.json"):
+            shutil.copyfile(NODE_PACKAGE / name, workdir / name)
+        run.npm = subprocess.Popen([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=workdir,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -137,48 +206,25 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     srv.stop()
 
 
-@pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: p.name)
-def test_python_page_runs_as_written(page: Page, server, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def runs(server, tmp_path_factory: pytest.TempPathFactory):
+    """Every page's script, started at once; each test then waits for its own."""
+    started = {p.name: prepare(p, server, tmp_path_factory.mktemp(p.name)) for p in PAGES_RUN if not p.skip}
+    yield started
+    for run in started.values():
+        run.kill()
+
+
+@pytest.mark.parametrize("page", PAGES_RUN, ids=lambda p: p.name)
+def test_page_runs_as_written(page: Page, server, runs) -> None:
     blocks = marked_blocks(PAGES / f"{page.name}.md")
     assert blocks.get("setup") and blocks.get("run") and blocks.get("check") and blocks.get("install"), sorted(blocks)
     if page.skip:
         pytest.skip(page.skip)
     check_pins(page, blocks)
-    harness = (HARNESS / page.harness).read_text(encoding="utf-8") if page.harness else ""
-    script = tmp_path / "agent.py"
-    script.write_text("\n".join([*blocks["setup"], harness, *blocks["run"]]), encoding="utf-8")
-    env = clean_env(page_env(blocks, server.http_url))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=90)
-    assert proc.returncode == 0, f"{page.name}: {proc.stdout}\n{proc.stderr}"
-    server.admin_post("/flush")
-    assert_session(server.db, page, blocks, proc.stdout + proc.stderr + server.logs())
-
-
-NODE_PAGE = Page("vercel-ai", "vercel_ai_agent.mjs", "trip-48", "search_hotels", "scripted-model")
-NODE_PACKAGE = FIXTURES / "recorders" / "vercel-ai"  # package.json + package-lock.json with the page's pins
-
-
-def test_vercel_ai_page_runs_as_written(server, tmp_path: Path) -> None:
-    page = NODE_PAGE
-    blocks = marked_blocks(PAGES / f"{page.name}.md")
-    assert blocks.get("setup") and blocks.get("run") and blocks.get("check") and blocks.get("install"), sorted(blocks)
-    locked = json.loads((NODE_PACKAGE / "package.json").read_text())["dependencies"]
-    pins = page_pins(blocks)
-    assert pins == {k: locked[k] for k in pins}, "the page's npm install line is not the tested package.json"
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
+    run = runs[page.name]
+    if page.harness.endswith(".mjs") and not (shutil.which("node") and shutil.which("npm")):
         pytest.skip("the Vercel AI SDK page runs on Node.js: node and npm are not on PATH")
-    for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(NODE_PACKAGE / name, tmp_path / name)
-    proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"npm ci: {proc.stdout}\n{proc.stderr}"
-    harness = (HARNESS / page.harness).read_text(encoding="utf-8")
-    script = tmp_path / "agent.mjs"
-    script.write_text("\n".join([*blocks["setup"], harness, *blocks["run"]]), encoding="utf-8")
-    env = clean_env(page_env(blocks, server.http_url))
-    proc = subprocess.run([node, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, f"{page.name}: {proc.stdout}\n{proc.stderr}"
+    out = run.finish()
     server.admin_post("/flush")
-    assert_session(server.db, page, blocks, proc.stdout + proc.stderr + server.logs())
+    assert_session(server.db, page, blocks, out + server.logs())
