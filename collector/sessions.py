@@ -376,7 +376,7 @@ class SessionService:
         evaluator = self.evaluator
         assert evaluator is not None, "judging needs the service built with an Evaluator"
         evaluator.check_configured()
-        cur = self.store.reader()  # a reader beside the writer thread: this store's own case runs
+        cur = self.store.reader(own=True)  # a reader beside the writer thread: this store's own case runs
         try:
             ids = self.tables.case_sessions(cur, session_id, experiment)
             sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}

@@ -144,7 +144,9 @@ def _ending_reason(end: Ending, nxt: str) -> DropOff | None:
         return DropOff("unrecovered_error", nxt, {"tool": end.failed_tool, "error": end.error},
                        FIXES["unrecovered_error"])
     if end.repeated_tool is not None:
-        return DropOff("repeated_calls", nxt, {"tool": end.repeated_tool, "calls": end.repeats},
+        # the tool only: how many times it was called depends on how the session's traces were grouped when
+        # summarized, and a session's score must not
+        return DropOff("repeated_calls", nxt, {"tool": end.repeated_tool},
                        FIXES["repeated_calls"])
     if end.answer:
         excerpt = end.answer.strip()[-160:]

@@ -341,8 +341,12 @@ def expectation_problems(case: Case, call: Call) -> list[dict[str, Any]] | None:
 
 
 def meets(case: Case, call: Call) -> bool:
-    """The call's arguments meet its schema and every expectation (as far as they were captured)."""
-    return not call_schema_errors(case, call) and not expectation_problems(case, call)
+    """The call's arguments meet its schema and every expectation (as far as they were captured); a call whose
+    schema cannot be checked is not known to meet it, so it is never the one chosen over another."""
+    try:
+        return not call_schema_errors(case, call) and not expectation_problems(case, call)
+    except Unchecked:
+        return False
 
 
 def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:

@@ -194,7 +194,7 @@ def test_drop_off_reasons(records, reason):
       call("get_product_details", error="503 upstream", args={"id": "p2"})],
      "unrecovered_error", {"tool": "get_product_details", "error": "503 upstream"}),
     ([call("search_products", SEARCH, args={"q": "shoe"}), call("search_products", SEARCH, args={"q": "shoe"}),
-      call("search_products", SEARCH, args={"q": "shoe"})], "repeated_calls", {"tool": "search_products", "calls": 3}),
+      call("search_products", SEARCH, args={"q": "shoe"})], "repeated_calls", {"tool": "search_products"}),
 ], ids=["question", "question-ja", "answer", "step-cap", "unrecovered-error", "repeats"])
 def test_drop_offs_of_sessions_that_end_without_a_step_reason(records, reason, evidence):
     """Each ending has its reason, evidence and fix (English stored, Japanese in the report), never unknown."""

@@ -412,7 +412,7 @@ class Store:
                     self._mark.close()
                     self._mark = None
 
-    def reader(self) -> "ReaderCursor":
+    def reader(self, own: bool = False) -> "ReaderCursor":
         """A cursor for reads beside the writer; on a lake it reads every replica (the readers' views).
 
         Close it when done: a rewrite of the file (``rewrite``) waits for the cursors handed out, and new
@@ -424,7 +424,7 @@ class Store:
             assert self.con is not None
             cur = ReaderCursor(self.con.cursor(), self)
             self._readers.add(cur)
-        if self.settings.lake is not None:
+        if self.settings.lake is not None and not own:  # ``own``: this replica's file as it is, not the readers' views
             from .lake import READERS
 
             cur.execute(f"USE {READERS}")
