@@ -182,9 +182,10 @@ class HttpReceiver:
         if not self.ready:
             return web.json_response({"status": "not ready"}, status=503)
         store = self.pipeline.store
-        if store.failing is not None:  # acknowledging nothing: not ready, until a commit (or a probe's) succeeds
+        failing = store.failing
+        if failing is not None:  # acknowledging nothing: not ready, until a commit (or a probe's) succeeds
             store.probe()
-            return web.json_response({"status": "not ready", "reason": f"the store cannot commit: {store.failing}"},
+            return web.json_response({"status": "not ready", "reason": f"the store cannot commit: {failing}"},
                                      status=503)
         return web.json_response({"status": "ready"})
 
