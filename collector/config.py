@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from ..scoring import ScoringConfig
 from ..scoring.judge import JudgeSettings
+from ..scoring.regex import linear
 
 MiB = 1024 * 1024
 
@@ -353,22 +354,27 @@ class PatternSettings(_Model):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]*$", max_length=40,
                       description="Names the pattern in errors and in the redactions counter (pattern:<name>).")
-    regex: str = Field(description="A Python regular expression, matched against every string value.")
+    regex: str = Field(description="A regular expression (Python syntax without backreferences or lookaround: it is "
+                       "matched by RE2, in time linear in the text), matched against every string value.")
     replacement: str | None = Field(None, description="What a match becomes (\\1 refers to a group); default "
                                     "privacy.replacement with the pattern's name.")
 
     @model_validator(mode="after")
     def _compiles(self) -> "PatternSettings":
         try:
-            compiled = re.compile(self.regex)
+            template_check = re.compile(self.regex)  # compiled only to check the replacement; RE2 matches
         except re.error as exc:
             raise ValueError(f"pattern {self.name!r}: {self.regex!r} is not a valid regular expression ({exc})") from None
+        try:
+            compiled = linear(self.regex, capture=True)
+        except ValueError as exc:
+            raise ValueError(f"pattern {self.name!r}: {exc}") from None
         if compiled.fullmatch(""):
             raise ValueError(f"pattern {self.name!r}: {self.regex!r} matches the empty string, so it would match "
                              "everywhere")
         if self.replacement is not None:
             try:
-                compiled.sub(self.replacement, "")
+                template_check.sub(self.replacement, "")
             except (re.error, IndexError) as exc:
                 raise ValueError(f"pattern {self.name!r}: replacement {self.replacement!r} is not usable with its "
                                  f"regex ({exc})") from None

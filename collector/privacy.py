@@ -44,6 +44,7 @@ from itertools import accumulate
 from typing import Any, get_args
 
 from .batches import LogBatch, SpanBatch, to_json
+from ..scoring.regex import linear
 from .config import DetectorName, PrivacySettings
 from .metric_batches import MetricBatch
 
@@ -332,7 +333,7 @@ class Redactor:
         self.count = count  # (counter label, n): the redactions counter, by detector or rule
         self.detectors: Active = tuple(DETECTORS[name] for name in DETECTORS if name in settings.detectors)
         self.replacements = {d.name: settings.replacement.format(name=d.name) for d in self.detectors}
-        self.patterns = [(f"pattern:{p.name}", re.compile(p.regex),
+        self.patterns = [(f"pattern:{p.name}", linear(p.regex, capture=True),
                           p.replacement if p.replacement is not None else settings.replacement.format(name=p.name))
                          for p in settings.patterns]
         self.drop = KeyRule(settings.drop_keys)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from .config import _Model
+from .regex import linear
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 _GLOB = re.compile(r"[*?\[]")
@@ -195,9 +196,9 @@ class AssertionSpec(_Model):
             raise ValueError(f"value: {self.kind} needs a non-negative integer")
         if self.pattern is not None and self.regex:
             try:
-                re.compile(self.pattern)
-            except re.error as e:
-                raise ValueError(f"pattern: not a regular expression: {e}") from None
+                linear(self.pattern, ignore_case=True)
+            except ValueError as e:
+                raise ValueError(f"pattern: {e}") from None
         return self
 
     @property
@@ -287,7 +288,7 @@ def _name_like(spec, matches, doc):
 
     def like(text: str) -> bool:
         if spec.regex:
-            return re.search(spec.pattern, text, re.IGNORECASE) is not None
+            return linear(spec.pattern, ignore_case=True).search(text) is not None
         return fnmatchcase(text.lower(), spec.pattern.lower())
 
     if spec.every:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any, Literal, get_args
 
 from jsonschema.exceptions import SchemaError
@@ -18,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from .assertions import AssertionSpec, check_path, parse_pointer
 from .config import _Model, matches
 from .labels import STAGES
+from .regex import linear
 
 
 def _schema_ok(schema: Any) -> None:
@@ -160,9 +160,9 @@ class ArgumentExpectation(_Model):
     def _pattern(cls, v: str | None) -> str | None:
         if v is not None:
             try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"not a regular expression: {e}") from None
+                linear(v)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
         return v
 
     @model_validator(mode="after")

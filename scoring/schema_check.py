@@ -27,13 +27,13 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-import re2
 import referencing
 import referencing.exceptions
 from jsonschema import ValidationError
 from jsonschema import validators as _validators
 
 from .config import SchemaLimits
+from .regex import linear
 
 log = logging.getLogger(__name__)
 
@@ -100,45 +100,12 @@ LOCAL = referencing.Registry(retrieve=_refuse)  # jsonschema adds the specificat
 
 # ----------------------------------------------------------------------------- linear-time patterns
 
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False  # an unsupported pattern is refused and counted here, not printed by RE2
-    options.never_capture = True
-    return options
-
-
-_RE2_OPTIONS = _options()
-
-
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def _re2_syntax(pattern: str) -> str:
-    """ECMA-262's ``\\uXXXX`` (which JSON Schema patterns use, and Python's ``re`` reads) as RE2's ``\\x{XXXX}``;
-    one pass, so a long pattern costs linear time here too."""
-    if "\\u" not in pattern:
-        return pattern
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        if pattern[i] != "\\" or i + 1 == n:
-            out.append(pattern[i])
-            i += 1
-        elif pattern[i + 1] == "u" and len(digits := pattern[i + 2:i + 6]) == 4 and _HEX.issuperset(digits):
-            out.append("\\x{" + digits + "}")
-            i += 6
-        else:
-            out.append(pattern[i:i + 2])  # any other escape, kept whole
-            i += 2
-    return "".join(out)
-
-
 @lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> Any:
     try:
-        return re2.compile(_re2_syntax(pattern), _RE2_OPTIONS)
-    except re2.error as e:
-        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        return Unchecked("pattern_unsupported", f"pattern {pattern[:80]!r} cannot be matched in linear time ({why})")
+        return linear(pattern)
+    except ValueError as e:
+        return Unchecked("pattern_unsupported", f"pattern {e}")
 
 
 def _regex(pattern: Any) -> Any:

@@ -6,7 +6,6 @@ can be read against its row of the SPEC §6 table.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -16,6 +15,7 @@ from .assertions import MISSING, json_equal, resolve_pointer, select
 from .case_models import ArgumentExpectation, Case, tool_matches
 from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits, matches
 from .judge.checks import criterion_key
+from .regex import linear
 from .results import SessionScore
 from .schema_check import Unchecked
 from .run_view import (Call, RunView, hallucinated, identify, mentions, parse_json_text, parties, party_of_call,
@@ -361,7 +361,7 @@ def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:
     elif check == "one_of":
         ok = any(json_equal(value, v) for v in exp.one_of or [])
     else:
-        ok = isinstance(value, str) and re.search(exp.pattern or "", value) is not None
+        ok = isinstance(value, str) and linear(exp.pattern or "").search(value) is not None
     if ok:
         return None
     expected = {"equals": exp.equals, "one_of": exp.one_of, "pattern": exp.pattern, "present": exp.present}[check]

@@ -93,6 +93,11 @@ ERRORS = [
      'cases[2] (id "fx-rate").helper_tools[0]: \'get_rate\' is in allowed_tools'),
     ("negative control without a choice", {**FX, "fit": False, "selection": "none"},
      'cases[2] (id "fx-rate").selection: a negative control (fit: false) is decided at Selection'),
+    ("pattern with a backreference", edited("argument_expectations.get_rate.0", {"pointer": "/d", "pattern": "(a)\\1"}),
+     'cases[2] (id "fx-rate").argument_expectations.get_rate[0].pattern: \'(a)\\\\1\' cannot be matched in linear time'),
+    ("assertion pattern with a lookahead", {**FX, "artifact": {"assertions": [
+        {"kind": "name_like", "path": "$.a", "pattern": "x(?=y)", "regex": True}]}},
+     'cases[2] (id "fx-rate").artifact.assertions[0].pattern: \'x(?=y)\' cannot be matched in linear time'),
     ("reporting tool in the plan", {**FX, "discovery": {"tool": "get_rate", "argument": "candidates"}},
      'cases[2] (id "fx-rate").discovery.tool: \'get_rate\' is in allowed_tools'),
 ]

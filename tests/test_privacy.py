@@ -235,6 +235,7 @@ def test_bad_settings_name_what_is_wrong():
     cases = [
         ({"patterns": [{"name": "order", "regex": "ORD-(\\d+"}]}, "pattern 'order'"),
         ({"patterns": [{"name": "any", "regex": "x*"}]}, "matches the empty string"),
+        ({"patterns": [{"name": "rep", "regex": "(\\w)\\1"}]}, "pattern 'rep': '(\\\\w)\\\\1' cannot be matched in linear time"),
         ({"patterns": [{"name": "grp", "regex": "a", "replacement": "\\2"}]}, "replacement"),
         ({"detectors": ["emails"]}, "privacy.detectors.0"),
         ({"hash_keys": ["user.id"]}, "AGENTFUNNEL_HASH_KEY"),
