@@ -1,4 +1,4 @@
-"""The README's main command, as a user runs it, and the README's SQL examples run as written."""
+"""The README's main command, as a user runs it, and the SQL examples of the README and docs/ run as written."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import re
 import shlex
 
 from agentfunnel.scoring.labels import STAGES, stage_label
-from conftest import ROOT, read_db, run_cli
+import docs_text
+from conftest import read_db, run_cli
 from test_report import _row
 
 
 def readme_sql_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("agentfunnel sql ")]
+    return [line for name in docs_text.user_pages()
+            for line in docs_text.sh_commands(docs_text.page(name), "agentfunnel sql ")]
 
 
 def test_demo_prints_a_funnel_report_and_leaves_a_database_to_query(tmp_path):
@@ -32,13 +32,13 @@ def test_demo_prints_a_funnel_report_and_leaves_a_database_to_query(tmp_path):
     experiments = read_db(db, "SELECT experiment, count(*) AS n FROM sessions WHERE experiment IS NOT NULL GROUP BY ALL")
     assert {e["experiment"]: e["n"] for e in experiments} == {"baseline": 45, "fix-1": 45, "fix-2": 45}
 
-    # every `agentfunnel sql` example in the README runs as written against the demo's file
+    # every `agentfunnel sql` example in the README and docs/ runs as written against the demo's file
     examples = readme_sql_examples()
     assert len(examples) >= 8
     for example in examples:
         args = shlex.split(example)[1:]
         result = run_cli(*args[:1], "--db", str(db), *args[1:], check=False)
-        assert result.returncode == 0, f"README example failed: {example}\n{result.stderr}"
+        assert result.returncode == 0, f"documented example failed: {example}\n{result.stderr}"
 
 
 def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_regression(tmp_path):
@@ -152,13 +152,12 @@ def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_reg
     assert [c for c, change in changes.items() if change == "regressed"] == ["book-kyoto-hotel"]
 
 
-def test_the_readmes_configuration_example_is_a_valid_configuration():
+def test_the_documented_configuration_example_is_a_valid_configuration():
     import tomllib
 
     from agentfunnel.collector.config import Settings
 
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Configuration", 1)[1]
+    section = docs_text.section("docs/operations.md", "### Configuration")
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     settings = Settings.model_validate(tomllib.loads(block))
     assert settings.sql.max_rows == 100000 and settings.receivers.max_connections == 512

@@ -44,7 +44,8 @@ from agentfunnel.collector.metric_batches import (METRIC_COLUMNS, MetricBatch, M
                                                   point_identity)
 from agentfunnel.collector.store.writer import Store
 from agentfunnel.collector.telemetry import Metrics
-from conftest import ROOT, ServerProcess, read_db
+import docs_text
+from conftest import ServerProcess, read_db
 from otlp_build import kvs, to_otlp_json, to_otlp_json_bytes
 
 METRICS_RPC = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
@@ -328,14 +329,14 @@ def test_duplicates_are_stored_once_within_a_commit_and_across_a_restart(tmp_pat
     assert sorted((r["metric_name"], r["n"]) for r in rows) == sorted((m["name"], 1) for m in EVERY_KIND)
 
 
-def test_the_table_has_the_listed_columns_and_the_readme_documents_each(tmp_path: Path):
+def test_the_table_has_the_listed_columns_and_the_docs_document_each(tmp_path: Path):
     store = Store(StoreSettings(path=tmp_path / "c.duckdb"), Metrics()).open()
     try:
         described = [r[0] for r in store.reader().execute("DESCRIBE metrics").fetchall()]
     finally:
         store.close()
     assert described == [c.name for c in METRIC_COLUMNS]
-    section = README.split("`metrics`: one row per", 1)[1].split("\n```", 1)[0]  # its column table
+    section = docs_text.section("docs/tables.md", "## metrics").split("\n```", 1)[0]  # its column table
     documented = set(re.findall(r"^\| ([a-z_, ]+) \|", section, re.M))
     names = {n.strip() for row in documented for n in row.split(",")} - {"column"}
     assert names == {c.name for c in METRIC_COLUMNS}
@@ -431,7 +432,7 @@ def test_points_past_the_request_limits_are_refused_and_later_messages_keep_thei
 # ---------------------------------------------------------------------------- a real server, one per module
 
 
-README = (ROOT / "README.md").read_text()
+TABLES_DOC = docs_text.page("docs/tables.md")
 
 
 @pytest.fixture(scope="module")
@@ -641,19 +642,17 @@ def test_malformed_bodies_are_refused_with_a_message_and_nothing_accepted_is_los
     assert query(srv, "SELECT int_value FROM metrics WHERE service_name = 'refusals'") == [{"int_value": 9}]
 
 
-def readme_metric_queries() -> list[str]:
-    blocks = re.findall(r"```sh\n(.*?)```", README, re.S)
-    return [shlex.split(line.strip())[-1] for block in blocks for line in block.splitlines()
-            if line.strip().startswith("agentfunnel sql ") and " metrics " in line]
+def documented_metric_queries() -> list[str]:
+    return [shlex.split(line)[-1] for line in docs_text.sh_commands(TABLES_DOC, "agentfunnel sql ") if " metrics " in line]
 
 
-def test_the_readme_metrics_queries_run_and_answer(tmp_path: Path):
-    """Two exports of cumulative and delta series as the SDK encodes them: the README counts each token once."""
+def test_the_documented_metrics_queries_run_and_answer(tmp_path: Path):
+    """Two exports of cumulative and delta series as the SDK encodes them: the documented queries count each token once."""
     from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
     from opentelemetry.sdk.metrics import Histogram
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    queries = readme_metric_queries()
+    queries = documented_metric_queries()
     assert len(queries) >= 3
     store = Store(StoreSettings(path=tmp_path / "readme.duckdb"), Metrics()).open()
     try:

@@ -24,7 +24,8 @@ from agentfunnel.scoring.config import BUILTIN_VARIANTS, LODGING_HINTS, VOCABULA
 from agentfunnel.scoring.funnel import ServerFacts, StepMatcher, annotated_kind
 from agentfunnel.semconv import SpanRecord, SpanView, normalize
 from agentfunnel.semconv.dialects.mcp import declared_services, tool_annotations
-from conftest import FIXTURES, ROOT, read_db, run_cli
+import docs_text
+from conftest import FIXTURES, read_db, run_cli
 
 _ids = itertools.count(1)
 TRACE = "t" * 32
@@ -141,9 +142,8 @@ def test_store_admin_tools_are_not_a_shoppers_steps():
     assert score(call("create_product"), call("woo_products_create"), call("update_order")).variant == "generic"
 
 
-def test_the_readme_lists_every_family():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("**Built-in vocabulary.**"):]
+def test_the_docs_list_every_family():
+    section = docs_text.section("docs/sessions.md", "## Built-in vocabulary")
     for family in VOCABULARY:
         row = next((line for line in section.splitlines() if line.startswith(f"| {family.family} |")), None)
         assert row, family.family
@@ -382,10 +382,8 @@ def test_config_file_errors_name_the_field(tmp_path):
     assert "scoring.funnel.variants.support.outcomes.resolve.reads_as: Input should be 'pass'" in str(err.value)
 
 
-def test_the_readme_configuration_example_is_valid():
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("**Configuration** (in the same file")
-    block = re.search(r"```yaml\n(.*?)```", readme[start:], re.S).group(1)
+def test_the_docs_configuration_example_is_valid():
+    block = re.search(r"```yaml\n(.*?)```", docs_text.section("docs/sessions.md", "## Configuration"), re.S).group(1)
     cfg = ScoringConfig.model_validate(yaml.safe_load(block)["scoring"])
     support = cfg.funnel.variants["support"]
     assert support.reads_as(support.outcome_of("resolve")) == "pass"
