@@ -50,7 +50,7 @@ def loads(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting past the recursion limit is text too
             return value
     return value
 

@@ -49,7 +49,7 @@ def _json(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
