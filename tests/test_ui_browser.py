@@ -144,7 +144,11 @@ def test_overview_to_drop_off_to_list_to_session_to_tool_call(browser, demo, sho
     page.locator(f"a.calllink[href='#call-{first['span_id']}']").first.click()
     card = page.locator(f"details#call-{first['span_id']}")
     assert card.get_attribute("open") is not None and page.url.endswith(f"#call-{first['span_id']}")
-    assert json.loads(card.locator("pre.args").inner_text()) == json.loads(first["arguments"])
+    arguments = json.loads(first["arguments"])
+    tree = card.locator(".jtree.args-tree").inner_text()
+    assert all(k in tree for k in arguments)  # shown as a tree, and as raw JSON under its own fold
+    card.locator("details.raw summary").first.click()
+    assert json.loads(card.locator("pre.args").inner_text()) == arguments
     assert card.locator("code.tool").inner_text() == first["tool_name"]
     _shot(page, shots, "4-tool-call-1280")
     assert page.evaluate("window.__csp") == [] and page.dialogs == []  # type: ignore[attr-defined]
