@@ -504,7 +504,7 @@ class UISettings(_Model):
                                      "results, message parts) larger than this is shown as plain text, not a tree.")
     max_json_tree_depth: int = Field(12, gt=0, le=64, description="Levels of a JSON tree shown as folding nodes; "
                                      "deeper values are shown as compact JSON text.")
-    max_json_tree_page_bytes: int = Field(2 * MiB, gt=0, description="JSON bytes one page shows as trees; values "
+    max_json_tree_page_bytes: int = Field(1 * MiB, gt=0, description="JSON bytes one page shows as trees; values "
                                           "past this are shown as plain text.")
 
 
