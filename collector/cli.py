@@ -157,8 +157,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"agentfunnel ui serving db={settings.store.path} at {url} (read-only; Ctrl-C stops)", flush=True)
 
     try:
+        from ..scoring.prices import PriceTable
+
         asyncio.run(serve_file(Reader(con.cursor, settings.sql), args.host, args.port, announce, token,
-                               sign_in_per_minute=settings.admin.sign_in_per_minute))
+                               sign_in_per_minute=settings.admin.sign_in_per_minute, ui_settings=settings.ui,
+                               prices=PriceTable(settings.scoring.prices, settings.scoring.use_default_prices)))
     except OSError as exc:
         print(f"agentfunnel ui: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

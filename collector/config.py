@@ -503,6 +503,17 @@ class AdminSettings(_Model):
         return value
 
 
+class UISettings(_Model):
+    """What the web UI draws from telemetry: JSON shown as folding trees, within bounds."""
+
+    max_json_tree_bytes: int = Field(64 * 1024, gt=0, description="A JSON value (attributes, tool arguments and "
+                                     "results, message parts) larger than this is shown as plain text, not a tree.")
+    max_json_tree_depth: int = Field(12, gt=0, le=64, description="Levels of a JSON tree shown as folding nodes; "
+                                     "deeper values are shown as compact JSON text.")
+    max_json_tree_page_bytes: int = Field(1 * MiB, gt=0, description="JSON bytes one page shows as trees; values "
+                                          "past this are shown as plain text.")
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -517,6 +528,7 @@ class Settings(_Model):
     privacy: PrivacySettings = PrivacySettings()
     retention: RetentionSettings = RetentionSettings()
     admin: AdminSettings = AdminSettings()
+    ui: UISettings = UISettings()
 
     @model_validator(mode="after")
     def _two_credentials(self) -> "Settings":

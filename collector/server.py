@@ -166,12 +166,15 @@ class Server:
 
     def _mount_ui(self, app: web.Application) -> None:
         """The read-only UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool."""
+        from ..scoring.prices import PriceTable
         from .ui import UI, Reader
 
+        scoring = self.settings.scoring
         UI(Reader(self.store.reader, self.settings.sql), token=self.settings.admin.token,
-           metrics=self.metrics.snapshot, evidence_settings=self.settings.scoring.evidence, pool=self._query_pool,
+           metrics=self.metrics.snapshot, evidence_settings=scoring.evidence, pool=self._query_pool,
            max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
-           count=lambda name, label: self.metrics.inc(name, label=label)).mount(app)
+           count=lambda name, label: self.metrics.inc(name, label=label), ui_settings=self.settings.ui,
+           prices=PriceTable(scoring.prices, scoring.use_default_prices)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).

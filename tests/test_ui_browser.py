@@ -144,7 +144,11 @@ def test_overview_to_drop_off_to_list_to_session_to_tool_call(browser, demo, sho
     page.locator(f"a.calllink[href='#call-{first['span_id']}']").first.click()
     card = page.locator(f"details#call-{first['span_id']}")
     assert card.get_attribute("open") is not None and page.url.endswith(f"#call-{first['span_id']}")
-    assert json.loads(card.locator("pre.args").inner_text()) == json.loads(first["arguments"])
+    arguments = json.loads(first["arguments"])
+    tree = card.locator(".jtree.args-tree").inner_text()
+    assert all(k in tree for k in arguments)  # shown as a tree, and as raw JSON under its own fold
+    card.locator("details.raw summary").first.click()
+    assert json.loads(card.locator("pre.args").inner_text()) == arguments
     assert card.locator("code.tool").inner_text() == first["tool_name"]
     _shot(page, shots, "4-tool-call-1280")
     assert page.evaluate("window.__csp") == [] and page.dialogs == []  # type: ignore[attr-defined]
@@ -273,3 +277,69 @@ def test_an_open_session_updates_in_place(browser, server_factory, tmp_path, sho
     assert "get_product_details" in page.locator("#calls").inner_text()
     _shot(page, shots, "8-open-session-updated")
     page.close()
+
+
+def test_a_judged_multi_turn_session_reads_as_a_trace_view(browser, demo, shots):
+    """Each model call shows its messages in order, JSON inside a string attribute unfolds as a tree, a model
+    call shows its tokens, and each turn (trace) has its own time axis."""
+    db, url = demo
+    sid = read_db(db, "SELECT s.session_id FROM sessions s JOIN case_runs c USING (session_id) WHERE s.trace_count = 2"
+                      " AND s.tool_call_count > 0 ORDER BY s.session_id LIMIT 1")[0]["session_id"]
+    chat = read_db(db, f"SELECT span_id, attributes FROM spans WHERE session_id = '{sid}' AND name LIKE 'chat%'"
+                       " ORDER BY start_time LIMIT 1 OFFSET 1")[0]
+    attrs = json.loads(chat["attributes"])
+    page = _page(browser)
+    page.goto(url + "sessions/" + urllib.request.quote(sid, safe=""))
+    row = page.locator(f"#span-{chat['span_id']}")
+    row.locator("summary").first.click()
+    # the second call of the turn: system, user, the assistant's tool call, the tool's result, then its response
+    roles = row.locator("ol.call-msgs > li").evaluate_all("els => els.map(e => e.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    called = json.loads(attrs["gen_ai.input.messages"])[1]["parts"][0]
+    first_call = row.locator("ol.call-msgs > li").nth(2)
+    assert first_call.locator("code.tool").inner_text() == called["name"]
+    assert all(k in first_call.locator(".jtree").inner_text() for k in called["arguments"])
+    # a JSON string attribute is a tree that folds and unfolds
+    defs = row.locator(".attrs li", has=page.locator("span.jk", has_text="gen_ai.tool.definitions")).locator("details.jt").first
+    assert defs.locator(".jsrc").count() == 1
+    name = json.loads(attrs["gen_ai.tool.definitions"])[0]["name"]
+    inner = defs.locator("ul.jt > li > details.jt").first
+    inner.locator("summary").first.click()
+    assert inner.locator("span.jv", has_text=name).first.is_visible()
+    defs.locator("summary").first.click()
+    assert not inner.is_visible()
+    # tokens on the span, as sent
+    tokens = row.locator(".wf-use .tokens")
+    assert int(tokens.get_attribute("data-in")) == attrs["gen_ai.usage.input_tokens"]
+    assert int(tokens.get_attribute("data-out")) == attrs["gen_ai.usage.output_tokens"]
+    assert f"{attrs['gen_ai.usage.input_tokens']:,}" in tokens.inner_text() and "$" in tokens.inner_text()
+    # two turns, each on its own axis: each root bar starts at 0 and spans its whole turn
+    turns = page.locator("#waterfall .wf-turn")
+    assert turns.count() == 2
+    for i in range(2):
+        bar = turns.nth(i).locator("svg.wf-bar rect:not(.track)").first
+        assert float(bar.get_attribute("x")) == 0.0 and float(bar.get_attribute("width")) > 99.0
+    _shot(page, shots, "9-trace-view-1280")
+    assert page.evaluate("window.__csp") == []
+    page.close()
+
+
+def test_the_sessions_list_and_experiment_page_fit_a_phone_and_a_wide_screen(browser, demo, shots):
+    """Nothing wider than the window, no table cut off inside its scroll box, case names never one letter a line."""
+    db, url = demo
+    experiment = read_db(db, "SELECT experiment FROM experiment_summary ORDER BY experiment LIMIT 1")[0]["experiment"]
+    for width in (375, 1440):
+        page = _page(browser, width)
+        for path in ("sessions", "experiments/" + experiment):
+            page.goto(url + path)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"/ui/{path} is {wide}px wide at {width}px"
+            clipped = page.evaluate("Array.from(document.querySelectorAll('main .scroll'))"
+                                    ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.scrollWidth)")
+            assert clipped == [], f"/ui/{path} cuts off a table at {width}px: {clipped}"
+            if path.startswith("experiments/"):
+                heights = page.locator("tr[data-case] td:first-child code").evaluate_all(
+                    "els => els.map(e => e.getClientRects().length)")
+                assert heights and max(heights) == 1, f"a case name wraps at {width}px: {heights}"
+            _shot(page, shots, f"10-{path.split('/')[0]}-{width}")
+        page.close()

@@ -128,6 +128,8 @@ class UI:
     max_concurrent: int = 4
     sign_in_per_minute: int = 10
     count: Callable[[str, str], None] | None = None  # (counter, label): the server's metrics
+    ui_settings: Any = None  # config.UISettings: the session page's JSON-tree bounds
+    prices: Any = None  # scoring.prices.PriceTable: each model call's cost
 
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
@@ -283,7 +285,7 @@ class UI:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
         if found.more_parts or found.too_big or found.part:
             self._count("ui_payloads_paged", "")
-        return 200, pages.session_page(found, ctx, self.evidence_settings)
+        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices)
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, pages.experiments_page(queries.experiments(self.reader), ctx)
@@ -313,11 +315,11 @@ class UI:
 
 async def serve_file(reader: Reader, host: str, port: int, announce: Callable[[str], None],
                      token: str | None = None, stop: asyncio.Event | None = None,
-                     sign_in_per_minute: int = 10) -> None:
+                     sign_in_per_minute: int = 10, ui_settings: Any = None, prices: Any = None) -> None:
     """``agentfunnel ui``: the UI alone over a database file, until ``stop`` is set (or SIGINT/SIGTERM)."""
     import signal
 
-    ui = UI(reader, token=token, sign_in_per_minute=sign_in_per_minute)
+    ui = UI(reader, token=token, sign_in_per_minute=sign_in_per_minute, ui_settings=ui_settings, prices=prices)
     app = web.Application()
     ui.mount(app)
     app.router.add_get("/", ui._to_root)

@@ -50,7 +50,7 @@ def loads(value: Any) -> Any:
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting past the recursion limit is text too
             return value
     return value
 
@@ -253,3 +253,222 @@ def conversation(spans: Sequence[dict[str, Any]], calls: Sequence[dict[str, Any]
 def _body_attrs(body: Any) -> dict[str, Any]:
     body = loads(body)
     return body if isinstance(body, dict) else {}
+
+
+# ---------------------------------------------------------------------------- one model call
+
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+AI_RESPONSE_TOOL_CALLS = "ai.response.toolCalls"
+_CALL_PARTS = ("tool_call", "tool_use", "function_call", "tool-call")
+_RESULT_PARTS = ("tool_call_response", "tool_result", "tool-result", "function_call_output", "tool_response")
+MAX_INDEXED = 1000  # entries of a flattened message list read back (each index at most this)
+
+
+@dataclass
+class ToolCallPart:
+    name: str
+    arguments: Any = None  # as sent: JSON text, an object, or None
+    id: str | None = None
+    block: Any = None  # the arguments as the page shows them (a jsontree.Block), set by the page's model
+
+
+@dataclass
+class ToolResultPart:
+    id: str | None
+    result: Any
+    block: Any = None  # the result as the page shows it (a jsontree.Block)
+
+
+@dataclass
+class CallMessage:
+    """One message of a model call as the call saw it: its prompt (system first) and then its response."""
+
+    role: str
+    text: str = ""
+    tool_calls: list[ToolCallPart] = field(default_factory=list)
+    tool_results: list[ToolResultPart] = field(default_factory=list)
+    output: bool = False  # part of the call's response
+
+
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if d.get(key) not in (None, ""):
+            return d[key]
+    return None
+
+
+def _tool_call(d: dict[str, Any]) -> ToolCallPart | None:
+    d = d.get("tool_call") if isinstance(d.get("tool_call"), dict) else d  # OpenInference's message.tool_calls.<j>.tool_call
+    fn = d.get("function") if isinstance(d.get("function"), dict) else {}
+    name = _first(d, "name", "toolName") or fn.get("name")
+    if not name:
+        return None
+    return ToolCallPart(str(name), _first(d, "arguments", "args", "input") if not fn else
+                        _first(fn, "arguments", "args"), _str_or_none(_first(d, "id", "toolCallId", "call_id")))
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _walk(body: Any, msg: CallMessage, texts: list[str]) -> None:
+    """Collect a message body's text, tool calls and tool results into ``msg`` (``texts`` joined later)."""
+    if body is None:
+        return
+    if isinstance(body, str):
+        if body.strip():
+            texts.append(body)
+        return
+    if isinstance(body, list):
+        for part in body:
+            _walk(part, msg, texts)
+        return
+    if not isinstance(body, dict):
+        texts.append(str(body))
+        return
+    kind = body.get("type")
+    if kind in _CALL_PARTS:
+        call = _tool_call(body)
+        if call:
+            msg.tool_calls.append(call)
+    elif kind in _RESULT_PARTS:
+        msg.tool_results.append(ToolResultPart(_str_or_none(_first(body, "id", "toolCallId", "tool_use_id", "call_id")),
+                                               _first(body, "response", "result", "output", "content")))
+    else:
+        _walk(_first(body, "content", "text", "value", "parts"), msg, texts)
+
+
+def _call_message(m: Any, default_role: str, output: bool) -> CallMessage | None:
+    if isinstance(m, str):
+        return CallMessage(default_role, _clip(m), output=output) if m.strip() else None
+    if not isinstance(m, dict):
+        return None
+    if isinstance(m.get("message"), dict):  # {"message": {...}}: OpenInference's flattened lists, GenAI choices
+        m = {**{k: v for k, v in m.items() if k != "message"}, **m["message"]}
+    role = str(_first(m, "role", "type") or default_role)
+    msg = CallMessage(role, output=output)
+    texts: list[str] = []
+    body = m.get("parts", m.get("content", m.get("text")))
+    _walk(loads(body) if isinstance(body, str) and role not in ("tool", "function") else body, msg, texts)
+    calls = m.get("tool_calls")
+    for c in (calls if isinstance(calls, list) else []):
+        call = _tool_call(c) if isinstance(c, dict) else None
+        if call:
+            msg.tool_calls.append(call)
+    if role in ("tool", "function") and not msg.tool_results and texts:  # OpenAI's {"role": "tool", "content": ...}
+        msg.tool_results.append(ToolResultPart(_str_or_none(_first(m, "tool_call_id", "id", "name")), "\n".join(texts)))
+        texts = []
+    msg.text = _clip("\n".join(texts))
+    return msg if msg.text.strip() or msg.tool_calls or msg.tool_results else None
+
+
+def _call_messages(value: Any, default_role: str, output: bool = False) -> list[CallMessage]:
+    value = loads(value)
+    if isinstance(value, dict):
+        if "messages" in value or "prompt" in value or "system" in value:  # the Vercel AI SDK's ai.prompt
+            out = _call_messages(value["system"], "system") if value.get("system") else []
+            return out + _call_messages(value.get("messages") or value.get("prompt"), default_role, output)
+        value = [value]
+    if isinstance(value, str):
+        value = [value]
+    found = (_call_message(m, default_role, output) for m in (value if isinstance(value, list) else []))
+    return [m for m in found if m is not None]
+
+
+def _system(value: Any) -> list[CallMessage]:
+    """``gen_ai.system_instructions``: text or a list of parts, one system message."""
+    found = _call_message({"role": "system", "parts": loads(value)}, "system", False) if value else None
+    return [found] if found else []
+
+
+def _unflatten(attrs: dict[str, Any], prefix: str) -> list[Any]:
+    """``<prefix>.<i>.<path>`` attributes (OpenLLMetry, OpenInference) back into a list of nested objects."""
+    root: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if not key.startswith(prefix + "."):
+            continue
+        path = key[len(prefix) + 1:].split(".")
+        if not path[0].isdigit() or int(path[0]) >= MAX_INDEXED:
+            continue
+        node = root
+        for step in path[:-1]:
+            nxt = node.setdefault(step, {})
+            if not isinstance(nxt, dict):
+                break
+            node = nxt
+        else:
+            if path[-1] not in node:
+                node[path[-1]] = value
+    return _listed(root) if root else []
+
+
+def _listed(node: Any) -> Any:
+    """Objects whose keys are all indexes, as lists in index order."""
+    if not isinstance(node, dict):
+        return node
+    if node and all(k.isdigit() for k in node):
+        return [_listed(node[k]) for k in sorted(node, key=int) if int(k) < MAX_INDEXED]
+    return {k: _listed(v) for k, v in node.items()}
+
+
+def _event_call_messages(events: Any) -> list[CallMessage]:
+    out: list[CallMessage] = []
+    for e in loads(events) or []:
+        if not isinstance(e, dict):
+            continue
+        name, attrs = str(e.get("name") or ""), e.get("attributes") or {}
+        if not isinstance(attrs, dict):
+            continue
+        if GEN_AI_SYSTEM_INSTRUCTIONS in attrs:
+            out += _system(attrs[GEN_AI_SYSTEM_INSTRUCTIONS])
+        if GEN_AI_INPUT_MESSAGES in attrs:
+            out += _call_messages(attrs[GEN_AI_INPUT_MESSAGES], "user")
+        if GEN_AI_OUTPUT_MESSAGES in attrs:
+            out += _call_messages(attrs[GEN_AI_OUTPUT_MESSAGES], "assistant", True)
+        if name == EVENT_CHOICE:
+            out += _call_messages([loads(attrs.get("message")) or {"role": "assistant", **attrs}], "assistant", True)
+        elif name.startswith("gen_ai.") and name.endswith(".message"):
+            role = name.split(".")[1]
+            out += _call_messages([{"role": attrs.get("role") or role, **attrs}], role)
+        elif name in ("gen_ai.content.prompt", "gen_ai.content.completion"):
+            prompt = name.endswith("prompt")
+            out += _call_messages(attrs.get(GEN_AI_PROMPT if prompt else GEN_AI_COMPLETION),
+                                  "user" if prompt else "assistant", not prompt)
+    return out
+
+
+def call_messages(attrs: dict[str, Any], events: Any = None) -> list[CallMessage]:
+    """One model call's messages in order: its system instructions, its prompt, then its response (tool calls
+    with their arguments, tool results), read from whichever convention the span uses (as ``span_messages``)."""
+    if GEN_AI_TOOL_NAME in attrs:
+        return []
+    system = _system(attrs.get(GEN_AI_SYSTEM_INSTRUCTIONS))
+    if GEN_AI_INPUT_MESSAGES in attrs or GEN_AI_OUTPUT_MESSAGES in attrs:
+        found = (_call_messages(attrs.get(GEN_AI_INPUT_MESSAGES), "user")
+                 + _call_messages(attrs.get(GEN_AI_OUTPUT_MESSAGES), "assistant", True))
+    elif any(k.startswith(GEN_AI_PROMPT + ".") for k in attrs):
+        found = (_call_messages(_unflatten(attrs, GEN_AI_PROMPT), "user")
+                 + _call_messages(_unflatten(attrs, GEN_AI_COMPLETION), "assistant", True))
+    elif any(k.startswith(OI_LLM_INPUT_MESSAGES + ".") or k.startswith(OI_LLM_OUTPUT_MESSAGES + ".") for k in attrs):
+        found = (_call_messages(_unflatten(attrs, OI_LLM_INPUT_MESSAGES), "user")
+                 + _call_messages(_unflatten(attrs, OI_LLM_OUTPUT_MESSAGES), "assistant", True))
+    elif AI_PROMPT_MESSAGES in attrs or AI_PROMPT in attrs or AI_RESPONSE_TEXT in attrs:
+        found = _call_messages(attrs.get(AI_PROMPT_MESSAGES) or attrs.get(AI_PROMPT), "user")
+        response = CallMessage("assistant", _clip(str(attrs.get(AI_RESPONSE_TEXT) or "")), output=True)
+        asked = loads(attrs.get(AI_RESPONSE_TOOL_CALLS))
+        for c in asked if isinstance(asked, list) else []:
+            call = _tool_call(c) if isinstance(c, dict) else None
+            if call:
+                response.tool_calls.append(call)
+        if response.text.strip() or response.tool_calls:
+            found.append(response)
+    elif events:
+        found = _event_call_messages(events)
+    else:
+        found = []
+    if system and found and found[0].role == "system":
+        system = []  # the prompt repeats its system message: shown once
+    for m in found:
+        if m.output and m.role == "user":
+            m.role = "assistant"
+    return system + found

@@ -13,10 +13,14 @@ from typing import Any
 from ...scoring import evidence as ev
 from ...scoring import labels
 from ...scoring.config import EvidenceSettings
+from ...scoring.prices import PriceTable
+from ...semconv.normalize import normalize
+from ...semconv.records import SpanView
 from ..report import OUTCOME_ORDER
 from ..report_text import drop_reason_name, lang_of, variant_name
-from .conversation import loads
+from .conversation import CallMessage, call_messages, loads
 from .filters import SessionFilters
+from .jsontree import Block, TreeBudget
 from .queries import OverviewRows, Row
 
 RECENT_DROPS = 12
@@ -170,44 +174,119 @@ class SpanBar:
     name: str
     kind: str | None
     depth: int
-    offset: float  # percent of the session's span
+    offset: float  # percent of its trace's span
     width: float
     start_ms: float
     duration_ms: float | None
     error: bool
     tool_call: bool
     trace_id: str
-    attributes: Any = None  # JSON text, shown when the row is opened (None past MAX_SPAN_DETAILS)
+    attributes: Block | None = None  # shown when the row is opened (None past MAX_SPAN_DETAILS)
     status_message: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    model: str | None = None
+    messages: list[CallMessage] = field(default_factory=list)  # a model call's prompt and response
 
 
-def waterfall(spans: Sequence[Row], calls: Sequence[Row]) -> list[SpanBar]:
-    """Spans in tree order (children under their parent, by start), placed on the session's time axis."""
-    if not spans:
-        return []
-    starts = [s["start_us"] for s in spans if s.get("start_us") is not None]
-    ends = [s["end_us"] or s["start_us"] for s in spans if s.get("start_us") is not None]
-    t0, t1 = (min(starts), max(ends)) if starts else (0, 1)
-    scale = max(1, t1 - t0)
-    ids = {s["span_id"] for s in spans}
-    children: dict[str | None, list[Row]] = defaultdict(list)
+@dataclass
+class TraceView:
+    """One trace (a turn of the session) with its own time axis: its spans' bars are scaled to it alone."""
+
+    trace_id: str
+    n: int
+    start_time: str | None
+    duration_ms: float
+    spans: list[SpanBar]
+    input_tokens: int | None = None  # its model calls' (not agent spans', which repeat them)
+    output_tokens: int | None = None
+    cost: float | None = None
+
+
+def _span_view(s: Row, attrs: Any) -> SpanView:
+    events = loads(s.get("events"))
+    return SpanView(s.get("trace_id") or "", s["span_id"], s.get("parent_span_id"), s.get("name") or "",
+                    attrs if isinstance(attrs, dict) else {}, {}, events if isinstance(events, list) else [],
+                    s.get("kind") or "INTERNAL", s.get("status_code") or "UNSET")
+
+
+def _usage(bar: SpanBar, s: Row, attrs: Any, prices: PriceTable | None) -> str | None:
+    """Fill ``bar``'s tokens, model and cost as the scorer reads them; the span's kind (llm, agent, tool, other)."""
+    if not isinstance(attrs, dict) or not attrs:
+        return None
+    rec = normalize(_span_view(s, attrs))
+    bar.input_tokens, bar.output_tokens, bar.model = rec.input_tokens, rec.output_tokens, rec.model
+    if prices is not None and (rec.input_tokens is not None or rec.output_tokens is not None):
+        bar.cost = prices.cost(rec.model, rec.input_tokens, rec.output_tokens)
+    return rec.kind
+
+
+def _blocks(messages: list[CallMessage], budget: TreeBudget) -> list[CallMessage]:
+    for m in messages:
+        for c in m.tool_calls:
+            c.block = budget.block(c.arguments)
+        for r in m.tool_results:
+            r.block = budget.block(r.result)
+    return messages
+
+
+def _sum(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | None = None,
+              prices: PriceTable | None = None) -> list[TraceView]:
+    """The session's traces in time order, each on its own time axis, its spans in tree order (children under
+    their parent, by start); the first ``MAX_SPAN_DETAILS`` spans carry their attributes, a model call its
+    messages, and any span its tokens and cost."""
+    budget = budget or TreeBudget()
+    by_trace: dict[str, list[Row]] = defaultdict(list)
     for s in spans:
-        parent = s.get("parent_span_id")
-        children[parent if parent in ids else None].append(s)
+        by_trace[s.get("trace_id") or ""].append(s)
     call_ids = {c["span_id"] for c in calls}
-    out: list[SpanBar] = []
-    stack = [(s, 0) for s in reversed(children[None])]
-    while stack:
-        s, depth = stack.pop()
-        start = s.get("start_us") if s.get("start_us") is not None else t0
-        end = s.get("end_us") if s.get("end_us") is not None else start
-        out.append(SpanBar(s["span_id"], s.get("name") or "", s.get("kind"), min(depth, 12),
-                           100.0 * (start - t0) / scale, max(0.3, 100.0 * (end - start) / scale),
-                           (start - t0) / 1000.0, (end - start) / 1000.0 if s.get("end_us") else None,
-                           s.get("status_code") == "ERROR", s["span_id"] in call_ids, s["trace_id"],
-                           s.get("attributes") if len(out) < MAX_SPAN_DETAILS else None, s.get("status_message")))
-        stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
-    return out
+    first = {t: min((s["start_us"] for s in rows if s.get("start_us") is not None), default=0)
+             for t, rows in by_trace.items()}
+    traces: list[TraceView] = []
+    detailed = 0
+    for n, trace_id in enumerate(sorted(by_trace, key=lambda t: (first[t], t)), 1):
+        rows = by_trace[trace_id]
+        starts = [s["start_us"] for s in rows if s.get("start_us") is not None]
+        ends = [s["end_us"] or s["start_us"] for s in rows if s.get("start_us") is not None]
+        t0, t1 = (min(starts), max(ends)) if starts else (0, 1)
+        scale = max(1, t1 - t0)
+        ids = {s["span_id"] for s in rows}
+        children: dict[str | None, list[Row]] = defaultdict(list)
+        for s in rows:
+            parent = s.get("parent_span_id")
+            children[parent if parent in ids else None].append(s)
+        out: list[SpanBar] = []
+        model_calls: list[SpanBar] = []
+        stack = [(s, 0) for s in reversed(children[None])]
+        while stack:
+            s, depth = stack.pop()
+            start = s.get("start_us") if s.get("start_us") is not None else t0
+            end = s.get("end_us") if s.get("end_us") is not None else start
+            bar = SpanBar(s["span_id"], s.get("name") or "", s.get("kind"), min(depth, 12),
+                          100.0 * (start - t0) / scale, max(0.3, 100.0 * (end - start) / scale),
+                          (start - t0) / 1000.0, (end - start) / 1000.0 if s.get("end_us") else None,
+                          s.get("status_code") == "ERROR", s["span_id"] in call_ids, s["trace_id"],
+                          None, s.get("status_message"))
+            if detailed < MAX_SPAN_DETAILS:
+                detailed += 1
+                attrs = loads(s.get("attributes"))
+                bar.attributes = budget.block(s.get("attributes"))
+                if _usage(bar, s, attrs, prices) == "llm":
+                    model_calls.append(bar)
+                if isinstance(attrs, dict) and not bar.tool_call:
+                    bar.messages = _blocks(call_messages(attrs, s.get("events")), budget)
+            out.append(bar)
+            stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
+        traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),
+                                (t1 - t0) / 1000.0, out, _sum([b.input_tokens for b in model_calls]),
+                                _sum([b.output_tokens for b in model_calls]), _sum([b.cost for b in model_calls])))
+    return traces
 
 
 @dataclass
@@ -220,6 +299,8 @@ class CallView:
     proves: list[str]  # evidence flags in its result
     evidence: bool  # one of the calls the outcome rests on
     also: str | None = None  # a step its result reached besides its own (lodging's purchase: a confirmation)
+    arguments_block: Block | None = None  # as the page shows them (set by the page, within its tree budget)
+    result_block: Block | None = None
 
 
 # outcome -> the result flags that prove it (scoring.funnel.ladder_outcome), and the step that does without results

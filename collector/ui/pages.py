@@ -18,10 +18,13 @@ from urllib.parse import urlencode
 import jinja2
 
 from ...scoring import labels
+from ...scoring.prices import PriceTable
+from ..config import UISettings
 from ..report_text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
 from . import model
 from .conversation import Message, conversation
 from .filters import PAGE_SIZE, SORTS, SessionFilters
+from .jsontree import TreeBudget
 from .links import path_segment
 from .queries import CompareRows, ExperimentRows, ListRows, OverviewRows, SessionRows
 from .words import t
@@ -46,7 +49,7 @@ def _json(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
@@ -159,17 +162,23 @@ def sessions_page(rows: ListRows, f: SessionFilters, ctx: Context) -> str:
                    sorts=SORTS, step_label=lambda v, s: model.step_label(rows.steps, v, s, ctx.lang))
 
 
-def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None) -> str:
+def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None, ui_settings: UISettings | None = None,
+                 prices: PriceTable | None = None) -> str:
+    """``ui_settings`` bound the page's JSON trees; ``prices`` price each model call's tokens."""
     s = rows.session
     calls = model.call_views(rows.calls, s, rows.steps, ctx.lang, evidence_settings)
+    budget = TreeBudget(ui_settings or UISettings())
+    for c in calls:  # tool calls first: they are what the page is read for
+        c.arguments_block, c.result_block = budget.block(c.row.get("arguments")), budget.block(c.row.get("result"))
     turns = conversation(rows.spans, rows.calls, s.get("final_answer"), rows.logs)
-    spans = model.waterfall(rows.spans, rows.calls)
+    traces = model.waterfall(rows.spans, rows.calls, budget, prices)
     steps = [{"variant": s.get("variant"), **x} for x in rows.steps]
     drop_evidence = model.loads(s.get("drop_evidence"))
     judgments = model.judgment_views(rows.judgments)
     has_messages = any(isinstance(i, Message) and not i.final for turn in turns for i in [turn.user, *turn.items] if i)
     return _render("session.html", ctx, s=s, calls=calls, by_span={c.row["span_id"]: c for c in calls},
-                   turns=turns, spans=spans, span_total=rows.span_total, steps=steps,
+                   turns=turns, traces=traces, shown=sum(len(t.spans) for t in traces), span_total=rows.span_total,
+                   steps=steps,
                    step_label=lambda st: model.step_label(steps, s.get("variant"), st, ctx.lang),
                    proof=model.outcome_proof(s, calls), drop_evidence=drop_evidence,
                    stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
