@@ -324,13 +324,13 @@ def test_a_judged_multi_turn_session_reads_as_a_trace_view(browser, demo, shots)
     page.close()
 
 
-def test_the_sessions_list_and_experiment_page_fit_a_phone_and_a_wide_screen(browser, demo, shots):
+def test_the_pages_with_tables_fit_a_phone_and_a_wide_screen(browser, demo, shots):
     """Nothing wider than the window, no table cut off inside its scroll box, case names never one letter a line."""
     db, url = demo
     experiment = read_db(db, "SELECT experiment FROM experiment_summary ORDER BY experiment LIMIT 1")[0]["experiment"]
     for width in (375, 1440):
         page = _page(browser, width)
-        for path in ("sessions", "experiments/" + experiment):
+        for path in ("", "sessions", "experiments", "experiments/" + experiment, "compare"):
             page.goto(url + path)
             wide = page.evaluate("document.documentElement.scrollWidth")
             assert wide <= width, f"/ui/{path} is {wide}px wide at {width}px"
@@ -341,5 +341,5 @@ def test_the_sessions_list_and_experiment_page_fit_a_phone_and_a_wide_screen(bro
                 heights = page.locator("tr[data-case] td:first-child code").evaluate_all(
                     "els => els.map(e => e.getClientRects().length)")
                 assert heights and max(heights) == 1, f"a case name wraps at {width}px: {heights}"
-            _shot(page, shots, f"10-{path.split('/')[0]}-{width}")
+            _shot(page, shots, f"10-{path.split('/')[0] or 'overview'}{'-one' if '/' in path else ''}-{width}")
         page.close()
