@@ -4,7 +4,9 @@ Starts a real ``agentfunnel serve`` with default settings, then several client p
 with many threads, send 2,000-span GenAI requests over gRPC, HTTP/protobuf and HTTP/JSON as fast
 as they are answered, for a fixed time. A pushed-back request (503 / UNAVAILABLE) is counted and
 retried after a short sleep. Meanwhile the server's RSS is sampled. When the flood ends the
-server gets SIGTERM and the time until it exits is measured. Every request carries new trace ids
+sessions catch up (RSS still sampled, until no trace is open and no session work waits), then the
+server gets SIGTERM and the time until it exits is measured; ``--stop-at S`` sends it S seconds into
+the flood instead, while every client is still sending. Every request carries new trace ids
 and conversation ids (a marker in each is overwritten per send), so every span is new and every
 trace opens a session: the flood loads receiving, decoding, admission, commits and the session stage.
 ``--repeat`` cycles over a few bodies unchanged instead (retries the store recognises).
@@ -13,6 +15,9 @@ This is a by-hand benchmark, never part of the test suite. Run it from the repos
 
     python bench/overload.py                       # 4 processes x 16 threads, 20 s
     python bench/overload.py --processes 2 --threads 8 --seconds 10
+    python bench/overload.py --stop-at 10          # SIGTERM in the middle of the flood
+
+A request not answered within ``--timeout`` seconds (default 30) is counted as unanswered.
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ def _fresh(body: bytes, transport: str, stamp: int) -> bytes:
 
 
 def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, repeat: bool,
-            results: mp.Queue) -> None:
+            timeout: float, results: mp.Queue) -> None:
     """One process: ``threads`` senders, each looping over its own bodies until the time is up."""
     import grpc
     import http.client
@@ -88,7 +93,7 @@ def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, 
     bodies = _bodies(transport, 4, seed)
     stop_at = time.monotonic() + seconds
     lock = threading.Lock()
-    tally = {"ok": 0, "pushed_back": 0, "errors": 0, "latencies": []}
+    tally = {"ok": 0, "pushed_back": 0, "errors": 0, "unanswered": 0, "latencies": []}
 
     def run(k: int) -> None:
         if transport == "grpc":
@@ -97,7 +102,7 @@ def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, 
             call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
         else:
             host, port = addr.rsplit(":", 1)
-            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
             ctype = "application/json" if transport == "http-json" else "application/x-protobuf"
         i = k
         while time.monotonic() < stop_at:
@@ -110,34 +115,35 @@ def _client(transport: str, addr: str, seconds: float, threads: int, seed: int, 
             try:
                 if transport == "grpc":
                     try:
-                        call(body, timeout=120)
+                        call(body, timeout=timeout)
                         outcome = "ok"
                     except grpc.RpcError as exc:
                         outcome = "pushed_back" if exc.code() in (grpc.StatusCode.UNAVAILABLE,
-                                                                  grpc.StatusCode.RESOURCE_EXHAUSTED) else "errors"
+                                                                  grpc.StatusCode.RESOURCE_EXHAUSTED) else \
+                            "unanswered" if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED else "errors"
                 else:
                     conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": ctype})
                     resp = conn.getresponse()
                     resp.read()
                     outcome = "ok" if resp.status == 200 else "pushed_back" if resp.status in (429, 503) else "errors"
-            except OSError:
-                outcome = "errors"
+            except OSError as exc:
+                outcome = "unanswered" if isinstance(exc, TimeoutError) else "errors"
                 if transport != "grpc":
                     conn.close()
-                    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+                    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
             latency = time.perf_counter() - t0
             with lock:
                 tally[outcome] += 1
                 if outcome == "ok":
                     tally["latencies"].append(latency)
-            if outcome == "pushed_back":
+            if outcome != "ok":
                 time.sleep(0.2)
 
     workers = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
-        w.join(seconds + 180)
+        w.join(seconds + timeout + 60)
     results.put((transport, tally))
 
 
@@ -154,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="an agentfunnel config file (default: none, the defaults)")
     p.add_argument("--repeat", action="store_true",
                    help="cycle over a few bodies unchanged (retries, stored once) instead of new spans per send")
+    p.add_argument("--timeout", type=float, default=30.0, help="a request unanswered this long is counted as such")
+    p.add_argument("--stop-at", type=float, help="SIGTERM this many seconds into the flood (default: after the catch-up)")
+    p.add_argument("--catch-up-limit", type=float, default=300.0, help="longest wait for sessions to catch up")
     args = p.parse_args(argv)
     atexit.register(Child.cleanup)
     workdir = Path(tempfile.mkdtemp(prefix="af-overload-"))
@@ -170,46 +179,84 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.processes):
         transport = TRANSPORTS[i % len(TRANSPORTS)]
         addr = grpc_addr if transport == "grpc" else http_addr
-        procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, args.repeat, results)))
+        procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, args.repeat,
+                                                      args.timeout, results)))
     print(f"flooding for {args.seconds:.0f} s: {args.processes} processes x {args.threads} threads, "
           f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
-    for proc in procs:
-        proc.start()
-    rss_samples = []
     gauges: dict[str, int] = {}
-    while any(proc.is_alive() for proc in procs):
-        rss_samples.append(proc_status(pid).get("VmRSS", 0))
+    metrics: dict = {}
+
+    def sample() -> dict:
+        """The server's gauges now, their maxima kept; {} once it stops answering."""
         try:
             m = get_json(f"{admin}/metrics")
-            for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "assembled_cache_bytes",
-                         "jobs_waiting", "open_traces"):
-                gauges[name] = max(gauges.get(name, 0), int(m.get(name, 0) or 0))
         except OSError:
-            pass
+            return {}
+        for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "assembled_cache_bytes",
+                     "jobs_waiting", "open_traces"):
+            gauges[name] = max(gauges.get(name, 0), int(m.get(name, 0) or 0))
+        metrics.update(m)
+        return m
+
+    peaks: list[int] = []
+
+    def stop() -> str:
+        assert child.proc is not None
+        peaks.append(proc_status(pid).get("VmHWM", 0))
+        t0 = time.perf_counter()
+        child.proc.send_signal(signal.SIGTERM)
+        try:
+            child.proc.wait(120)
+            return f"{time.perf_counter() - t0:.1f} s (exit {child.proc.returncode})"
+        except Exception:  # noqa: BLE001 - still running: that is the finding
+            child.proc.kill()
+            return "did not exit within 120 s"
+
+    for proc in procs:
+        proc.start()
+    started = time.monotonic()
+    stopped = ""
+    while any(proc.is_alive() for proc in procs):
+        if args.stop_at is not None and not stopped and time.monotonic() - started >= args.stop_at:
+            stopped = stop()
+        if not stopped:
+            sample()
         time.sleep(0.5)
     tallies = [results.get(timeout=60) for _ in procs]
-    peak = proc_status(pid).get("VmHWM", 0)
-    metrics = get_json(f"{admin}/metrics")
-    t0 = time.perf_counter()
-    child.proc.send_signal(signal.SIGTERM)
-    try:
-        child.proc.wait(120)
-        stopped = f"{time.perf_counter() - t0:.1f} s (exit {child.proc.returncode})"
-    except Exception:  # noqa: BLE001 - still running: that is the finding
-        stopped = "did not exit within 120 s"
-        child.proc.kill()
-    print(f"server RSS: idle {rss_idle / 2**20:,.0f} MiB, peak {peak / 2**20:,.0f} MiB "
-          f"(max sampled {max(rss_samples, default=0) / 2**20:,.0f} MiB)")
+    flood_peak = catch_up_peak = proc_status(pid).get("VmHWM", 0) if not stopped else peaks[0]
+    catch_up = ""
+    if not stopped:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < args.catch_up_limit:
+            m = sample()
+            if m and not m.get("open_traces") and not m.get("jobs_waiting") and not m.get("prepare_queue_bytes"):
+                break
+            time.sleep(0.5)
+        catch_up = f"{time.monotonic() - t0:.0f} s"
+        catch_up_peak = proc_status(pid).get("VmHWM", 0)
+        stopped = stop()
+    log_text = (workdir / "flood.log").read_text(errors="replace")
+    print(f"server RSS: idle {rss_idle / 2**20:,.0f} MiB, peak during the flood {flood_peak / 2**20:,.0f} MiB, "
+          f"peak with the catch-up after it ({catch_up or 'not waited for'}) {catch_up_peak / 2**20:,.0f} MiB")
+    all_lat: list[float] = []
     for transport in sorted({t for t, _ in tallies}):
         ok = sum(t["ok"] for tr, t in tallies if tr == transport)
         back = sum(t["pushed_back"] for tr, t in tallies if tr == transport)
         err = sum(t["errors"] for tr, t in tallies if tr == transport)
+        lost = sum(t["unanswered"] for tr, t in tallies if tr == transport)
         lat = [x for tr, t in tallies if tr == transport for x in t["latencies"]]
-        print(f"  {transport:<14} accepted {ok:>6,}  pushed back {back:>6,}  errors {err:>4,}  ack latency "
-              f"p50 {_pct(lat, 0.5):6.2f} s  p95 {_pct(lat, 0.95):6.2f} s  p99 {_pct(lat, 0.99):6.2f} s")
+        all_lat += lat
+        print(f"  {transport:<14} accepted {ok:>6,}  pushed back {back:>6,}  errors {err:>4,}  unanswered {lost:>3,}  "
+              f"ack latency p50 {_pct(lat, 0.5):6.2f} s  p95 {_pct(lat, 0.95):6.2f} s  max {max(lat, default=float('nan')):6.2f} s")
+    print(f"  all            accepted {len(all_lat):>6,}  pushed back {sum(t['pushed_back'] for _, t in tallies):>6,}  "
+          f"unanswered {sum(t['unanswered'] for _, t in tallies):>3,}  ack latency p95 {_pct(all_lat, 0.95):.2f} s  "
+          f"max {max(all_lat, default=float('nan')):.2f} s")
     print(f"gauges (max sampled): {json.dumps(gauges)}")
     print(f"pushed_back: {json.dumps(metrics.get('pushed_back', {}))}; spans_committed {metrics.get('spans_committed', 0):,}")
-    print(f"SIGTERM to exit: {stopped}")
+    print("session stage: " + ", ".join(f"{name} {metrics.get(name, 0):,}" for name in (
+        "held_traces_evicted", "prepare_skipped", "traces_read_back", "traces_assembled", "assembled_cache_evicted")))
+    print(f"SIGTERM to exit: {stopped}; ERROR lines in the log: {log_text.count(' ERROR ')}, "
+          f"tracebacks: {log_text.count('Traceback')}")
     return 0
 
 

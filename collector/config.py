@@ -60,7 +60,7 @@ class ReceiverSettings(_Model):
         "once, queued ones committed or cut off (their clients retry), and traces not yet assembled are finished on "
         "the next start. Past it the process exits anyway; nothing acknowledged is lost.")
     max_commit_wait_seconds: float = Field(
-        5.0, ge=0, description="A request whose batch would wait longer than this for its commit (predicted from "
+        2.5, ge=0, description="A request whose batch would wait longer than this for its commit (predicted from "
         "what is queued and the recent commit rate) is answered 503 with Retry-After / UNAVAILABLE, so clients back "
         "off instead of timing out; 0 turns it off.")
     max_value_depth: int = Field(
@@ -227,10 +227,18 @@ class SessionSettings(_Model):
         256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
+    push_back_when_held_full: bool = Field(
+        True, description="When the spans held for sessions not yet assembled, the batches waiting to be held and "
+        "the requests in flight reach max_held_bytes, new requests are pushed back (503 / UNAVAILABLE with "
+        "Retry-After, counted in pushed_back as <receiver>:held_bytes) until assemblies free room, so a flood the "
+        "session stage cannot keep up with neither grows memory nor leaves traces to read back. false: they are "
+        "accepted, and the least recently active traces are evicted instead.")
     max_prepare_queue_bytes: int = Field(
         32 * MiB, gt=0, description="Committed batches waiting to be normalized and held, counted at what they hold "
         "decoded (as receivers.max_bytes_in_flight counts them); a batch beyond it is "
-        "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits.")
+        "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits. "
+        "With push_back_when_held_full (the default) no batch is skipped: the queue counts within max_held_bytes, and "
+        "from half of this bound on its worker stops giving way to requests.")
     max_assembled_cache_bytes: int = Field(
         256 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back, each counted at what its records hold (large tool results in "

@@ -65,6 +65,10 @@ class RetryableError(IngestError):
         self.retry_after_s = retry_after_s
 
 
+class StoreClosing(RetryableError):
+    """The store is closing: new work is refused, and jobs not begun when a stop's time ran out are dropped."""
+
+
 class Saturated(RetryableError):
     """Bytes in flight or the store queue are at their limit: push back instead of growing."""
 

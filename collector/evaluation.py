@@ -38,7 +38,7 @@ from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
 from .scoring_stage import Evaluated
 from .store.session_tables import SessionTables
-from .store.writer import Store
+from .store.writer import Store, handed_over
 
 if TYPE_CHECKING:
     from ..scoring.judge import AnthropicJudge
@@ -333,7 +333,7 @@ class Evaluator:
             self._verdicts.append((session_id, judgment))
             done, first = self._verdicts_done, self._verdicts_done is None
             if done is None:
-                done = self._verdicts_done = Future()
+                done = self._verdicts_done = handed_over()
         if first:
             try:
                 stored = self.store.submit_job(self._store_verdicts, work="judgments")

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 GIVE_WAY_SECONDS = 0.005  # how long the prepare worker stands aside while requests wait for a commit
 PARTIAL_REMEMBERED = 1_000_000  # traces known not to be held whole; older marks are of traces long assembled
 SPAN_OVERHEAD_BYTES = 1400  # a held span's record, row and ids, beyond its JSON text (tests/test_held.py measures it)
+HELD_PER_DECODED = 2.0  # a batch's held records for its decoded bytes, until batches are measured (1.8 to 1.9 seen)
 PARSED_FACTOR = 2  # the text, and what the record parsed of it (arguments, result) at about its size again
 
 # A held span's columns as stored: trace_id, span_id, parent, name, attributes (JSON text),
@@ -187,6 +188,10 @@ class HeldTraces:
         self._lock = threading.Lock()
         metrics.gauge("held_bytes", lambda: self._bytes)
         metrics.gauge("held_traces", lambda: len(self._traces))
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
     def _mark_partial(self, tid: str) -> None:
         self._partial[tid] = None
@@ -479,7 +484,8 @@ class Preparer:
 
     Its queue is bounded in what its batches hold decoded (``decoded_cost``): a batch that does not
     fit is not prepared (its traces are read back at assembly, counted in ``prepare_skipped``), so
-    ingest never waits for it.
+    ingest never waits for it; unless ``skip_when_full`` is off, when the server's admission pushes
+    requests back before what the session stage holds, this queue included, grows past its bound.
     While ``ingest_waiting()`` says requests are queued for a commit, the worker gives way (it
     shares the interpreter with the receivers), until its own queue is half full: a burst is
     acknowledged at full speed and prepared right after. Every batch then goes to the listeners
@@ -489,8 +495,10 @@ class Preparer:
 
     def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics,
                  ingest_waiting: Callable[[], bool] = lambda: False,
-                 listeners: Sequence[Callable[[SpanBatch], None]] = ()) -> None:
+                 listeners: Sequence[Callable[[SpanBatch], None]] = (), skip_when_full: bool = True) -> None:
         self.ingest_waiting = ingest_waiting
+        # False: the server's admission bounds what is queued (sessions.push_back_when_held_full): every batch is held
+        self.skip_when_full = skip_when_full
         self.held = held
         self.session_keys = tuple(session_keys)
         self.max_queue_bytes = max_queue_bytes
@@ -498,6 +506,8 @@ class Preparer:
         self.listeners = tuple(listeners)
         self._queue: deque[tuple[SpanBatch, list[str], int]] = deque()  # a batch, its traces, what it counts
         self._queue_bytes = 0
+        # what a batch costs held for every byte it cost decoded (moving average; about 1.9 for agent spans)
+        self.held_per_decoded = HELD_PER_DECODED
         self._cond = threading.Condition()
         self._stopping = False
         self._draining = 0  # callers waiting in drain(): prepare at once, without giving way
@@ -506,12 +516,21 @@ class Preparer:
         self._thread.start()
         metrics.gauge("prepare_queue_bytes", lambda: self._queue_bytes)
 
+    @property
+    def queue_bytes(self) -> int:
+        return self._queue_bytes
+
+    def held_soon(self) -> int:
+        """Bytes held now and what the batches queued will hold: what the session stage holds until assembly."""
+        return self.held.bytes + int(self._queue_bytes * self.held_per_decoded)
+
     def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
         """A committed batch (on the writer thread, right after its commit): queue it and return."""
         trace_ids = list(dict.fromkeys(batch.trace_id))
         size = max(decoded_cost(batch), 1)
         with self._cond:
-            fits = not self._stopping and (not self._queue or self._queue_bytes + size <= self.max_queue_bytes)
+            fits = not self._stopping and (not self._queue or not self.skip_when_full
+                                           or self._queue_bytes + size <= self.max_queue_bytes)
             if fits:
                 self.held.expect(trace_ids, already_open)
                 self._queue.append((batch, trace_ids, size))
@@ -539,6 +558,7 @@ class Preparer:
             try:
                 batch.prepared = prepare(batch, self.session_keys)
                 self.held.add(batch.prepared, trace_ids)
+                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * sum(batch.prepared.costs) / size
             except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
                 log.exception("preparing a committed batch failed; its traces are read back at assembly")
                 self.held.not_held(trace_ids, announced=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections import deque
@@ -91,6 +92,9 @@ class _DirectSink:
             self.store.close()
 
 
+PUSHED_BACK_SECONDS = 300.0  # how long a body the running server pushes back (its sessions catching up) is retried
+
+
 class _ServerSink:
     """Posts bodies to the OTLP/HTTP receiver of the server that owns the file."""
 
@@ -105,12 +109,19 @@ class _ServerSink:
     def send(self, body: Body, report: IngestReport) -> None:
         ctype = "application/json" if body.encoding == "json" else "application/x-protobuf"
         headers = {"Content-Type": ctype, **({"Authorization": f"Bearer {self.token}"} if self.token else {})}
-        req = urllib.request.Request(f"{self.url}/v1/{body.signal}", data=body.data, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                payload = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise PermanentError(f"{body.where}: server answered {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
+        give_up = time.monotonic() + PUSHED_BACK_SECONDS
+        while True:
+            req = urllib.request.Request(f"{self.url}/v1/{body.signal}", data=body.data, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=120) as resp:
+                    payload = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                text = exc.read()[:300].decode(errors='replace')
+                if exc.code in (429, 503) and time.monotonic() < give_up:  # pushed back: as an exporter, retry later
+                    time.sleep(min(float(exc.headers.get("Retry-After") or 1), 10.0))
+                    continue
+                raise PermanentError(f"{body.where}: server answered {exc.code}: {text}") from None
         rejected, message = _partial_success(body, payload)
         report.add(body, ExportResult(accepted=0, rejected=rejected, message=message))
         # The server does not say how many it stored; count what we sent as accepted.

@@ -18,10 +18,10 @@ from typing import Literal
 from .batches import LogBatch, SpanBatch, bound_values
 from .decode import decode_logs_json, decode_logs_protobuf, decode_traces_json, decode_traces_protobuf
 from .decode_metrics import MetricLimits, MetricShape, decode_metrics_json, decode_metrics_protobuf, metric_shape
-from .errors import CommitsBehind, IngestError, Saturated
+from .errors import CommitsBehind, IngestError, RetryableError, Saturated
 from .metric_batches import MetricBatch, bound_metric_values
 from .privacy import Redactor
-from .store.writer import CommitResult, Store
+from .store.writer import CommitResult, Store, handed_over
 from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,12 @@ class Admission:
     take longer than that to be answered at the rate requests have been answered lately (decoding
     and committing alike), so a client under overload gets a prompt 503 it backs off from instead
     of an acknowledgement it times out waiting for.
+
+    And what the session stage holds (``hold_with``): a committed request's spans stay in memory until
+    their sessions are assembled, so when that, with the bytes in flight (held once committed), reaches
+    its bound, requests are pushed back until assemblies free room, instead of memory growing with a
+    backlog the session stage cannot finish. Once ``close`` is called (a stop), every request is refused
+    retryably.
     """
 
     def __init__(self, limit: int, retry_after_s: float, metrics: Metrics, max_wait_s: float = 0.0,
@@ -77,12 +83,43 @@ class Admission:
         self._window_start = clock()
         self._window_bytes = 0
         self._idle_since: float | None = self._window_start  # nothing in flight since: that time is no one's wait
+        self._session_bytes: Callable[[], int] = lambda: 0
+        self._held_per_decoded: Callable[[], float] = lambda: 1.0
+        self._session_limit = 0  # 0: what the session stage holds is not bounded here
+        self.closing = False
         metrics.gauge("bytes_in_flight", lambda: self._in_flight)
         metrics.gauge("predicted_wait_ms", lambda: int(self.predicted_wait() * 1000))
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    def hold_with(self, session_bytes: Callable[[], int], per_decoded: Callable[[], float], limit: int) -> None:
+        """Push back while ``session_bytes()`` (what the session stage holds) and what the bytes in flight will hold
+        there once committed (``per_decoded()`` for each) reach ``limit``."""
+        self._session_bytes, self._held_per_decoded, self._session_limit = session_bytes, per_decoded, limit
+
+    def close(self) -> None:
+        """Stopping: refuse every request from now on (retryably), those already admitted at their next step too."""
+        self.closing = True
+
+    def check(self, receiver: str) -> None:
+        """Before a request is read (gRPC): refused while stopping, or while the session stage is full."""
+        with self._lock:
+            self._refuse_if_full(0, receiver)
+
+    def _refuse_if_full(self, nbytes: int, receiver: str) -> None:
+        if self.closing:
+            self.metrics.inc("pushed_back", label=f"{receiver}:stopping")
+            raise RetryableError(f"the server is stopping; retry after {self.retry_after_s:g}s", self.retry_after_s)
+        if self._session_limit:
+            held = self._session_bytes()
+            if held + (self._in_flight + nbytes) * self._held_per_decoded() > self._session_limit:
+                self.metrics.inc("pushed_back", label=f"{receiver}:held_bytes")
+                raise Saturated(
+                    f"{held} bytes held for sessions not yet assembled and {self._in_flight} in flight, limit "
+                    f"{self._session_limit} (sessions.max_held_bytes); retry after {self.retry_after_s:g}s",
+                    self.retry_after_s)
 
     def acquire(self, nbytes: int, receiver: str, held: int = 0) -> None:
         """Take ``nbytes`` more for a request that already holds ``held``, or raise Saturated.
@@ -91,6 +128,7 @@ class Admission:
         that does not fit beside the others is pushed back.
         """
         with self._lock:
+            self._refuse_if_full(nbytes, receiver)
             if self._in_flight > held and self._in_flight + nbytes > self.limit:
                 self.metrics.inc("pushed_back", label=f"{receiver}:bytes_in_flight")
                 raise Saturated(
@@ -210,7 +248,7 @@ class Pipeline:
         except Saturated as exc:
             self.metrics.inc("pushed_back", label=f"{receiver}:{exc.limit}")
             raise
-        out: Future = Future()
+        out = handed_over()  # a request cancelled while it waits (a stop) leaves it to be settled
 
         def done(f: Future) -> None:
             exc = f.exception()

@@ -8,7 +8,6 @@ let in-flight requests finish, commit what is queued, close the file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import functools
 import gc
@@ -68,6 +67,11 @@ class Server:
         stage = path.stage
         self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
         self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
+        if settings.sessions.push_back_when_held_full:  # admission bounds the session stage: nothing is skipped
+            preparer = self.sessions.preparer
+            preparer.skip_when_full = False
+            self.admission.hold_with(preparer.held_soon, lambda: preparer.held_per_decoded,
+                                     settings.sessions.max_held_bytes)
         self.retention = Retention(settings, self.store, self.metrics, self.sessions, self.pipeline.redactor)
         self._prune_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
@@ -153,8 +157,10 @@ class Server:
         rs = self.settings.receivers
         limits = ConnectionLimits(name, rs.max_connections, rs.header_timeout_seconds, self.metrics)
         app.middlewares.insert(0, limits.middleware)
+        # at a stop, requests still waiting for their commit get a quarter of its bound, as gRPC's calls do
         runner = web.AppRunner(app, auto_decompress=False, access_log=None, handle_signals=False,
-                               keepalive_timeout=rs.idle_timeout_seconds)
+                               keepalive_timeout=rs.idle_timeout_seconds,
+                               shutdown_timeout=min(5.0, rs.stop_timeout_seconds / 4))
         await runner.setup()
         site = GuardedSite(runner, host, port, limits, ssl_context=ssl_ctx, reuse_address=True)
         self._runners.append(runner)  # cleaned up by stop() even when the bind fails
@@ -353,6 +359,7 @@ class Server:
 
     async def stop(self, grace: float = 5.0, deadline: float | None = None) -> None:
         """Stop serving; with ``deadline`` (a ``time.monotonic()`` value), session work left after it waits for the next start."""
+        self.admission.close()  # from now on every request is refused retryably; those in flight finish
         if self.http:
             self.http.ready = False
         remove_sidecar(self.settings.store.path)
@@ -382,7 +389,7 @@ class Server:
         self.evaluator.close()
         if self._sandbox is not None:
             self._sandbox.close()
-        self.store.close()
+        self.store.close(jobs_until=None if deadline is None else deadline - 1.0)  # and a second to checkpoint
 
 
 class ListenError(OSError):
@@ -449,9 +456,19 @@ async def serve_forever(settings: Settings, announce: Callable[[Endpoints], None
     server = Server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    bound = settings.receivers.stop_timeout_seconds
+    deadline: list[float] = []  # set by the first signal, or when the serving ends otherwise
+
+    def stopping(*_: Any) -> None:
+        """On the signal itself (not when a busy loop gets to it): the bound starts, requests are refused."""
+        if not deadline:
+            deadline.append(time.monotonic() + bound)
+            _exit_after(bound)
+            server.admission.close()
+        loop.call_soon_threadsafe(stop.set)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+        signal.signal(sig, stopping)
     started = False
     try:
         endpoints = await server.start()
@@ -459,10 +476,10 @@ async def serve_forever(settings: Settings, announce: Callable[[Endpoints], None
         announce(endpoints)
         await stop.wait()
     finally:
-        bound = settings.receivers.stop_timeout_seconds
-        _exit_after(bound)
+        if not deadline:
+            stopping()
         try:
-            await server.stop(grace=min(5.0, bound / 4), deadline=time.monotonic() + bound)
+            await server.stop(grace=min(5.0, bound / 4), deadline=deadline[0])
         except StoreUnusable:
             if started:
                 raise

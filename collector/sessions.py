@@ -32,7 +32,8 @@ from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
 from .store.session_tables import SessionIndex, SessionTables
-from .store.writer import Store
+from .errors import StoreClosing
+from .store.writer import Store, handed_over
 from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
 
@@ -129,7 +130,7 @@ class SessionService:
         evicted = self.tracker.observe(trace_ids, utcnow() - RECEIVED_SLACK)
         if evicted:
             with self._taking:
-                self._assemble(self.tracker.take(evicted))
+                self._assemble(self.tracker.take(evicted), keep=False)
 
     # ------------------------------------------------------------------ jobs (writer thread)
     def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime], preview: bool = False
@@ -290,11 +291,14 @@ class SessionService:
 
         return self._notify(self.store.submit_job(job, work="follow"), written)
 
-    def _assemble(self, traces: dict[str, datetime], follow: bool = False) -> Future:
-        """``follow``: the first job also follows the other writers (see ``_job``)."""
-        return _gather([self._assemble_chunk(chunk, follow and i == 0) for i, chunk in enumerate(self._chunks(traces))])
+    def _assemble(self, traces: dict[str, datetime], follow: bool = False, keep: bool = True) -> Future:
+        """``follow``: the first job also follows the other writers (see ``_job``). ``keep``: the future's result
+        is every assembled trace; without it, nothing (a backlog's traces are not all kept alive until its last
+        job ends: the assembled-trace cache keeps what it has room for)."""
+        return _gather([self._assemble_chunk(chunk, follow and i == 0, keep)
+                        for i, chunk in enumerate(self._chunks(traces))])
 
-    def _assemble_chunk(self, chunk: dict[str, datetime], follow: bool = False) -> Future:
+    def _assemble_chunk(self, chunk: dict[str, datetime], follow: bool = False, keep: bool = True) -> Future:
         """One job for the chunk; if it fails, each of its traces once more in a job of its own (which does not
         follow the other writers: the failed job's reading of them was rolled back, and the next poll reads it again).
 
@@ -302,13 +306,16 @@ class SessionService:
         given up (see ``_give_up``) instead of failing its whole chunk again on every pass. The
         future gets the traces that were assembled.
         """
-        out: Future = Future()
+        out = handed_over()
 
         def done(f: Future) -> None:
             exc = f.exception()
             if exc is None:
                 self.metrics.inc("traces_assembled", len(f.result()))
-                out.set_result(f.result())
+                out.set_result(f.result() if keep else [])
+                return
+            if isinstance(exc, StoreClosing):  # a stop dropped the job: the traces reopen on the next start
+                out.set_exception(exc)
                 return
             self.metrics.inc("assembly_errors")
             # the job took what was held of these traces, and its writes were rolled back: a span arriving for one
@@ -319,7 +326,7 @@ class SessionService:
                 out.set_result([])
                 return
             try:
-                alone = _gather([self._assemble_chunk({tid: since}) for tid, since in chunk.items()])
+                alone = _gather([self._assemble_chunk({tid: since}, keep=keep) for tid, since in chunk.items()])
             except Exception as stopping:  # noqa: BLE001 - the store is closing: the traces reopen on the next start
                 out.set_exception(stopping)
                 return
@@ -342,7 +349,7 @@ class SessionService:
         if not traces:
             return None
         still_open = frozenset(traces)  # made once: every chunk's job shares it
-        return _gather([self._job(chunk, still_open=still_open, preview=True) for chunk in self._chunks(traces)])
+        return _gather([_emptied(self._job(chunk, still_open=still_open, preview=True)) for chunk in self._chunks(traces)])
 
     def rescore_sessions(self, session_ids: list[str]) -> Future | None:
         """Re-score these sessions now (e.g. after their judgment arrived)."""
@@ -412,12 +419,17 @@ class SessionService:
         done: list[AssembledTrace] = []
         chunks = self._chunks(traces)
         for i, chunk in enumerate(chunks):
-            if deadline is not None and time.monotonic() >= deadline:
-                left = sum(len(c) for c in chunks[i:])
-                self.metrics.inc("traces_left_for_restart", left)
-                log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
-                break
-            done.extend(self._assemble(chunk).result())
+            if deadline is None or time.monotonic() < deadline:
+                try:  # behind the jobs queued before it (a backlog): no longer than the time left
+                    done.extend(self._assemble(chunk).result(None if deadline is None else
+                                                             max(0.0, deadline - time.monotonic())))
+                    continue
+                except TimeoutError:
+                    pass  # its job runs as the store closes if there is time then, else the next start does it
+            left = sum(len(c) for c in chunks[i:])
+            self.metrics.inc("traces_left_for_restart", left)
+            log.warning("stopping with %d trace(s) not yet assembled; they are reopened on the next start", left)
+            break
         else:  # and the jobs of traces taken just before (gone idle, evicted): jobs run in order
             barrier = self.store.submit_job(lambda con: None)
             try:  # at shutdown, no longer than the time left: what is still queued then runs as the store closes
@@ -446,7 +458,7 @@ class SessionService:
             with self._taking:  # a poll due takes every idle trace: its job re-scores sessions anyway
                 idle = self.tracker.take(idle_only=True, at_least=1 if poll else self.settings.min_traces_per_job,
                                          or_waited=self.job_wait_seconds)
-                futures = [self._assemble(idle, follow=poll)] if idle else []
+                futures = [self._assemble(idle, follow=poll, keep=False)] if idle else []
             if poll and not idle:  # nothing to assemble: the poll is a job of its own
                 polled = self.follow_others()
                 if polled is not None:
@@ -503,9 +515,16 @@ def _settle_like(target: Future, source: Future) -> None:
         target.set_result(source.result())
 
 
+def _emptied(source: Future) -> Future:
+    """Settled as ``source`` is, without its result: whoever waits does not keep a job's assembled traces alive."""
+    out = handed_over()
+    source.add_done_callback(lambda f: out.set_exception(exc) if (exc := f.exception()) is not None else out.set_result([]))
+    return out
+
+
 def _gather(futures: list[Future]) -> Future:
     """One future for several jobs: their results concatenated, or the first failure."""
-    out: Future = Future()
+    out = handed_over()
     if not futures:
         out.set_result([])
         return out

@@ -38,6 +38,7 @@ DESCRIPTIONS = {
     "sessions_finalized_early": "Open traces closed before their idle timeout because max_open_traces was reached.",
     "assembly_errors": "Assembly jobs that failed (their traces are retried once, each in a job of its own).",
     "open_refresh_skipped": "Refreshes of open sessions skipped because session work was behind.",
+    "jobs_dropped_at_stop": "Store jobs (session work) not begun within receivers.stop_timeout_seconds; redone on the next start.",
     "traces_left_for_restart": "Traces not assembled within shutdown_assembly_seconds; reopened on the next start.",
     "forward_sent_spans": "Spans the downstream accepted (forwarding).",
     "forward_sent_logs": "Evaluation log records the downstream accepted (forwarding, also_logs).",

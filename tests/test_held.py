@@ -212,7 +212,7 @@ def test_evicted_traces_are_read_back_and_give_the_same_rows(tmp_path, server_fa
     files = sorted(str(p) for p in OTLP.glob("*/*.binpb"))
     held_db, read_db_path = tmp_path / "held.duckdb", tmp_path / "read.duckdb"
     tiny = tmp_path / "tiny.yaml"
-    tiny.write_text("sessions:\n  max_held_bytes: 1\n")
+    tiny.write_text("sessions:\n  max_held_bytes: 1\n  push_back_when_held_full: false\n")  # evicted, not pushed back
     run_cli("ingest", "--db", str(held_db), *files)
     run_cli("ingest", "--db", str(read_db_path), "--config", str(tiny), *files)
     for name, query in COMPARED.items():

@@ -1,27 +1,34 @@
-"""Overload: clients are pushed back before they would wait long for a commit, and a stop is bounded.
+"""Overload: clients are pushed back before they would wait long for a commit or memory would grow, and a stop is bounded.
 
 The limits themselves (peak RSS, latency percentiles, seconds to exit) are measured by hand with
 ``python bench/overload.py``; here the mechanisms are checked: the admission's prediction in
 process with a fake clock, then a real ``agentfunnel serve`` flooded past a small bound (503 with
-Retry-After, counted, nothing acknowledged lost) and stopped with a backlog within its bound.
+Retry-After, counted, nothing acknowledged lost), pushed back while its session stage is full, and
+stopped with a backlog, or in the middle of a flood, within its bound.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import signal
 import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 
+import grpc
 import pytest
 
 from agentfunnel.collector.errors import CommitsBehind
-from agentfunnel.collector.pipeline import Admission
+from agentfunnel.collector.pipeline import Admission, Pipeline
+from agentfunnel.collector.store.writer import CommitResult
 from agentfunnel.collector.telemetry import Metrics
-from conftest import sql
+from conftest import read_db, sql
 from otlp_build import trace_request
-from test_receiver_limits import _config, _metrics
+from test_receiver_limits import _config, _grpc_export, _metrics
 
 
 class Clock:
@@ -99,7 +106,7 @@ def test_a_flood_is_pushed_back_with_retry_after_and_nothing_acknowledged_is_los
                     retry_after.add(exc.headers.get("Retry-After"))
                 time.sleep(0.2)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(12)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
     for t in threads:
         t.start()
     for t in threads:
@@ -144,3 +151,122 @@ def test_a_request_is_admitted_at_what_it_costs_once_decoded():
     assert metrics.get("pushed_back", "grpc:bytes_in_flight") == 1
     admission.release(cost)
     assert admission.in_flight == 0
+
+
+def test_a_request_given_up_while_it_waits_for_its_commit_is_answered_by_the_writer_without_an_error(caplog):
+    """A stop cancels the requests still waiting: the commit that ends later settles their futures quietly."""
+    from agentfunnel.collector.decode import decode_traces_protobuf
+
+    commit: Future = Future()
+
+    class OneCommit:
+        def submit(self, batch):
+            return commit
+
+    batch = decode_traces_protobuf(_body(3, 0))
+    pipeline = Pipeline(OneCommit(), Metrics(), Admission(10**9, 1.0, Metrics()))  # type: ignore[arg-type]
+
+    async def waiting_request() -> Future:
+        answer = pipeline.submit(batch, "http")
+        waiting = asyncio.ensure_future(asyncio.wrap_future(answer))
+        await asyncio.sleep(0)
+        waiting.cancel()  # what a stop does to a request handler still awaiting its commit
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return answer
+
+    answer = asyncio.run(waiting_request())
+    with caplog.at_level(logging.ERROR):
+        commit.set_result(CommitResult(3, 0))  # the writer thread, committing it anyway
+    assert answer.result().accepted == 3
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_requests_are_pushed_back_while_the_session_stage_holds_its_bound(server_factory, tmp_path):
+    """Spans held for sessions not yet assembled count against sessions.max_held_bytes: past it, 503 / UNAVAILABLE."""
+    srv = server_factory(_config(tmp_path, "sessions:\n  max_held_bytes: 3000000\n  idle_timeout_seconds: 3600\n"))
+    answers = []
+    for k in range(12):  # about 1 MB held each: the bound is reached after a few
+        req = urllib.request.Request(srv.http_url + "/v1/traces", data=_body(500, k),
+                                     headers={"Content-Type": "application/x-protobuf"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                answers.append(resp.status)
+        except urllib.error.HTTPError as exc:
+            answers.append(exc.code)
+            assert exc.headers.get("Retry-After") == "1"
+            assert b"sessions.max_held_bytes" in exc.read()
+        time.sleep(0.3)  # committed and held before the next
+    accepted = answers.count(200)
+    assert 0 < accepted < 12 and set(answers[accepted:]) == {503}, answers
+    with grpc.insecure_channel(srv.grpc) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            _grpc_export(channel, _body(500, 99))
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    metrics = _metrics(srv)
+    assert metrics["pushed_back"] == {"http:held_bytes": 12 - accepted, "grpc:held_bytes": 1}
+    assert metrics.get("held_traces_evicted", 0) == 0  # pushed back, not evicted and read back later
+    assert sql(srv.db, "SELECT count(*) AS n FROM spans")[0]["n"] == 500 * accepted
+
+
+def test_a_stop_in_the_middle_of_a_flood_is_bounded_quiet_and_loses_nothing_acknowledged(server_factory, tmp_path):
+    SPANS = 2000
+    bound = 8  # requests still waiting for their commit get 2 s of it, and a deep commit queue keeps many waiting
+    srv = server_factory(_config(tmp_path, f"receivers:\n  stop_timeout_seconds: {bound}\n  max_commit_wait_seconds: 60\n"
+                                           "sessions:\n  idle_timeout_seconds: 1\n"))  # session work queued too
+    acknowledged: list[bytes] = []  # trace ids (one trace a request)
+    refused_stopping: list[int] = []  # answers to requests that came once the stop had begun
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 20
+    signalled = threading.Event()
+
+    def client(k: int) -> None:
+        channel = grpc.insecure_channel(srv.grpc, options=[("grpc.max_send_message_length", 64 << 20)])
+        i = 0
+        while time.monotonic() < stop_at:
+            tid, i = os.urandom(16), i + 1
+            body = trace_request([{"trace_id": tid, "name": f"chat {k}-{i}-{j}",
+                                   "attributes": {"gen_ai.operation.name": "chat", "gen_ai.output.messages": "x" * 300}}
+                                  for j in range(SPANS)]).SerializeToString()
+            try:
+                if k % 2:
+                    _grpc_export(channel, body)
+                else:
+                    urllib.request.urlopen(urllib.request.Request(
+                        srv.http_url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}),
+                        timeout=30).close()
+            except (grpc.RpcError, OSError) as exc:  # refused, pushed back, or cut off by the stop: not acknowledged
+                if isinstance(exc, urllib.error.HTTPError) and b"stopping" in exc.read():
+                    with lock:
+                        refused_stopping.append(exc.code)
+                if signalled.is_set() and srv.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+                continue
+            with lock:
+                acknowledged.append(tid)
+        channel.close()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    while len(acknowledged) < 16 and time.monotonic() < stop_at:  # well into the flood
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    signalled.set()
+    srv.proc.wait(60)
+    took = time.monotonic() - t0
+    for t in threads:
+        t.join(60)
+    log = srv.logs()
+    assert took < bound + 1.0, f"stopping took {took:.1f}s\n{log[-3000:]}"
+    assert " ERROR " not in log and "Traceback" not in log, log[-5000:]
+    assert acknowledged
+    assert refused_stopping and set(refused_stopping) == {503}  # from the signal on: refused, retryably
+    again = server_factory(db=srv.db)  # a restart: the write-ahead log replayed, unassembled traces reopened
+    again.stop()
+    stored = {row["trace_id"]: row["n"] for row in read_db(
+        srv.db, "SELECT trace_id, count(*) AS n FROM spans GROUP BY trace_id")}
+    lost = [tid.hex() for tid in acknowledged if stored.get(tid.hex()) != SPANS]
+    assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged requests not stored whole"

@@ -95,6 +95,7 @@ class GrpcReceiver:
             self.metrics.inc("pushed_back", label="grpc:max_concurrent_requests")
             raise Saturated(f"{self._in_progress} calls in progress (receivers.max_concurrent_requests); "
                             f"retry after {self.settings.retry_after_seconds:g}s", self.settings.retry_after_seconds)
+        self.pipeline.admission.check("grpc")
         if self.pipeline.admission.saturated():
             self.metrics.inc("pushed_back", label="grpc:bytes_in_flight")
             raise Saturated(f"{self.pipeline.admission.in_flight} bytes in flight, limit {self.pipeline.admission.limit}; "

@@ -35,7 +35,7 @@ from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
 from ..metric_batches import MetricBatch
 from ..wire import WIRE
-from ..errors import PermanentError, RetryableError, Saturated
+from ..errors import PermanentError, RetryableError, Saturated, StoreClosing
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
 from .guard import StoreUnusable, WalMark, check_files, wal_path
@@ -55,6 +55,17 @@ _LOG_COLUMNS = (
     "record_id", "trace_id", "span_id", "severity", "severity_number", "event_name", "body",
     "attributes", "resource_attributes", "service_name", "scope_name",
 )
+
+
+def handed_over() -> Future:
+    """A future for work already handed to a worker: it cannot be cancelled (``cancel()`` is False once running).
+
+    Whoever waits for it may give up (a request cancelled at shutdown cancels what it awaited): the work
+    runs all the same, and its result is set without an ``InvalidStateError`` in the worker's callbacks.
+    """
+    fut: Future = Future()
+    fut.set_running_or_notify_cancel()
+    return fut
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +266,7 @@ class Store:
         metrics.gauge("queue_bytes", lambda: self._queue_bytes)
         metrics.gauge("queue_requests", lambda: self._queue.qsize())
         self._jobs_waiting = 0
+        self._jobs_until: float | None = None  # closing: jobs not begun by then are dropped
         self._readers: set[ReaderCursor] = set()  # cursors handed out and not closed
         self._readers_changed = threading.Condition()
         self._swapping = False  # the file is being rewritten: new readers wait
@@ -377,12 +389,14 @@ class Store:
         ).fetchall()
         self.dedupe.add(r[0] for r in rows)
 
-    def close(self) -> None:
-        """Commit what is queued, then close the file."""
+    def close(self, jobs_until: float | None = None) -> None:
+        """Commit what is queued, then close the file. ``jobs_until`` (a ``time.monotonic()`` value, a stop's
+        bound): jobs not begun by then are dropped (``StoreClosing``); their work waits for the next start."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._jobs_until = jobs_until
         self._shipping_stop.set()
         if self._shipping is not None:
             self._shipping.join()
@@ -553,11 +567,11 @@ class Store:
 
     def submit(self, batch: SpanBatch | LogBatch | MetricBatch) -> Future:
         """Queue a batch for the next group commit; the future resolves after COMMIT."""
-        fut: Future = Future()
+        fut = handed_over()
         nbytes = max(batch.payload_bytes, 1)
         with self._lock:
             if self._closed:
-                raise RetryableError("the store is shutting down")
+                raise StoreClosing("the store is shutting down")
             if self._queue_bytes and self._queue_bytes + nbytes > self.max_queue_bytes:
                 raise Saturated(
                     f"store queue holds {self._queue_bytes} bytes (limit {self.max_queue_bytes}); retry later"
@@ -575,10 +589,10 @@ class Store:
         never race a commit and need no lock of their own; they run after every batch submitted
         before them, and give way to newer batches for at most ``max_job_delay_seconds``.
         """
-        fut: Future = Future()
+        fut = handed_over()
         with self._lock:
             if self._closed:
-                raise RetryableError("the store is shutting down")
+                raise StoreClosing("the store is shutting down")
             self._jobs_waiting += 1
         self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction, work))
         return fut
@@ -637,6 +651,9 @@ class Store:
                 if stopping:
                     break
                 continue
+            if stopping and self._jobs_until is not None and time.monotonic() >= self._jobs_until:
+                self._drop_jobs(jobs)
+                continue
             now = time.monotonic()
             if items and not (now >= jobs_not_before and (
                     self._queue.empty() or now - jobs[0].queued_at >= self.settings.max_job_delay_seconds)):
@@ -645,6 +662,17 @@ class Store:
             took = time.monotonic() - now
             share = self.settings.job_share
             jobs_not_before = time.monotonic() + took * (1 - share) / share
+
+    def _drop_jobs(self, jobs: deque[_Item]) -> None:
+        """A stop ran out of time: the jobs not begun are not run (session work is redone at the next start)."""
+        self.metrics.inc("jobs_dropped_at_stop", len(jobs))
+        log.warning("stopping: %d store job(s) not run within the stop's bound; their traces are reopened on the "
+                    "next start", len(jobs))
+        while jobs:
+            item = jobs.popleft()
+            with self._lock:
+                self._jobs_waiting -= 1
+            item.future.set_exception(StoreClosing("the store closed before this job ran"))
 
     def _run_job(self, item: _Item) -> None:
         started = time.thread_time()
