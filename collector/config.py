@@ -228,16 +228,17 @@ class SessionSettings(_Model):
         "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
         "store when they close.")
     push_back_when_held_full: bool = Field(
-        True, description="When the spans held for sessions not yet assembled, the batches waiting to be held and "
+        False, description="When the spans held for sessions not yet assembled, the batches waiting to be held and "
         "the requests in flight reach max_held_bytes, new requests are pushed back (503 / UNAVAILABLE with "
         "Retry-After, counted in pushed_back as <receiver>:held_bytes) until assemblies free room, so a flood the "
         "session stage cannot keep up with neither grows memory nor leaves traces to read back. false: they are "
-        "accepted, and the least recently active traces are evicted instead.")
+        "accepted, and the least recently active traces are evicted instead. Off by default: while on, sustained "
+        "intake of new traces is at most about max_held_bytes per idle timeout (with the defaults near 4k spans/s).")
     max_prepare_queue_bytes: int = Field(
         32 * MiB, gt=0, description="Committed batches waiting to be normalized and held, counted at what they hold "
         "decoded (as receivers.max_bytes_in_flight counts them); a batch beyond it is "
         "not held (prepare_skipped) and its traces are read back from the store when they close. Ingest never waits. "
-        "With push_back_when_held_full (the default) no batch is skipped: the queue counts within max_held_bytes, and "
+        "With push_back_when_held_full no batch is skipped: the queue counts within max_held_bytes, and "
         "from half of this bound on its worker stops giving way to requests.")
     max_assembled_cache_bytes: int = Field(
         256 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
