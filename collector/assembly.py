@@ -156,11 +156,14 @@ def span_stamps(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
             for t in traces for r in t.records]
 
 
-def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime | None) -> list[dict[str, Any]]:
+def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: datetime | None,
+               still_open: Container[str] = ()) -> list[dict[str, Any]]:
     """A ``trace_index`` row per trace: what a later span, a re-score or a restart needs to find it again.
-    ``now`` None: the traces are still open (shown by a preview), and a restart reopens them."""
+    ``now`` None: the traces are still open (shown by a preview), and a restart reopens them; so are those in
+    ``still_open`` (spans arrived for them after their job was picked: their closing assembly is still to come)."""
     return [{"trace_id": t.trace_id, "first_received": first_received, "span_count": len(t.records),
-             "session_ids": sorted(t.session_ids), "assembled_at": now, "agent_version": t.agent_version,
+             "session_ids": sorted(t.session_ids), "assembled_at": None if t.trace_id in still_open else now,
+             "agent_version": t.agent_version,
              "providers": sorted({r.provider for r in t.records if r.provider}),
              "servers": sorted({s for r in t.records if r.is_tool_call and (s := _server_of(r.tool_name or ""))})}
             for t in traces]

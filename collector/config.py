@@ -244,6 +244,9 @@ class SessionSettings(_Model):
         256 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back, each counted at what its records hold (large tool results in "
         "full); beyond it the least recently used go (assembled_cache_evicted).")
+    assembly_retry_seconds: float = Field(
+        5.0, gt=0, description="After assembling traces failed on an I/O error (a full disk), how long before they are "
+        "tried again (traces_assembly_deferred); never while the store cannot commit. A data error is not retried.")
     shutdown_assembly_seconds: float = Field(
         10.0, ge=0, description="At shutdown, open traces are assembled for at most this long; the rest on the next start."
     )

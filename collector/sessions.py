@@ -94,10 +94,15 @@ class SessionService:
         # get each committed span batch once it is prepared, its records with it
         self.session_listeners = tuple(session_listeners)
         self._failures_logged: dict[str, None] = {}  # session ids, oldest first
+        # traces whose assembly failed on an I/O error: tried again once writes succeed (``_take_deferred``)
+        self._deferred: dict[str, datetime] = {}
+        self._retry_at = 0.0  # monotonic
+        self._deferred_lock = threading.Lock()
         # held while traces are taken from the tracker and their jobs submitted, so a flush that takes
         # the rest knows every trace taken before it is in a job ahead of its barrier
         self._taking = threading.Lock()
         metrics.gauge("open_traces", lambda: len(self.tracker))
+        metrics.gauge("traces_awaiting_retry", lambda: len(self._deferred))
 
     @property
     def job_wait_seconds(self) -> float:
@@ -106,11 +111,20 @@ class SessionService:
         return self.tables.job_wait_seconds if wait is None else wait
 
     def recover(self) -> int:
-        """After a restart: reopen the traces whose spans were stored but never assembled."""
+        """After a restart: reopen the traces whose spans were stored but never assembled, and re-score the sessions
+        stored open whose traces all were (a stop came before their closing assembly): every session ends closed."""
         self._write_funnel_steps()
-        found = self.store.submit_job(self.tables.unassembled, work="sessions").result()
+        found, stranded = self.store.submit_job(
+            lambda con: (self.tables.unassembled(con), self.tables.open_without_open_traces(con)),
+            work="sessions").result()
         for tid, since in found.items():
             self.tracker.observe([tid], since)
+        if stranded:
+            self.metrics.inc("sessions_revisited_on_start", len(stranded))
+            log.info("re-scoring %d session(s) stored open whose traces are all assembled", len(stranded))
+            per_job = self.settings.max_traces_per_job  # each session holds a trace at least
+            for i in range(0, len(stranded), per_job):  # queued: they run between the first commits
+                self._score_job(stranded[i:i + per_job])
         return len(found)
 
     def _write_funnel_steps(self) -> None:
@@ -141,7 +155,15 @@ class SessionService:
         reopened by a late span, evicted, unprepared) is read back from the store. A ``preview`` (the
         traces are still open) leaves the records held, so the trace's closing assembly, and the
         next preview, use them too, instead of reading the trace back.
+
+        A trace that received spans after it was picked (idle) and before this job ran is open
+        again: it is assembled with them, as a preview would, and left for its closing assembly
+        (its index row not marked assembled), so a stop before that one leaves it to the next start.
         """
+        # spans commit on this thread: a trace back in the tracker had spans after it was taken for this job
+        reopened = set() if preview else {tid for tid in traces if tid in self.tracker}
+        if reopened:
+            self.metrics.inc("traces_reopened_before_assembly", len(reopened))
         indexed = self.tables.indexed(con, list(traces))
         before = {sid for t in indexed for sid in t.session_ids}
         known = {t.trace_id for t in indexed}  # rows stored already: held records do only if held whole since then
@@ -150,7 +172,8 @@ class SessionService:
         read_back: list[str] = []
         # closing as last shown (nothing arrived since the preview whose assembly the cache keeps): rows are written
         shown = [] if preview or not self.tables.assembles_every_trace else [
-            t for tid in known if (t := self.assembled.get(tid)) is not None and self.held.take_unchanged(tid)]
+            t for tid in known if tid not in reopened and (t := self.assembled.get(tid)) is not None
+            and self.held.take_unchanged(tid)]
         held = self.held.peek if preview else self.held.take
         closed_as_shown = {t.trace_id for t in shown}
         for tid in traces:
@@ -168,7 +191,7 @@ class SessionService:
             self.held.count_read_back(sum(1 for v in views_of.values() if v))
         now = None if preview else utcnow()
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, now), reassembled=known - closed_as_shown,
+                                    index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
                                     texts=self._texts(assembled))
         if closed_as_shown:
             self.tables.close_shown(con, closed_as_shown, now)
@@ -321,6 +344,10 @@ class SessionService:
             # the job took what was held of these traces, and its writes were rolled back: a span arriving for one
             # of them from now on must not pass for the whole trace, which is read back from the store instead
             self.held.not_held(chunk)
+            if self._io_error(exc):  # the store, not the traces: all of them again, once writes succeed
+                self._defer(chunk, exc)
+                out.set_result([])
+                return
             if len(chunk) == 1:
                 self._give_up(chunk, exc)
                 out.set_result([])
@@ -334,6 +361,43 @@ class SessionService:
 
         self._job(chunk, follow=follow).add_done_callback(done)
         return out
+
+    def _io_error(self, exc: BaseException) -> bool:
+        """Whether a job failed on the store's I/O (a full disk) rather than on its traces' data: a DuckDB I/O error,
+        or any DuckDB error while the store cannot commit (its failing state, set as the commit failed)."""
+        return isinstance(exc, duckdb.IOException) or (isinstance(exc, duckdb.Error) and self.store.failing is not None)
+
+    def _defer(self, traces: dict[str, datetime], exc: BaseException) -> None:
+        """Keep these traces to assemble again after ``assembly_retry_seconds``, once the store commits again. At most
+        ``max_open_traces`` are kept: beyond it the oldest are left stored unassembled, for the next start."""
+        self.metrics.inc("traces_assembly_deferred", len(traces))
+        with self._deferred_lock:
+            first = not self._deferred
+            for tid, since in traces.items():
+                self._deferred[tid] = min(since, self._deferred.get(tid, since))
+            excess = len(self._deferred) - self.settings.max_open_traces
+            for tid in list(self._deferred)[:max(excess, 0)]:
+                del self._deferred[tid]
+            self._retry_at = time.monotonic() + self.settings.assembly_retry_seconds
+        if excess > 0:
+            self.metrics.inc("traces_left_for_restart", excess)
+        if first:
+            log.warning("assembling %d trace(s) failed on an I/O error (%s); they are tried again once the store "
+                        "writes again", len(traces), exc)
+
+    def _take_deferred(self, now: bool = False) -> dict[str, datetime]:
+        """The traces an I/O error deferred, once the store commits again and (unless ``now``) their retry is due.
+        While it cannot, a probe is started: the store notices by itself when space comes back."""
+        if not self._deferred:
+            return {}
+        if self.store.failing is not None:
+            self.store.probe()
+            return {}
+        with self._deferred_lock:
+            if not now and time.monotonic() < self._retry_at:
+                return {}
+            taken, self._deferred = self._deferred, {}
+        return taken
 
     def _give_up(self, traces: dict[str, datetime], exc: BaseException) -> None:
         """A trace that failed in a job of its own is not retried: counted, logged once, left out of the open set
@@ -416,6 +480,8 @@ class SessionService:
         self.preparer.drain(within_seconds)  # what is committed is held before it is assembled
         with self._taking:
             traces = self.tracker.take()
+            for tid, since in self._take_deferred(now=True).items():  # the earliest: spans are read back from it
+                traces[tid] = min(since, traces.get(tid, since))
         done: list[AssembledTrace] = []
         chunks = self._chunks(traces)
         for i, chunk in enumerate(chunks):
@@ -459,6 +525,9 @@ class SessionService:
                 idle = self.tracker.take(idle_only=True, at_least=1 if poll else self.settings.min_traces_per_job,
                                          or_waited=self.job_wait_seconds)
                 futures = [self._assemble(idle, follow=poll, keep=False)] if idle else []
+                retry = self._take_deferred()
+                if retry:
+                    futures.append(self._assemble(retry, keep=False))
             if poll and not idle:  # nothing to assemble: the poll is a job of its own
                 polled = self.follow_others()
                 if polled is not None:

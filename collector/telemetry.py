@@ -70,7 +70,14 @@ DESCRIPTIONS = {
                                   "instance_too_large, too_deep, deadline: scoring.schema_limits). The call's "
                                   "args_valid is NULL; a line is logged at most once a minute per reason.",
     "session_inputs_truncated": "Session rows whose input (the user's first message) was cut to sessions.max_input_bytes.",
-    "traces_failed": "Traces whose assembly failed even on their own; their spans stay stored, unassembled.",
+    "traces_failed": "Traces whose assembly failed even on their own on a data error; their spans stay stored, "
+                     "unassembled, until a later span of theirs or a restart.",
+    "traces_assembly_deferred": "Traces whose assembly failed on an I/O error (a full disk, a store that cannot "
+                                "commit): kept, and assembled again once writes succeed (sessions.assembly_retry_seconds).",
+    "traces_reopened_before_assembly": "Traces that received spans after their assembly was picked and before it "
+                                       "ran: assembled with them, their sessions left open, closed when they go idle again.",
+    "sessions_revisited_on_start": "Sessions stored open, with every trace assembled, that a start re-scored (left "
+                                   "open by a stop before their closing assembly).",
     "redactions": "Values redacted before storage, by detector or rule (email, payment_card, ..., pattern:<name>, "
                   "drop_key, hash_key, content).",
     "rows_pruned": "Rows removed by retention (time-to-live or prune --before), by table.",
@@ -104,6 +111,7 @@ GAUGES = {
     "queue_requests": "Requests waiting for the store.",
     "dedupe_keys": "Span, log record and metric data point keys held in the duplicate window.",
     "open_traces": "Traces received and not yet assembled into sessions.",
+    "traces_awaiting_retry": "Traces whose assembly failed on an I/O error, waiting for the store to write again.",
     "jobs_waiting": "Store jobs (session assembly, rescoring, judgments) submitted and not finished.",
     "forward_queue_bytes": "Forwarding: encoded request bytes waiting to be sent downstream.",
     "forward_queue_requests": "Forwarding: requests waiting to be sent downstream.",

@@ -213,6 +213,11 @@ class _InlineStore:
 
     def __init__(self) -> None:
         self.jobs: list[tuple[str, ...]] = []
+        self.failing: str | None = None  # why commits fail (the real store's state), None while they succeed
+        self.probes = 0
+
+    def probe(self) -> None:
+        self.probes += 1
 
     def submit_job(self, job, **_) -> Future:
         fut: Future = Future()
@@ -245,6 +250,33 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
     assert metrics.get("traces_failed") == 1 and metrics.get("traces_assembled") == 2
     assert metrics.get("assembly_errors") == 2
     assert sum(POISON in r.getMessage() for r in caplog.records) == 1
+
+
+def test_traces_whose_job_hit_an_io_error_are_kept_and_assembled_once_the_store_writes_again(monkeypatch):
+    """A full disk is the store's fault, not the traces': their chunk is not split into jobs of one, nothing is
+    given up, and they are tried again once commits succeed (a probe finds out while they fail)."""
+    import duckdb
+
+    store = _InlineStore()
+    disk_full = [True]
+
+    def fake_assemble_in(self, con, traces, preview=False):
+        store.jobs.append(tuple(traces))
+        if disk_full[0]:
+            store.failing = "No space left on device"
+            raise duckdb.IOException("Could not write file: No space left on device")
+        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+
+    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    metrics = Metrics()
+    svc = SessionService(SessionSettings(), store, SessionTables(), metrics)  # type: ignore[arg-type]
+    svc.tracker.observe(["a", "b"], datetime(2026, 1, 1))
+    assert svc.flush() == [] and store.jobs == [("a", "b")]
+    assert metrics.get("traces_assembly_deferred") == 2 and metrics.get("traces_failed") == 0
+    assert svc.flush() == [] and len(store.jobs) == 1 and store.probes == 1  # still failing: not tried, probed
+    store.failing, disk_full[0] = None, False
+    assert sorted(t.trace_id for t in svc.flush()) == ["a", "b"] and store.jobs[-1] == ("a", "b")
+    assert svc.flush() == [] and len(store.jobs) == 2 and metrics.get("traces_assembled") == 2
 
 
 def test_a_span_arriving_for_a_trace_whose_job_failed_has_the_whole_trace_read_back(monkeypatch):

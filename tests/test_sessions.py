@@ -380,3 +380,33 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
         counts = store.submit_job(lambda con: con.execute(
             "SELECT status, span_count, tool_call_count FROM sessions").fetchall()).result()
     assert counts == [("closed", 2, 1)]
+
+
+def test_a_trace_reopened_before_its_job_is_left_open_and_a_session_left_open_is_closed_on_start(tmp_path):
+    """A span committed after its trace was picked and before the trace's job ran: the job assembles it with the span,
+    the session is written open, and the trace is not marked assembled (a stop now leaves it to the next start). A
+    database an earlier version left that way, marked assembled, has its open sessions re-scored on start."""
+    from agentfunnel.collector.config import Settings
+    from stage_support import commit, session_stage
+
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "p.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600}})
+    turn = _two_turns("conv-picked")[0]
+    status = "SELECT status, span_count, tool_call_count FROM sessions"
+    with session_stage(settings) as (store, service, metrics):
+        commit(store, service, trace_request(turn[:1]).SerializeToString())
+        service.preparer.drain(None)
+        picked = service.tracker.take()  # as the loop takes an idle trace for its job
+        commit(store, service, trace_request(turn[1:]).SerializeToString())  # lands before the job runs
+        service.preparer.drain(None)
+        service._assemble(picked).result()
+        assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("open", 2, 1)]
+        assert store.submit_job(lambda con: con.execute(
+            "SELECT assembled_at FROM trace_index").fetchall()).result() == [(None,)]
+        assert metrics.get("traces_reopened_before_assembly") == 1
+        store.submit_job(lambda con: con.execute("UPDATE trace_index SET assembled_at = now()")).result()
+    with session_stage(settings) as (store, service, metrics):  # as an earlier version left it
+        assert len(service.tracker) == 0
+        service.flush()
+        assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("closed", 2, 1)]
+        assert metrics.get("sessions_revisited_on_start") == 1

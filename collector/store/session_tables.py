@@ -196,6 +196,16 @@ class SessionTables:
         ).fetchall()
         return {tid: since - timedelta(seconds=1) for tid, since in rows}
 
+    def open_without_open_traces(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Sessions stored open none of whose indexed traces is still open (``assembled_at`` NULL): after a restart,
+        nothing else would close them (left by a stop between a job that saw a trace reopen and its closing one).
+        On a lake, this file's index only (the remote one keeps no ``assembled_at``): a session whose trace another
+        replica still holds open is scored closed now, and again when that replica's assembly is followed."""
+        return [sid for sid, in con.execute(
+            "SELECT session_id FROM sessions WHERE status = 'open' AND session_id NOT IN "
+            "(SELECT DISTINCT unnest(session_ids) FROM trace_index WHERE assembled_at IS NULL) ORDER BY session_id"
+        ).fetchall()]
+
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
         rows = con.execute(f"SELECT trace_id, first_received, session_ids FROM trace_index WHERE trace_id {_IN}",
                            [_strings(trace_ids)]).fetchall()
