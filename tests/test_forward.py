@@ -431,9 +431,10 @@ def test_readme_documents_every_attribute_and_its_config_example_is_valid():
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## Forwarding downstream", 1)[1].split("\n## ", 1)[0]
+    section += (ROOT / "docs" / "evaluation-judge.md").read_text()  # the judge's provenance attributes
     emitted = {v for k, v in vars(enrich).items()
                if k.isupper() and isinstance(v, str) and v.startswith("agentfunnel.") and v != enrich.NS}
-    documented = set(re.findall(r"`(agentfunnel\.[a-z_.]+)`", section))
+    documented = set(re.findall(r"`(agentfunnel\.[a-z0-9_.]+)`", section))
     assert emitted <= documented, emitted - documented
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     ForwardSettings.model_validate(tomllib.loads(block)["forward"])
