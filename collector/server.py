@@ -116,6 +116,9 @@ class Server:
         reopened = self.sessions.recover()
         if reopened:
             log.info("reopened %d traces that were stored but not assembled", reopened)
+        requeued = self.sessions.requeue_judgments()
+        if requeued:
+            log.info("queued %d run(s) for the judge again: their judgment was pending or never asked", requeued)
         self._session_task = asyncio.get_running_loop().create_task(self.sessions.run())
         if self.settings.retention.ttl_days() and self.settings.store.lake is None:
             self._prune_task = asyncio.get_running_loop().create_task(

@@ -127,6 +127,26 @@ class SessionService:
                 self._score_job(stranded[i:i + per_job])
         return len(found)
 
+    def requeue_judgments(self) -> int:
+        """After a restart: have the judge asked again about the runs whose judgment is pending or was never
+        asked (re-scoring a closed run without a judgment asks for it), oldest first, at most
+        ``judge.requeue_at_start``. Returns how many were queued."""
+        evaluator = self.evaluator
+        if evaluator is None or not evaluator.judge_configured:
+            return 0
+        limit = evaluator.judge_settings.requeue_at_start
+        found = self.store.submit_job(self.tables.unjudged_sessions, work="sessions").result()
+        queued = found[:limit]
+        if len(found) > limit:
+            self.metrics.inc("judgments_not_requeued", len(found) - limit)
+            log.warning("%d run(s) wait for a judgment; queued the oldest %d (judge.requeue_at_start)",
+                        len(found), limit)
+        for i in range(0, len(queued), 500):
+            self.rescore_sessions(queued[i:i + 500])
+        if queued:
+            self.metrics.inc("judgments_requeued", len(queued))
+        return len(queued)
+
     def _write_funnel_steps(self) -> None:
         rows = funnel_step_rows(self.scorer)
         self.store.submit_job(lambda con: self.tables.write_funnel_steps(con, rows), work="sessions").result()

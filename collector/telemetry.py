@@ -61,6 +61,10 @@ DESCRIPTIONS = {
     "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",
     "connections_closed": "HTTP connections closed by a limit, by port and reason (header_timeout, malformed_request).",
     "admission_overreleased": "Releases of more in-flight bytes than were held (a bug if ever non-zero; the gauge stays >= 0).",
+    "judgments_requeued": "Case runs and sampled sessions queued for the judge again at start: their judgment "
+                          "was pending when the process stopped, or never asked (judge.requeue_at_start).",
+    "judgments_not_requeued": "Runs waiting for a judgment at start beyond judge.requeue_at_start, left as they are "
+                              "(agentfunnel judge asks for them).",
     "archive_errors": "Case-run archive files that could not be written (the case run itself is stored).",
     "sessions_failed": "Sessions whose scoring raised; the other sessions of the same job are stored.",
     "schema_validations_refused": "Checks of a value (a tool call's arguments, a case artifact) against a JSON Schema "

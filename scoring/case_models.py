@@ -342,7 +342,11 @@ class Case(_Model):
         return bool(helpers) and tool_matches(tool, helpers)
 
     def scores(self, stage: str) -> bool:
-        """Whether ``stage`` decides the pass and the first failing stage."""
+        """Whether ``stage`` decides the pass and the first failing stage. A negative control is decided at
+        Selection (and Completion, when it carries criteria); its other stages are reported from their
+        evidence but decide nothing."""
+        if not self.fit and stage not in ("selection", "completion"):
+            return False
         return self.scored_stages is None or stage in self.scored_stages
 
     def plan(self) -> tuple[str, ...]:

@@ -93,8 +93,6 @@ def discovery(ctx: Context) -> tuple[str, dict[str, Any]]:
     ev: dict[str, Any] = {"controlled_exposure": case.candidates_supplied, "target": case.target.name}
     state, found = _discover(ctx)
     ev.update(found)
-    if not case.fit:  # a negative control is decided at Selection; presence is kept as evidence
-        return "not_applicable", ev
     return state, ev
 
 
@@ -260,8 +258,6 @@ def tool_resolution(ctx: Context) -> tuple[str, dict[str, Any]]:
     nowhere (hallucinated) fails; other offered tools are findings (wasted steps), failing the
     stage only with ``strict_plan``."""
     case, view = ctx.case, ctx.view
-    if not case.fit:
-        return "not_applicable", {}
     plan = case.plan()
     called = [c.name for c in view.calls if not case.is_helper(c.name)]
     if not plan:
@@ -370,8 +366,6 @@ def _expectation_problem(exp: ArgumentExpectation, args: Any) -> Any:
 
 def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
     case = ctx.case
-    if not case.fit:
-        return "not_applicable", {}
     effective = ctx.judged_calls
     errors, uncaptured, checked = [], [], False
     unchecked: list[dict[str, Any]] = []
@@ -413,8 +407,6 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
 
 def execution(ctx: Context) -> tuple[str, dict[str, Any]]:
     case = ctx.case
-    if not case.fit:
-        return "not_applicable", {}
     calls = ctx.plan_calls
     if not calls:
         return "not_applicable", {"reason": "no tool call to execute"}
@@ -464,8 +456,6 @@ def _field_problems(spec, value: Any) -> list[str]:
 
 def result_usability(ctx: Context) -> tuple[str, dict[str, Any]]:
     case = ctx.case
-    if not case.fit:
-        return "not_applicable", {}
     if not case.required_result_fields:
         return "not_applicable", {"reason": "the case declares no required result fields"}
     judged = [c for c in ctx.judged_calls.values() if c.ok]

@@ -432,7 +432,7 @@ def test_the_docs_document_every_attribute_and_the_config_example_is_valid():
     section = doc_section("docs/operations.md", "## Forwarding downstream")
     emitted = {v for k, v in vars(enrich).items()
                if k.isupper() and isinstance(v, str) and v.startswith("agentfunnel.") and v != enrich.NS}
-    documented = set(re.findall(r"`(agentfunnel\.[a-z_.]+)`", section))
+    documented = set(re.findall(r"`(agentfunnel\.[a-z0-9_.]+)`", section))
     assert emitted <= documented, emitted - documented
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     ForwardSettings.model_validate(tomllib.loads(block)["forward"])

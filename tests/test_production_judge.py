@@ -12,7 +12,7 @@ import yaml
 from agentfunnel.collector.evaluation import in_sample
 from agentfunnel.scoring.judge import AnthropicJudge, JudgeInput, JudgeSettings, build_prompt
 from agentfunnel.scoring.judge.rubric import load_rubric
-from conftest import FIXTURES, read_db, run_cli
+from conftest import FIXTURES, read_db, run_cli, sql
 from test_judge import FakeMessagesAPI, verdict_reply
 
 pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
@@ -98,3 +98,50 @@ def test_a_sampled_production_session_is_judged_by_its_rubric_and_criteria(tmp_p
     finally:
         api.close()
     assert json.loads(json.dumps(judgment, default=str))
+
+
+def test_the_forwarded_completion_event_names_the_judge_and_carries_its_explanation(tmp_path, server_factory):
+    """A sampled production session judged by a real server: the summary span it forwards to a real
+    downstream carries the judge's explanation and who judged (model, backend, rubric hash, prompt version)."""
+    import socket
+    import time
+    import urllib.request
+
+    api = FakeMessagesAPI()
+    try:
+        api.push(verdict_reply({"status": "complete", "score": 0.9, "explanation": "Hours given, from the tool.",
+                                "missing_requirements": [], "unsupported_claims": [],
+                                "criteria": [{"criterion": CRITERION, "status": "satisfied", "evidence": "9am"}]}))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        down = server_factory(["--grpc-port", str(port)], tmp_path / "down.duckdb")
+        cfg = yaml.safe_load(open(_config(tmp_path, api, sample_rate=1.0)))
+        cfg["sessions"] = {"idle_timeout_seconds": 1.0, "check_interval_seconds": 0.2}
+        cfg["forward"] = {"endpoint": f"http://127.0.0.1:{port}", "protocol": "grpc", "mode": "hold"}
+        (tmp_path / "up.yaml").write_text(yaml.safe_dump(cfg))
+        up = server_factory(["--config", str(tmp_path / "up.yaml")], tmp_path / "up.duckdb")
+        body = (FIXTURES / "otlp" / "pydantic-ai" / "info_answer.traces.binpb").read_bytes()
+        urllib.request.urlopen(urllib.request.Request(up.http_url + "/v1/traces", data=body, method="POST",
+                                                      headers={"Content-Type": "application/x-protobuf"}), timeout=30)
+        completion = None
+        deadline = time.monotonic() + 45
+        while completion is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for row in sql(down.db, "SELECT events FROM spans WHERE name = 'agentfunnel.session'"):
+                events = json.loads(row["events"]) if isinstance(row["events"], str) else row["events"] or []
+                found = [e["attributes"] for e in events
+                         if e.get("attributes", {}).get("gen_ai.evaluation.name") == "agentfunnel.completion"
+                         and e["attributes"].get("gen_ai.evaluation.score.label") == "complete"]
+                completion = found[0] if found else completion
+        assert completion is not None, "no judged completion event forwarded"
+        stored = sql(up.db, "SELECT judge_model, backend, rubric_sha256, prompt_version FROM judgments")[0]
+        assert completion["gen_ai.evaluation.explanation"] == "Hours given, from the tool."
+        assert completion["agentfunnel.judge.model"] == stored["judge_model"]
+        assert completion["agentfunnel.judge.backend"] == stored["backend"] == "anthropic"
+        assert completion["agentfunnel.judge.rubric_sha256"] == stored["rubric_sha256"] \
+            == load_rubric(tmp_path / "prod-rubric.txt").sha256
+        assert completion["agentfunnel.judge.prompt_version"] == stored["prompt_version"]
+        assert completion["agentfunnel.judge.rubric_id"] == "file:prod-rubric.txt"
+    finally:
+        api.close()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from agentfunnel.collector.forward import enrich
 from agentfunnel.collector.scoring_stage import Evaluated, ScoredSession
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.assembled import Session, TraceShare
-from agentfunnel.scoring.cases import case_from_session, load_suite
+from agentfunnel.scoring.cases import case_from_session, load_suite, parse_suite
 from agentfunnel.scoring.judge import AnthropicJudge, JudgeSettings
 from agentfunnel.scoring.judge.rubric import fence
 from agentfunnel.scoring.passk import pass_k_table
@@ -183,6 +184,38 @@ def experiment_summary(scored: dict, framework: str) -> dict[str, Any]:
 
 
 PARAMS = [(fw, r.run_id) for fw in FRAMEWORKS for r in RUNS]
+
+
+NEGATIVE_WITH_PLAN = {"allowed_tools": ["start_trial"], "helper_tools": ["report_candidates"],
+                      "tool_schemas": {"start_trial": {"type": "object", "required": ["provider", "seats"],
+                                                       "properties": {"seats": {"type": "integer"}}}},
+                      # the trial runs, but not on the 25 seats this variant asks for: a finding, not a verdict
+                      "required_result_fields": [{"tool": "start_trial", "path": "$.status", "values": ["active"]},
+                                                 {"tool": "start_trial", "path": "$.seats", "values": [25]}]}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_negative_controls_other_stages_are_reported_from_their_evidence(scored, framework):
+    """A negative control is decided at Selection (and its criteria); its other stages are computed from the
+    same evidence as a target-fit case's and shown, unscored: never ``not_applicable`` where evidence exists."""
+    for run_id, rank in (("payroll-negative--abstains", 1), ("payroll-negative--chooses-another", 2)):
+        r = scored[framework, run_id]["result"]
+        found = r.stages["discovery"]
+        assert (found.state, found.evidence["rank"], found.scored) == ("passed", rank, False), found
+        assert r.passed and r.correct_abstention and r.first_failed_stage is None
+    raw = yaml.safe_load(SUITE_FILE.read_text())
+    payroll = next(c for c in raw["cases"] if c["id"] == "payroll-negative")
+    case = parse_suite({"cases": [{**payroll, **NEGATIVE_WITH_PLAN}]}).cases[0]
+    entry = scored[framework, "payroll-negative--chooses-another"]
+    r = evaluate_run(case, entry["records"], entry["score"], entry["judgment"])
+    states = {name: (s.state, s.scored) for name, s in r.stages.items()}
+    assert states == {"discovery": ("passed", False), "selection": ("passed", True),
+                      "tool_resolution": ("passed", False), "invocation": ("passed", False),
+                      "execution": ("passed", False), "result_usability": ("failed", False),
+                      "completion": ("passed", True)}
+    problems = [p for f in r.stages["result_usability"].evidence["fields"] for p in f["problems"]]
+    assert problems == ["$.seats: 40 is not one of [25]"]
+    assert r.passed and r.correct_abstention and r.first_failed_stage is None and r.failure_class is None
 
 
 @pytest.mark.parametrize("framework,run_id", PARAMS, ids=[f"{fw}/{rid}" for fw, rid in PARAMS])
@@ -378,3 +411,42 @@ def test_waiting_stops_at_its_deadline_and_says_how_many_remain(tmp_path):
     assert left == 1 and told == [1] and abs(sum(slept) - 1.0) < 1e-9  # the run that failed earlier is decided
     assert wait_for_judgments(db, ["exp-2"], 5.0, told.append, sleep=sleep, clock=lambda: now[0]) == 0
     assert told == [1]  # nothing to wait for: not told, no sleep
+
+
+def test_judgments_pending_at_a_stop_are_asked_again_at_start(tmp_path):
+    """The judge hangs, the server is stopped (SIGTERM) with every judged run pending; restarted with a judge
+    that answers, it queues those runs again by itself, and none is pending once the judge has answered."""
+    hold = threading.Event()
+    hanging = FakeMessagesAPI(route=lambda body: Reply(body=verdict_reply(verdict(RUNS[0])).body, hold=hold))
+    answering = FakeMessagesAPI(route=route)
+    db = tmp_path / "restart.duckdb"
+    files = sorted(str(p) for p in (RECORDINGS / "pydantic-ai").glob("*.traces.binpb"))
+    judged = sum(wants_judgment(cases()[r.case_id], records_of("pydantic-ai", r),
+                                SessionScorer().score(r.run_id, records_of("pydantic-ai", r))) for r in RUNS)
+    pending = "SELECT count(*) AS n FROM sessions WHERE judge_status = 'pending'"
+    srv = ServerProcess(db, ["--config", str(_config(tmp_path, hanging.url))]).start()
+    try:
+        run_cli("ingest", "--db", str(db), *files)
+        deadline = time.monotonic() + 30
+        while sql(db, pending)[0]["n"] < judged and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sql(db, pending)[0]["n"] == judged >= 6
+    finally:
+        srv.stop()
+    hold.set()
+    hanging.close()
+    srv = ServerProcess(db, ["--config", str(_config(tmp_path, answering.url))]).start()
+    try:
+        deadline = time.monotonic() + 30
+        while sql(db, pending)[0]["n"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sql(db, pending)[0]["n"] == 0
+        assert len(answering.requests) == judged  # each run asked once, without any new span arriving
+        status = sql(db, "SELECT judge_status, count(*) AS n FROM sessions WHERE judge_status IS NOT NULL "
+                         "GROUP BY ALL ORDER BY 1")
+        assert {r["judge_status"] for r in status} <= {"complete", "incomplete"}, status
+        metrics = json.loads(urllib.request.urlopen(srv.http_url + "/metrics?format=json", timeout=30).read())
+        assert metrics["judgments_requeued"] == judged and metrics.get("judgments_not_requeued", 0) == 0
+    finally:
+        srv.stop()
+        answering.close()

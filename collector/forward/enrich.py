@@ -45,6 +45,14 @@ EXPERIMENT = NS + "experiment"
 RUN_ID = NS + "run.id"
 JUDGE_SCORE = NS + "judge.score"
 JUDGE_STATUS = NS + "judge.status"
+# who judged, on the completion event: a verdict is only comparable with one made by the same judge
+JUDGE_MODEL = NS + "judge.model"
+JUDGE_BACKEND = NS + "judge.backend"
+JUDGE_RUBRIC_ID = NS + "judge.rubric_id"
+JUDGE_RUBRIC_SHA256 = NS + "judge.rubric_sha256"
+JUDGE_PROMPT_VERSION = NS + "judge.prompt_version"
+JUDGE_PROVENANCE = {"model": JUDGE_MODEL, "backend": JUDGE_BACKEND, "rubric_id": JUDGE_RUBRIC_ID,
+                    "rubric_sha256": JUDGE_RUBRIC_SHA256, "prompt_version": JUDGE_PROMPT_VERSION}
 
 SUMMARY_SPAN_NAME = NS + "session"
 SUMMARY_SCOPE = "agentfunnel.forward"
@@ -191,6 +199,9 @@ def evaluation_events(scored: ScoredSession, time_ns: int) -> list[dict[str, Any
                 attrs[EVAL_ERROR] = f"judge_{status}"
         if explanation:
             attrs[EVAL_EXPLANATION] = explanation
+        for key, value in (getattr(scored.evaluated, "judge_provenance", None) or {}).items():
+            if key in JUDGE_PROVENANCE and value is not None:
+                attrs[JUDGE_PROVENANCE[key]] = value
         events.append({"name": EVALUATION_EVENT, "time_unix_nano": time_ns, "attributes": attrs})
     return events
 

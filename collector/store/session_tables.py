@@ -361,6 +361,15 @@ class SessionTables:
         """Sessions whose traces another writer stored (none here: re-assembling the traces re-scores them all)."""
         return []
 
+    def unjudged_sessions(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Closed sessions whose judgment is pending (asked, and the process stopped before it returned) or
+        missing with none stored (never asked), oldest first: what a restart queues for the judge again."""
+        return [r[0] for r in con.execute(
+            "SELECT session_id FROM sessions WHERE status = 'closed' AND (judge_status = 'pending' OR "
+            "(judge_status = 'missing' AND session_id NOT IN "
+            "(SELECT session_id FROM judgments WHERE session_id IS NOT NULL))) "
+            "ORDER BY last_seen, session_id").fetchall()]
+
     def case_sessions(self, con: duckdb.DuckDBPyConnection, session_id: str | None = None,
                       experiment: str | None = None) -> list[str]:
         """Scored case runs: one session, or every run of the experiments matching a glob."""

@@ -64,6 +64,9 @@ class JudgeSettings(_Model):
     max_tokens: int = Field(default=2048, ge=256, description="Most tokens one verdict may take.")
     rubric_file: Path | None = Field(default=None, description="a text file whose rubric replaces the built-in "
                                      "score levels; versioned by its hash in every judgment's provenance")
+    requeue_at_start: int = Field(default=1000, ge=0, description="At start, the most case runs and sampled "
+                                  "sessions whose judgment is pending or was never asked that are queued for the "
+                                  "judge again, oldest first (the rest: judgments_not_requeued); 0: none")
     production: ProductionJudging | None = Field(default=None, description="judge a sample of production "
                                                  "sessions too (off unless configured)")
 
