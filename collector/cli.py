@@ -146,7 +146,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
             con = connect(settings.store.path, read_only=True)
             lock_down(con)  # the rules of `agentfunnel sql`: no files, no extensions, no SET
         except duckdb.IOException as exc:
-            print(f"agentfunnel ui: cannot open {settings.store.path}: {exc}", file=sys.stderr)
+            from .store.guard import held_elsewhere
+
+            print(f"agentfunnel ui: cannot open {settings.store.path}: {held_elsewhere(exc) or exc}", file=sys.stderr)
             return 1
     token = settings.admin.token
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):

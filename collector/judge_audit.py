@@ -173,10 +173,18 @@ def store_labels(db: Path, rows: list[dict[str, Any]]) -> str:
                    for r in rows]
         admin_post(info, "/audit/labels", {"labels": payload})
         return "the running server"
+    import duckdb
+
+    from .store.guard import StoreUnusable, held_elsewhere
     from .store.schema import migrate
     from .store.writer import connect
 
-    con = connect(db)
+    try:
+        con = connect(db)
+    except duckdb.IOException as exc:
+        if (held := held_elsewhere(exc)) is None:
+            raise
+        raise StoreUnusable(f"cannot open the database {db}: {held}") from None
     try:
         migrate(con)
         con.execute("BEGIN TRANSACTION")

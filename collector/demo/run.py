@@ -32,6 +32,7 @@ def check_replaceable(db: Path) -> None:
     that nothing has written to since. Raise ``NotTheDemosDatabase`` (the reason and what to do) otherwise."""
     import duckdb
 
+    from ..store.guard import held_elsewhere
     from ..store.writer import connect
 
     if not db.exists() or (db.is_file() and db.stat().st_size == 0):
@@ -39,9 +40,8 @@ def check_replaceable(db: Path) -> None:
     try:
         con = connect(db, read_only=True)
     except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise NotTheDemosDatabase("another process has the file open (a running agentfunnel serve?); "
-                                      f"stop it, or {_HOW}") from None
+        if (held := held_elsewhere(exc)) is not None:
+            raise NotTheDemosDatabase(f"{held}; stop it, or {_HOW}") from None
         raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
     except duckdb.Error:
         raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
