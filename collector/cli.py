@@ -332,6 +332,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_cases_check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
     from ..scoring.cases import CaseFileError, load_suite
+    from .report_text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)
@@ -343,7 +344,8 @@ def cmd_cases_check(args: argparse.Namespace) -> int:
           f"{loaded.describe()}; sha256 {loaded.sha256[:12]}")
     for c in loaded.cases:
         judge = "judge" if c.completion_criteria else "no judge"
-        print(f"  {c.id}: {len(c.plan())} allowed tool(s), {len(c.completion_criteria)} criteria ({judge})"
+        print(f"  {c.id}: {len(c.plan())} allowed tool(s), "
+              f"{plural(len(c.completion_criteria), 'criterion', 'criteria')} ({judge})"
               + (", probe" if c.probe else ""))
     return 0
 

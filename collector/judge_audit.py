@@ -317,8 +317,11 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        shown = "undefined" if kappa is None else f"{kappa:.2f}"
-        return [f"the judge of {pattern} agrees with people at kappa {shown} over {n} labels, below {minimum:.2f}"]
+        from .report_text import fixed, plural
+
+        shown = "undefined" if kappa is None else fixed(kappa)
+        return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "
+                f"below {fixed(minimum)}"]
     return []
 
 
