@@ -310,7 +310,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     print(f"starting agentfunnel on an embedded DuckDB ({settings.store.path}) and {args.sessions} demo sessions "
           "(plus three evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
-    run = run_demo(settings, seed=args.seed, sessions=args.sessions)
+    run = run_demo(settings, seed=args.seed, sessions=args.sessions, ports=(args.grpc_port or 0, args.http_port or 0))
     s = run.summary
     print(f"received {s.spans_exported} spans in {s.traces} traces from {len(s.services.get('grpc', ()))} gRPC and "
           f"{len(s.services.get('http', ()))} HTTP agent services; {run.sessions_closed} traces assembled into sessions\n",
@@ -617,6 +617,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def otlp_ports(p: argparse.ArgumentParser, grpc_default: int | None = None, http_default: int | None = None) -> None:
+    """``serve``'s port flags, for every command that starts a server of its own (pinned for a firewall or CI)."""
+    for name, default in (("gRPC", grpc_default), ("HTTP", http_default)):
+        p.add_argument(f"--{name.lower()}-port", type=int, default=None,
+                       help=f"OTLP/{name} port (default {default}; 0 = any free)" if default is not None
+                       else f"OTLP/{name} port (default: any free)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agentfunnel", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
@@ -630,8 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="receive OTLP over gRPC and HTTP and store it")
     common(p, "create")
     p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--grpc-port", type=int, default=None, help="OTLP/gRPC port (default 4317; 0 = any free)")
-    p.add_argument("--http-port", type=int, default=None, help="OTLP/HTTP port (default 4318; 0 = any free)")
+    otlp_ports(p, 4317, 4318)
     p.add_argument("--accept-damaged-wal", action="store_true",
                    help="start even if the write-ahead log is shorter than what was committed to it, keeping what "
                         "it holds (a copy of the log is kept beside it)")
@@ -682,6 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="the demo traffic's random seed: the same seed, the same sessions")
     p.add_argument("--lang", choices=["en", "ja"], default="en", help="language of the report's labels and headings")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
+    otlp_ports(p)
     p.set_defaults(func=cmd_demo)
     cases = sub.add_parser("cases", help="evaluation case files").add_subparsers(dest="cases_command", required=True)
     p = cases.add_parser("check", help="validate a case file (YAML or TOML, a path or a URL)")
