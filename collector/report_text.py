@@ -398,7 +398,9 @@ DROP_FIX_TEXT = {
                           "返し、それを使って次のステップを提案できるようにする。",
            "info_only": "エージェントは回答し、次のステップに進まなかった: 情報だけが目的だった可能性がある。先に進んで"
                         "ほしい場合は、次のステップのツールと識別子を結果の中で見えるようにする。",
-           "unknown": ""},
+           "unknown": "ステップ固有の理由は見つからなかった: 例のセッションを開き、どう終わったか (最後のツール呼び出しと"
+                      "その結果、エージェントの最後のメッセージ) を確認する。よく見られる終わり方なら、ファネルの"
+                      "ステップや独自のルールが必要かもしれない。"},
 }
 
 
@@ -454,7 +456,7 @@ def drop_fix(reason: str, stored: str | None, lang: str) -> str | None:
     """The fix shown for a drop-off: chosen by its reason code in Japanese (stored text is English), the stored
     text otherwise and for a reason whose fix is the telemetry itself."""
     if lang_of(lang) == "en" or not FIXES.get(reason):
-        return stored
+        return stored or FIXES.get(reason) or stored  # a database scored before the reason had a fix
     return DROP_FIX_TEXT[lang_of(lang)].get(reason, stored)
 
 
