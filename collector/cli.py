@@ -146,7 +146,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
             con = connect(settings.store.path, read_only=True)
             lock_down(con)  # the rules of `agentfunnel sql`: no files, no extensions, no SET
         except duckdb.IOException as exc:
-            print(f"agentfunnel ui: cannot open {settings.store.path}: {exc}", file=sys.stderr)
+            from .store.guard import held_elsewhere
+
+            print(f"agentfunnel ui: cannot open {settings.store.path}: {held_elsewhere(exc) or exc}", file=sys.stderr)
             return 1
     token = settings.admin.token
     if token is None and args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -311,7 +313,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 2
     print(f"starting agentfunnel on an embedded DuckDB ({settings.store.path}) and {args.sessions} demo sessions "
           "(plus three evaluation experiments) over OTLP gRPC and HTTP...", flush=True)
-    run = run_demo(settings, seed=args.seed, sessions=args.sessions)
+    run = run_demo(settings, seed=args.seed, sessions=args.sessions, ports=(args.grpc_port or 0, args.http_port or 0))
     s = run.summary
     print(f"received {s.spans_exported} spans in {s.traces} traces from {len(s.services.get('grpc', ()))} gRPC and "
           f"{len(s.services.get('http', ()))} HTTP agent services; {run.sessions_closed} traces assembled into sessions\n",
@@ -333,6 +335,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_cases_check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
     from ..scoring.cases import CaseFileError, load_suite
+    from .report_text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)
@@ -344,7 +347,8 @@ def cmd_cases_check(args: argparse.Namespace) -> int:
           f"{loaded.describe()}; sha256 {loaded.sha256[:12]}")
     for c in loaded.cases:
         judge = "judge" if c.completion_criteria else "no judge"
-        print(f"  {c.id}: {len(c.plan())} allowed tool(s), {len(c.completion_criteria)} criteria ({judge})"
+        print(f"  {c.id}: {len(c.plan())} allowed tool(s), "
+              f"{plural(len(c.completion_criteria), 'criterion', 'criteria')} ({judge})"
               + (", probe" if c.probe else ""))
     return 0
 
@@ -616,6 +620,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def otlp_ports(p: argparse.ArgumentParser, grpc_default: int | None = None, http_default: int | None = None) -> None:
+    """``serve``'s port flags, for every command that starts a server of its own (pinned for a firewall or CI)."""
+    for name, default in (("gRPC", grpc_default), ("HTTP", http_default)):
+        p.add_argument(f"--{name.lower()}-port", type=int, default=None,
+                       help=f"OTLP/{name} port (default {default}; 0 = any free)" if default is not None
+                       else f"OTLP/{name} port (default: any free)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agentfunnel", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
@@ -629,8 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="receive OTLP over gRPC and HTTP and store it")
     common(p, "create")
     p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--grpc-port", type=int, default=None, help="OTLP/gRPC port (default 4317; 0 = any free)")
-    p.add_argument("--http-port", type=int, default=None, help="OTLP/HTTP port (default 4318; 0 = any free)")
+    otlp_ports(p, 4317, 4318)
     p.add_argument("--accept-damaged-wal", action="store_true",
                    help="start even if the write-ahead log is shorter than what was committed to it, keeping what "
                         "it holds (a copy of the log is kept beside it)")
@@ -681,6 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="the demo traffic's random seed: the same seed, the same sessions")
     p.add_argument("--lang", choices=["en", "ja"], default="en", help="language of the report's labels and headings")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the HTML report")
+    otlp_ports(p)
     p.set_defaults(func=cmd_demo)
     cases = sub.add_parser("cases", help="evaluation case files").add_subparsers(dest="cases_command", required=True)
     p = cases.add_parser("check", help="validate a case file (YAML or TOML, a path or a URL)")

@@ -232,14 +232,14 @@ def _tail(side: Side, keys: Sequence[str], kind: str) -> str:
 
 
 def print_terminal(cmp: Comparison) -> None:
-    """Case ids, experiment names and gate messages come from telemetry: printed as inert text."""
-    from rich.console import Console
+    """Case ids, experiment names and gate messages come from telemetry: printed as inert text. As wide as
+    ``report``'s output: the terminal's width, a pipe's at least ``WIDE`` (CI logs)."""
     from rich.table import Table
     from rich.text import Text
 
-    from .terminal import data_text
+    from .terminal import data_text, output_console
 
-    console = Console(markup=False, emoji=False, highlight=False)
+    console = output_console(markup=False, emoji=False, highlight=False)
     head = Table(title="Experiments", title_justify="left")
     for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap"):
         head.add_column(col, justify="right" if col else "left")

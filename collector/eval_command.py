@@ -159,7 +159,8 @@ def cmd_eval_run(args: argparse.Namespace, settings: Settings) -> int:
         target: Any = RemoteTarget(url, db, info, settings.receivers.bearer_token)
     else:
         update = {
-            "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
+            "receivers": settings.receivers.model_copy(update={
+                "host": "127.0.0.1", "grpc_port": args.grpc_port or 0, "http_port": args.http_port or 0}),
             "cases": settings.cases.model_copy(update={"suite": str(args.cases)}),
             # the runner assembles each run's traces when its process ends; idleness must not close a slow run first
             "sessions": settings.sessions.model_copy(update={
@@ -282,6 +283,8 @@ def _write_html(path: Path, report: Any, stats: Any, gates: list[str]) -> None:
 
 def register(sub: Any, common: Any, seconds: Any) -> None:
     """``eval run`` on the top-level subparsers (``cli.build_parser``)."""
+    from .cli import otlp_ports
+
     evaluation = sub.add_parser("eval", help="evaluate an agent on a case suite").add_subparsers(
         dest="eval_command", required=True)
     p = evaluation.add_parser("run", help="run the agent's command k times per case and score the runs")
@@ -307,6 +310,7 @@ def register(sub: Any, common: Any, seconds: Any) -> None:
     p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless the judge is "
                    "audited (judge audit) to at least this Cohen's kappa")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the summary as HTML")
+    otlp_ports(p)  # the embedded server's; not with --endpoint
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the agent's command and its arguments")
     p.set_defaults(func=_cmd)
 

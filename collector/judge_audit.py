@@ -173,10 +173,18 @@ def store_labels(db: Path, rows: list[dict[str, Any]]) -> str:
                    for r in rows]
         admin_post(info, "/audit/labels", {"labels": payload})
         return "the running server"
+    import duckdb
+
+    from .store.guard import StoreUnusable, held_elsewhere
     from .store.schema import migrate
     from .store.writer import connect
 
-    con = connect(db)
+    try:
+        con = connect(db)
+    except duckdb.IOException as exc:
+        if (held := held_elsewhere(exc)) is None:
+            raise
+        raise StoreUnusable(f"cannot open the database {db}: {held}") from None
     try:
         migrate(con)
         con.execute("BEGIN TRANSACTION")
@@ -309,8 +317,11 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        shown = "undefined" if kappa is None else f"{kappa:.2f}"
-        return [f"the judge of {pattern} agrees with people at kappa {shown} over {n} labels, below {minimum:.2f}"]
+        from .report_text import fixed, plural
+
+        shown = "undefined" if kappa is None else fixed(kappa)
+        return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "
+                f"below {fixed(minimum)}"]
     return []
 
 

@@ -414,7 +414,7 @@ class ReportSQL:
             " count(*) AS sessions, arg_max(session_id, last_seen) AS example"
             " FROM s WHERE drop_reason IS NOT NULL"
             " GROUP BY variant, drop_reason, drop_step, list_extract(steps, -1), drop_fix"
-            " ORDER BY sessions DESC, drop_reason, variant, drop_step, stopped_at NULLS FIRST, drop_fix"
+            " ORDER BY drop_reason = 'unknown', sessions DESC, drop_reason, variant, drop_step, stopped_at NULLS FIRST, drop_fix"
             f" LIMIT {TOP_DROP_REASONS}")
 
     def experiments(self) -> str:

@@ -30,6 +30,9 @@ DESCRIPTIONS = {
                               "(receivers.max_metric_buckets), too_many_points (receivers.max_metric_points), "
                               "decoded_bytes (receivers.max_bytes_in_flight).",
     "requests": "Export requests handled, by receiver and result.",
+    "http_unknown_path": "OTLP/HTTP POSTs to a path no route has, answered 404, by class (doubled_signal_path: "
+                         "an endpoint that already ended in /v1/traces given as the base URL; prefixed_signal_path; "
+                         "other); a warning naming the path is logged at most once a minute.",
     "pushed_back": "Requests answered with a retryable refusal (429/503/UNAVAILABLE), by reason.",
     "commits": "Store transactions committed (each holds one or more requests).",
     "commit_errors": "Store transactions that failed.",

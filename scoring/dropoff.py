@@ -33,7 +33,9 @@ FIXES = {
                    "in the results, so it can propose the next step with them.",
     "info_only": "The agent answered and took no further step: the request may have been for information only; if "
                  "users meant to go on, make the next step's tool and identifiers visible in the results.",
-    "unknown": "",
+    "unknown": "No step-specific reason was found: open an example session and read how it ended (the last tool "
+               "call and its result, the agent's last message); an ending seen often here may need a funnel step "
+               "or a rule of its own.",
 }
 PAYMENT_STATUSES = ["requires_payment", "payment_required", "pending_payment", "awaiting_payment"]
 

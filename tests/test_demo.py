@@ -175,3 +175,37 @@ def test_the_demos_drop_offs_say_why_sessions_stopped(tmp_path):
     stopped = sum(by_reason.values())
     assert stopped >= 60 and by_reason.get("unknown", 0) <= stopped // 10, by_reason
     assert {"needs_input", "info_only", "step_cap"} <= set(by_reason), by_reason
+
+
+def test_the_demo_listens_on_the_ports_it_is_given(tmp_path):
+    """``--grpc-port``/``--http-port`` as ``serve`` has them: the demo's embedded server listens there."""
+    import socket
+    import subprocess
+    import time
+
+    import psutil
+
+    from conftest import agentfunnel_cmd
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    proc = subprocess.Popen([*agentfunnel_cmd(), "demo", "--db", str(tmp_path / "d.duckdb"), "--sessions", "5",
+                             "--grpc-port", str(ports[0]), "--http-port", str(ports[1])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not set(ports) <= seen and time.monotonic() < deadline:
+            for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+                try:
+                    seen |= {c.laddr.port for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            time.sleep(0.05)
+    finally:
+        _, err = proc.communicate(timeout=120)
+    assert set(ports) <= seen, (ports, seen, err)
+    assert proc.returncode == 0, err

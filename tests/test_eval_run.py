@@ -324,3 +324,24 @@ def test_an_endpoint_is_used_only_with_a_suite_that_has_the_cases(tmp_path, serv
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert f"warning: that server: 1 case(s) of the suite need a judge (kyoto-weather) but {NO_JUDGE}" in ran.stderr
     assert "have no judgment (judge_unavailable)" in " ".join(ran.stdout.split())
+
+
+def test_the_embedded_server_listens_on_the_ports_it_is_given(tmp_path):
+    """``eval run --grpc-port/--http-port`` (``serve``'s flags): the runs are pointed at a server listening there."""
+    import socket
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    seen = tmp_path / "env.json"
+    agent = ("import json, os, sys; json.dump({k: os.environ[k] for k in ('OTEL_EXPORTER_OTLP_ENDPOINT', "
+             f"'{ENV_OTLP_GRPC}')}}, open(sys.argv[1], 'w'))")
+    proc = subprocess.run([*agentfunnel_cmd(), "eval", "run", "--db", str(tmp_path / "e.duckdb"), "--cases", str(CASES),
+                           "--experiment", "pinned", "--case", SUITE.cases[0].id, "--wait", "0", "--timeout", "30",
+                           "--grpc-port", str(ports[0]), "--http-port", str(ports[1]),
+                           "--", sys.executable, "-c", agent, str(seen)], capture_output=True, text=True, timeout=120)
+    env = json.loads(seen.read_text())
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://127.0.0.1:{ports[1]}", (env, proc.stderr)
+    assert env[ENV_OTLP_GRPC].endswith(f":{ports[0]}"), (env, proc.stderr)

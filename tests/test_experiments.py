@@ -115,3 +115,17 @@ def test_pass_hat_k_is_the_headline_and_compare_gates_ci(tmp_path):
                     "--html", str(tmp_path / "cmp.html"), check=False)
     assert gated.returncode == 1 and "max cost" in gated.stdout
     assert "regressed" in (tmp_path / "cmp.html").read_text()
+
+
+def test_compare_piped_is_as_wide_as_report(tmp_path, monkeypatch):
+    """A pipe (CI logs) lays ``compare`` out on ``report``'s width, so a long case id stays on one line."""
+    from agentfunnel.collector.terminal import WIDE
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    db = tmp_path / "wide.duckdb"
+    case = "checkout-with-a-saved-card-and-a-coupon-x"  # 41 cells: cut or wrapped at 80 columns
+    _db_with_runs(db, [(exp, case, True, 0.01, 100.0, None) for exp in ("base", "next") for _ in range(2)])
+    out = run_cli("compare", "--db", str(db), "base", "next").stdout
+    assert case in out, out
+    assert max(map(len, out.splitlines())) > 80
+    assert max(map(len, out.splitlines())) <= WIDE

@@ -157,7 +157,19 @@ def test_the_demo_leaves_a_file_a_server_has_open(tmp_path, server_factory):
     srv = server_factory(db=tmp_path / "busy.duckdb")
     proc = run_cli("demo", "--db", str(srv.db), "--sessions", "5", check=False)
     assert proc.returncode == 2
-    assert "another process has the file open (a running agentfunnel serve?)" in _one_line_error(proc)
+    assert f"another process has the file open (PID {srv.proc.pid}: a running agentfunnel serve?)" in \
+        _one_line_error(proc)
+    assert srv.proc.poll() is None
+
+
+def test_a_second_server_on_a_file_one_has_open_says_so_in_one_line(tmp_path, server_factory):
+    srv = server_factory(db=tmp_path / "busy.duckdb")
+    proc = subprocess.run([*agentfunnel_cmd(), "serve", "--db", str(srv.db), "--grpc-port", "0", "--http-port", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert _one_line_error(proc) == (
+        f"agentfunnel serve: cannot open the database {srv.db}: another process has the file open "
+        f"(PID {srv.proc.pid}: a running agentfunnel serve?); stop that process, or give this one another --db")
     assert srv.proc.poll() is None
 
 

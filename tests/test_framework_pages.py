@@ -102,10 +102,7 @@ PAGES_RUN = [
     Page("strands", "strands_agent.py", "trip-45", "search_hotels", "scripted-model"),
     Page("opentelemetry-sdk", "", "trip-47", "search_hotels", "scripted-model"),
     Page("vercel-ai", "vercel_ai_agent.mjs", "trip-48", "search_hotels", "scripted-model"),
-    Page("crewai", "", "trip-46", "search_hotels", "scripted-model", skip=(
-        "crewai 1.15.30 cannot share the test environment: it requires openai<3 (openai-agents 0.24.0 "
-        "requires openai>=3) and pydantic<2.13 (the project runs pydantic 2.14), and pulls chromadb, "
-        "lancedb and onnxruntime")),
+    Page("crewai", "crewai_agent.py", "trip-46", "search_hotels", "scripted-model"),
 ]
 
 

@@ -141,3 +141,40 @@ def test_health_and_metrics(server):
     assert "agentfunnel_spans_committed_total 2" in text
     snap = json.loads(urllib.request.urlopen(server.http_url + "/metrics?format=json").read())
     assert snap["spans_received"] == 2 and snap["queue_bytes"] == 0
+
+
+def test_an_exporter_whose_base_endpoint_holds_the_signal_path_is_told_and_counted(server, monkeypatch):
+    """The OTel SDK's exporter given OTEL_EXPORTER_OTLP_ENDPOINT=.../v1/traces posts to /v1/traces/v1/traces:
+    its 404 says how to set the endpoint, the server counts it by path class and warns once a minute."""
+    import urllib.error
+
+    import pytest
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    OTLPSpanExporter = HttpSpanExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"{server.http_url}/v1/traces")
+    exporter = OTLPSpanExporter()
+    results = []
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for _ in range(3):
+        with provider.get_tracer("t").start_as_current_span("lost") as span:
+            results.append(span)
+    assert exporter.export([results[0]]) == SpanExportResult.FAILURE  # type: ignore[list-item]
+    provider.shutdown()
+
+    req = urllib.request.Request(f"{server.http_url}/v1/traces/v1/traces", data=b"", method="POST",
+                                 headers={"Content-Type": "application/x-protobuf"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 404
+    message = json.loads(err.value.read())["message"]
+    assert '"/v1/traces/v1/traces"' in message
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in message and "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in message
+    metrics = urllib.request.urlopen(f"{server.http_url}/metrics", timeout=10).read().decode()
+    counted = [line for line in metrics.splitlines()
+               if not line.startswith("#") and "http_unknown_path" in line and "doubled_signal_path" in line]
+    assert counted and float(counted[0].rsplit(" ", 1)[1]) >= 5, metrics
+    logs = server.logs()
+    assert logs.count("no OTLP/HTTP endpoint at \"/v1/traces/v1/traces\"") == 1, logs

@@ -393,3 +393,24 @@ def test_screenshot_of_the_full_report(db, tmp_path):
     funnels = funnel_bars(width, rows)
     assert len(funnels) >= 2 and funnels[0] and len(funnels[0]) == 4, funnels
     assert all(a > b for a, b in zip(funnels[0], funnels[0][1:])), funnels
+
+
+def test_unknown_drop_offs_come_last_and_say_what_to_look_at(tmp_path):
+    """A drop-off without a step-specific reason is listed after every named one, however many sessions it has,
+    and its fix says where to look (never an empty "—"), even in a file scored when it had no text."""
+    from agentfunnel.collector.report import Filters, load_report
+    from agentfunnel.collector.report_text import drop_fix
+    from agentfunnel.collector.store.schema import migrate
+    from agentfunnel.collector.store.writer import connect
+
+    db = tmp_path / "drops.duckdb"
+    con = connect(db)
+    migrate(con)
+    rows = [(f"u{i}", "unknown", "") for i in range(5)] + [(f"e{i}", "unrecovered_error", "Make it say.") for i in range(2)]
+    con.executemany("INSERT INTO sessions (session_id, drop_reason, drop_fix, steps, last_seen) "
+                    "VALUES (?, ?, ?, ['search'], now()::TIMESTAMP)", rows)
+    con.close()
+    drops = load_report(db, Filters()).drops
+    assert [d.reason for d in drops] == ["unrecovered_error", "unknown"]
+    for lang in ("en", "ja"):
+        assert "example session" in drop_fix("unknown", "", "en") and drop_fix("unknown", "", lang)

@@ -181,6 +181,14 @@ def test_langchain_metadata_names_the_agent_and_the_user():
     assert normalize(span).agent_name == "researcher"
 
 
+def test_crewai_agent_spans_are_named_after_the_agents_role():
+    attributes = {"openinference.span.kind": "AGENT", "graph.node.id": "hotel_agent"}
+    span = view("hotel_agent.Find me a hotel.execute", attributes, scope="openinference.instrumentation.crewai._event_listener")
+    assert OpenInference().extract(span)["agent_name"] == "hotel_agent"
+    # another instrumentor's graph node is not an agent's name
+    assert OpenInference().extract(view("graph.run", attributes, scope="other"))["agent_name"] == "graph.run"
+
+
 def test_a_user_named_only_in_langchain_metadata_is_the_records_user():
     span = view("LangGraph", {"openinference.span.kind": "AGENT", "metadata": json.dumps({"user_id": "u-7"})})
     assert normalize(span).user_id == "u-7"

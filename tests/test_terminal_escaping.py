@@ -169,7 +169,7 @@ def test_report_prints_tool_errors_and_agent_names_as_inert_text(db, env):
     assert "sess\\x1b[2J1" in shown
     out, err = _run(env, "report", "--db", str(db), "--agent", HOSTILE_AGENT)  # the filter is echoed
     shown = _assert_inert(out)
-    assert "agent=agent \\x1b[2J" in shown and "1 sessions" in shown
+    assert "agent=agent \\x1b[2J" in shown and "1 session " in shown
 
 
 @TERMINALS

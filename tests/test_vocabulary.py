@@ -445,3 +445,16 @@ def test_the_recorded_calls_are_the_scripted_ones():
         assert [(c.tool_name, c.arguments, c.result) for c in calls] == [
             (c["tool"], c["arguments"], c["result"]) for c in exp["tool_calls"]], expected.name
         assert [r.mcp_method for r in records if r.mcp_method] == ["initialize", "tools/list"]
+
+
+def test_counts_agree_with_their_nouns_and_no_number_reads_minus_zero():
+    from agentfunnel.collector.report_text import fixed, plural, text
+    from agentfunnel.collector.ui.words import t
+
+    assert [text("n_sessions", "en", n=n) for n in (0, 1, 2)] == ["0 sessions", "1 session", "2 sessions"]
+    assert text("wrote", "en", path="r.html", n=1) == "wrote HTML report to r.html (1 session)"
+    assert text("n_sessions", "ja", n=1) == text("n_sessions", "ja", n=2).replace("2", "1")
+    assert [t("results", "en", n=n) for n in (1, 3)] == ["1 session", "3 sessions"]
+    assert [plural(n, "criterion", "criteria") for n in (1, 2)] == ["1 criterion", "2 criteria"]
+    assert [plural(n, "label") for n in (1, 0)] == ["1 label", "0 labels"]
+    assert [fixed(x) for x in (-0.001, -0.0, 0.004, -0.5, 0.25)] == ["0.00", "0.00", "0.00", "-0.50", "0.25"]

@@ -32,6 +32,7 @@ def check_replaceable(db: Path) -> None:
     that nothing has written to since. Raise ``NotTheDemosDatabase`` (the reason and what to do) otherwise."""
     import duckdb
 
+    from ..store.guard import held_elsewhere
     from ..store.writer import connect
 
     if not db.exists() or (db.is_file() and db.stat().st_size == 0):
@@ -39,9 +40,8 @@ def check_replaceable(db: Path) -> None:
     try:
         con = connect(db, read_only=True)
     except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise NotTheDemosDatabase("another process has the file open (a running agentfunnel serve?); "
-                                      f"stop it, or {_HOW}") from None
+        if (held := held_elsewhere(exc)) is not None:
+            raise NotTheDemosDatabase(f"{held}; stop it, or {_HOW}") from None
         raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
     except duckdb.Error:
         raise NotTheDemosDatabase(f"it is not a DuckDB database the demo wrote; {_HOW}") from None
@@ -113,8 +113,8 @@ def uses_scripted_judge(settings: Settings) -> bool:
     return settings.cases.suite is None and "judge" not in settings.model_fields_set
 
 
-def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
-    """Serve on free loopback ports, run the population, close every session, wait for every judgment, stop.
+def run_demo(settings: Settings, seed: int = 7, sessions: int = 120, ports: tuple[int, int] = (0, 0)) -> DemoRun:
+    """Serve on loopback (the gRPC and HTTP ``ports``, 0: any free), run the population, close every session, wait for every judgment, stop.
 
     ``settings.store.path`` is replaced only when ``check_replaceable`` allows it (else
     ``NotTheDemosDatabase``): the same seed reuses conversation ids, so the demo starts from an empty file.
@@ -126,7 +126,8 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120) -> DemoRun:
         stale.unlink(missing_ok=True)
     _mark(db)
     update: dict = {
-        "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": 0, "http_port": 0}),
+        "receivers": settings.receivers.model_copy(update={"host": "127.0.0.1", "grpc_port": ports[0],
+                                                           "http_port": ports[1]}),
     }
     if "job_share" not in settings.store.model_fields_set:
         # the only clients are the demo's own agents, and once they stop, judgments and re-scoring are all the

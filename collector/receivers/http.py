@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +26,28 @@ from ..batches import decoded_cost
 from ..pipeline import Encoding, ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
+
+log = logging.getLogger(__name__)
+_SIGNAL_PATH = re.compile(r"/v1/(traces|logs|metrics)/?$")
+UNKNOWN_PATH_WARN_SECONDS = 60.0  # a misconfigured exporter retries for ever: one warning a minute is enough
+
+
+def unknown_path_class(path: str) -> str:
+    """A POST path no route has, as one of a few classes (a metric label of bounded cardinality):
+    ``doubled_signal_path`` (``/v1/traces/v1/traces``: a base endpoint that already held the signal's path),
+    ``prefixed_signal_path`` (``/otlp/v1/traces``), or ``other``."""
+    if not _SIGNAL_PATH.search(path):
+        return "other"
+    return "doubled_signal_path" if path.count("/v1/") > 1 else "prefixed_signal_path"
+
+
+def unknown_path_message(path: str) -> str:
+    """Why nothing was stored, and the two ways to set an OTLP/HTTP exporter's endpoint."""
+    shown = json.dumps(path[:200] + ("..." if len(path) > 200 else ""))  # from the client: quoted, one line
+    return (f"no OTLP/HTTP endpoint at {shown}: this server receives POST /v1/traces, /v1/logs and /v1/metrics. "
+            "Set the exporter's endpoint to the base URL (OTEL_EXPORTER_OTLP_ENDPOINT=http://host:4318; the SDK "
+            "adds /v1/traces) or to the full signal URL (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="
+            "http://host:4318/v1/traces), not both")
 
 CONTENT_TYPES: dict[str, Encoding] = {"application/x-protobuf": "protobuf", "application/json": "json"}
 # partialSuccess's count field in each signal's OTLP/JSON response
@@ -78,13 +103,32 @@ class HttpReceiver:
         self.run_blocking = run_blocking
         self.ready = False
         self._in_progress = 0
-        self.app = web.Application(client_max_size=settings.max_request_bytes)
+        self._unknown_warned_at: float | None = None
+        self.app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[self._unknown_paths])
         self.app.router.add_post("/v1/traces", self._traces)
         self.app.router.add_post("/v1/logs", self._logs)
         self.app.router.add_post("/v1/metrics", self._metrics_export)
         self.app.router.add_get("/healthz", self._healthz)
         self.app.router.add_get("/readyz", self._readyz)
         self.app.router.add_get("/metrics", self._metrics)
+
+    @web.middleware
+    async def _unknown_paths(self, request: web.Request, handler: Callable[[web.Request], Awaitable]) -> web.StreamResponse:
+        """A POST to no route (an exporter's endpoint set wrong) is counted and explained, not a silent 404."""
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            if request.method != "POST":
+                raise
+        path = request.path
+        self.metrics.inc("http_unknown_path", label=unknown_path_class(path))
+        message = unknown_path_message(path)
+        now = time.monotonic()
+        if self._unknown_warned_at is None or now - self._unknown_warned_at >= UNKNOWN_PATH_WARN_SECONDS:
+            self._unknown_warned_at = now
+            log.warning("%s (more such requests are counted in http_unknown_path, logged once a minute)", message)
+        return web.Response(status=404, text=json.dumps({"code": 5, "message": message}),
+                            content_type="application/json")
 
     async def _traces(self, request: web.Request) -> web.Response:
         return await self._export(request, "traces")

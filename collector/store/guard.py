@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import struct
 from datetime import datetime, timezone
@@ -32,6 +33,20 @@ _RECORD = "{} {:020d} {:020d}\n"
 
 class StoreUnusable(Exception):
     """The database or its log cannot be used as they are; ``str()`` is the one line to show."""
+
+
+_LOCK_HELD = re.compile(r"Could not set lock on file .*?Conflicting lock is held in .*?\(PID (\d+)\)", re.S)
+
+
+def held_elsewhere(exc: BaseException) -> str | None:
+    """DuckDB's refusal of a file another process has open, as the words to show (the holder's PID when
+    DuckDB names it), or None for any other error: its own message is a paragraph, and names no file."""
+    text = str(exc)
+    if "Could not set lock on file" not in text:
+        return None
+    m = _LOCK_HELD.search(text)
+    who = f"PID {m.group(1)}: " if m else ""
+    return f"another process has the file open ({who}a running agentfunnel serve?)"
 
 
 def wal_path(db: Path) -> Path:

@@ -38,7 +38,7 @@ from ..wire import WIRE
 from ..errors import PermanentError, RetryableError, Saturated, StoreClosing
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
-from .guard import StoreUnusable, WalMark, check_files, wal_path
+from .guard import StoreUnusable, WalMark, check_files, held_elsewhere, wal_path
 from .metrics_table import metrics_arrow_table
 from .schema import append_arrow, describe, migrate, transaction
 from .shipper import Shipper
@@ -312,6 +312,9 @@ class Store:
         try:
             self.con = connect(path)
         except (duckdb.Error, OSError) as exc:
+            if (held := held_elsewhere(exc)) is not None:
+                raise StoreUnusable(f"cannot open the database {path}: {held}; stop that process, or give this "
+                                    "one another --db") from None
             raise StoreUnusable(f"cannot open the database {path}: {_one_line(exc)}") from None
         try:
             self.con.execute(f"SET checkpoint_threshold = '{self.settings.checkpoint_threshold_mb}MB'")

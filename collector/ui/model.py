@@ -17,7 +17,7 @@ from ...scoring.prices import PriceTable
 from ...semconv.normalize import normalize
 from ...semconv.records import SpanView
 from ..report import OUTCOME_ORDER
-from ..report_text import drop_reason_name, lang_of, variant_name
+from ..report_text import drop_fix, drop_reason_name, lang_of, variant_name
 from .conversation import CallMessage, call_messages, loads
 from .filters import SessionFilters
 from .jsontree import Block, TreeBudget
@@ -154,9 +154,9 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
         if int(g["n"]) > cur[2]:
             cur[1], cur[2] = g["fix"], int(g["n"])
     drop_views = [DropView(v, reason, drop_reason_name(reason, lang), step, step_label(rows.steps, v, step, lang),
-                           count, fix, base.link(variant=v, drop_reason=reason, drop_step=step))
+                           count, drop_fix(reason, fix, lang), base.link(variant=v, drop_reason=reason, drop_step=step))
                   for (v, reason, step), (count, fix, _) in drops.items()]
-    drop_views.sort(key=lambda d: (-d.sessions, d.reason, d.variant or "", d.step or ""))
+    drop_views.sort(key=lambda d: (d.reason == "unknown", -d.sessions, d.reason, d.variant or "", d.step or ""))
     t = rows.totals
     completion_n = int(t.get("completion_n") or 0)
     return OverviewView(total, int(t.get("open") or 0),

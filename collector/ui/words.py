@@ -19,7 +19,7 @@ WORDS: dict[str, dict[str, str]] = {
         "open_traces": "Open traces", "queue_bytes": "Bytes in flight", "uptime": "Uptime",
         "metrics_link": "All counters (/metrics)", "recent_experiments": "Recent experiments",
         "no_experiments": "No evaluation runs are stored.", "view_all": "View all",
-        "results": "{n} sessions", "results_more": "{n}+ sessions", "page": "Page {n}", "prev": "← Newer",
+        "results": "{n} sessions", "results_one": "{n} session", "results_more": "{n}+ sessions", "page": "Page {n}", "prev": "← Newer",
         "next": "Older →", "prev_page": "← Previous", "next_page": "Next →",
         "searched_back": "Searched sessions active since {t} (newest first).", "search_older": "Search older sessions",
         "search_capped": "Showing the newest {n} matching sessions; narrow the search or the time range for more.",
@@ -152,7 +152,9 @@ WORDS: dict[str, dict[str, str]] = {
 
 
 def t(key: str, lang: str, **kw: Any) -> str:
-    """A UI word, else a report word, formatted with ``kw``."""
+    """A UI word, else a report word, formatted with ``kw`` (with ``n == 1``, its singular form)."""
     lang = lang_of(lang)
+    if kw.get("n") == 1 and (f"{key}_one" in WORDS[lang] or f"{key}_one" in REPORT_TEXT[lang]):
+        key = f"{key}_one"  # the singular, where the language has one
     s = WORDS[lang].get(key) or REPORT_TEXT[lang].get(key) or WORDS["en"].get(key) or REPORT_TEXT["en"].get(key, key)
     return s.format(**kw) if kw else s

@@ -38,6 +38,8 @@ LG_TOOL_CALL = "lg_tool_call"  # LangGraph's key for the one tool call a Send ha
 OI_LLM_INPUT_MESSAGES: Final = "llm.input_messages"
 OI_MESSAGE_CONTENTS: Final = ("message.content", "message.contents.0.message_content.text")
 OPENAI_AGENTS_SCOPE: Final = "openinference.instrumentation.openai_agents"
+CREWAI_SCOPE: Final = "openinference.instrumentation.crewai"  # and its event listener's, ...crewai._event_listener
+OI_GRAPH_NODE_ID: Final = "graph.node.id"  # CrewAI's agent spans name the agent's role here, not in agent.name
 LC_AGENT_NAME: Final = "lc_agent_name"  # LangChain's create_agent names its agent in the run metadata
 METADATA_USER_KEYS: Final = ("user_id", "langfuse_user_id")
 _AI_MESSAGE_TYPES = frozenset({"ai", "AIMessage", "AIMessageChunk", "assistant"})
@@ -226,11 +228,13 @@ def _text(value: Any) -> str | None:
 
 def _run_fields(span: SpanView) -> Fields:
     """An agent run's name and what it was asked: the agent's own name (``agent.name``, LangChain's
-    ``lc_agent_name``), else the span's; an OpenAI Agents trace span names the workflow, not an agent."""
+    ``lc_agent_name``, CrewAI's role), else the span's; an OpenAI Agents trace span names the workflow, not an agent."""
     a = span.attributes
     name = _text(a.get(OI_AGENT_NAME))
     if name is None and OI_METADATA in a:
         name = _text(_metadata(a).get(LC_AGENT_NAME))
+    if name is None and (span.scope_name or "").startswith(CREWAI_SCOPE):  # span name: "<role>.<task>.execute"
+        name = _text(a.get(OI_GRAPH_NODE_ID))
     out: Fields = {"input_message": _run_input(a)}
     if name is None and span.scope_name == OPENAI_AGENTS_SCOPE and not span.parent_span_id:
         out["workflow_name"] = span.name or None
