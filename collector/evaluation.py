@@ -252,7 +252,7 @@ class Evaluator:
         if waiting and status == "closed":
             self._request(score.session_id, production_input(self.production, records, score), self.production_rubric)
         return Evaluated(None, None, judgment.status if judgment else "pending" if waiting else "missing",
-                         judgment.score if judgment else None, case_run={}, **judge_fields(judgment))
+                         judgment.score if judgment else None, case_run={}, judgment=judgment)
 
     def evaluate(self, score: SessionScore, records: Sequence[SpanRecord], status: str,
                  judgment: Judgment | None) -> Evaluated | None:
@@ -283,7 +283,7 @@ class Evaluator:
                             (judgment.score if judgment else None)) if wanted or judgment is not None \
             else (None, None)
         return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result),
-                         **judge_fields(judgment))
+                         judgment=judgment)
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
         """One JSON per case run; the archive is a copy for people, so failing to write it never fails the session."""
@@ -431,16 +431,6 @@ def archive_name(experiment: str | None, case_id: str, run: str) -> str:
     parts = [_UNSAFE_NAME_CHARS.sub("_", str(p or "none")).strip("_")[:ARCHIVE_PART_CHARS] or "_"
              for p in (experiment, case_id, run)]
     return "__".join([*parts, digest]) + ".json"
-
-
-def judge_fields(judgment: Judgment | None) -> dict[str, Any]:
-    """The judge's explanation and identity, for the evaluation events forwarded with the session."""
-    if judgment is None:
-        return {}
-    return {"judge_explanation": judgment.explanation or judgment.error or None,
-            "judge_provenance": {"model": judgment.judge_model, "backend": judgment.backend,
-                                 "rubric_id": judgment.rubric_id, "rubric_sha256": judgment.rubric_sha256,
-                                 "prompt_version": judgment.prompt_version}}
 
 
 def case_run_row(score: SessionScore, r: CaseRunResult) -> dict[str, Any]:

@@ -35,9 +35,7 @@ class Evaluated:
     judge_status: str | None
     judge_score: float | None
     case_run: dict[str, Any] = field(default_factory=dict)
-    judge_explanation: str | None = None
-    # who judged: model, backend, rubric hash and prompt version (forwarded with the completion event)
-    judge_provenance: dict[str, Any] = field(default_factory=dict)
+    judgment: Judgment | None = None  # the verdict read, with its provenance (forwarded with the session)
 
 
 class CaseEvaluator(Protocol):

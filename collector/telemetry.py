@@ -50,6 +50,8 @@ DESCRIPTIONS = {
     "forward_logs_dropped": "Evaluation log records not forwarded, by reason (as forward_dropped).",
     "forward_retries": "Export attempts retried, by the downstream's answer.",
     "forward_unlabeled_spans": "Hold mode: spans forwarded without session labels, by reason (hold_bytes, no_session, shutdown).",
+    "forward_judge_calls": "Judge calls forwarded as spans of agentfunnel's own (a GenAI chat span in the trace of "
+                           "the session summary it judged, linked to it).",
     "forward_summaries": "Session summary spans emitted (one per closed session version).",
     "traces_read_back": "Traces assembled from the store rather than from memory (reopened, evicted or recovered).",
     "prepare_skipped": "Committed spans not normalized ahead because the prepare queue was full (read back at assembly).",

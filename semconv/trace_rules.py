@@ -9,6 +9,8 @@
 - Defining an agent is set-up, not a run: in a trace whose only agent spans are ``create_agent``
   (no model call, no tool call; OpenLLMetry records LangChain's ``create_agent`` as a trace of its
   own), those spans are ignored as ``agent_setup``, so the trace forms no session.
+- agentfunnel's own judge calls (scope ``agentfunnel.judge``, forwarded beside the session they
+  judged) are ignored as ``judge_call``: a downstream agentfunnel makes no session of them.
 
 A trace can hold tens of thousands of sibling calls, so the work stays linear in its spans: each
 call's place among its same-name siblings is counted in one pass, and each parent's call list is
@@ -32,8 +34,9 @@ CallList = dict[Hashable, list[tuple[dict, Any]]]  # tool name -> (args, call id
 
 def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> list[SpanRecord]:
     """Records of one trace (same order as ``views``) with the cross-span rules applied."""
-    out = list(records)
-    setup = _setup_only(records, views)
+    out = [dataclasses.replace(r, ignored=JUDGE_CALL) if v.scope_name == JUDGE_CALL_SCOPE and r.ignored is None
+           else r for r, v in zip(records, views)]
+    setup = _setup_only(out, views)
     if setup:  # nothing else in the trace is agent activity: no call to pair or recover
         for i in setup:
             out[i] = dataclasses.replace(out[i], ignored=AGENT_SETUP)
@@ -67,6 +70,8 @@ def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) 
 
 
 AGENT_SETUP = "agent_setup"
+JUDGE_CALL = "judge_call"
+JUDGE_CALL_SCOPE = "agentfunnel.judge"  # the scope of the judge-call spans agentfunnel forwards (forward/enrich.py)
 SETUP_OPERATIONS = ("create_agent",)
 
 

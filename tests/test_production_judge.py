@@ -139,9 +139,9 @@ def test_the_forwarded_completion_event_names_the_judge_and_carries_its_explanat
         assert completion["gen_ai.evaluation.explanation"] == "Hours given, from the tool."
         assert completion["agentfunnel.judge.model"] == stored["judge_model"]
         assert completion["agentfunnel.judge.backend"] == stored["backend"] == "anthropic"
-        assert completion["agentfunnel.judge.rubric_sha256"] == stored["rubric_sha256"] \
+        assert completion["agentfunnel.judge.rubric.sha256"] == stored["rubric_sha256"] \
             == load_rubric(tmp_path / "prod-rubric.txt").sha256
         assert completion["agentfunnel.judge.prompt_version"] == stored["prompt_version"]
-        assert completion["agentfunnel.judge.rubric_id"] == "file:prod-rubric.txt"
+        assert completion["agentfunnel.judge.rubric.id"] == "file:prod-rubric.txt"
     finally:
         api.close()

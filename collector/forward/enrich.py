@@ -20,7 +20,9 @@ from typing import Any
 
 from ...scoring import SessionScore
 from ...scoring.funnel import StepMatcher
+from ...scoring.judge import Judgment
 from ...semconv import SpanRecord, SpanView
+from ...semconv.trace_rules import JUDGE_CALL_SCOPE  # a downstream agentfunnel ignores these
 from ..assembly import assemble, assemble_records
 from ..batches import to_json
 from ..scoring_stage import ScoredSession
@@ -45,14 +47,13 @@ EXPERIMENT = NS + "experiment"
 RUN_ID = NS + "run.id"
 JUDGE_SCORE = NS + "judge.score"
 JUDGE_STATUS = NS + "judge.status"
-# who judged, on the completion event: a verdict is only comparable with one made by the same judge
 JUDGE_MODEL = NS + "judge.model"
 JUDGE_BACKEND = NS + "judge.backend"
-JUDGE_RUBRIC_ID = NS + "judge.rubric_id"
-JUDGE_RUBRIC_SHA256 = NS + "judge.rubric_sha256"
+JUDGE_RUBRIC_ID = NS + "judge.rubric.id"
+JUDGE_RUBRIC_SHA256 = NS + "judge.rubric.sha256"
 JUDGE_PROMPT_VERSION = NS + "judge.prompt_version"
-JUDGE_PROVENANCE = {"model": JUDGE_MODEL, "backend": JUDGE_BACKEND, "rubric_id": JUDGE_RUBRIC_ID,
-                    "rubric_sha256": JUDGE_RUBRIC_SHA256, "prompt_version": JUDGE_PROMPT_VERSION}
+JUDGE_INPUT_HASH = NS + "judge.input_hash"
+JUDGE_CACHED = NS + "judge.cached"
 
 SUMMARY_SPAN_NAME = NS + "session"
 SUMMARY_SCOPE = "agentfunnel.forward"
@@ -147,15 +148,30 @@ def span_labels(score: SessionScore, span_id: str) -> dict[str, Any]:
 
 
 def _judge(scored: ScoredSession) -> tuple[float | None, str | None, str | None]:
-    """Judge score, status and explanation, on the scored session or its score when scoring provides them."""
+    """Judge score, status and explanation, on the scored session or its score when scoring provides them.
+    The explanation is the judgment's own (a production session has no case run to read it from), else
+    its error (why it is missing or in error), else what the case run recorded."""
 
     def read(name: str) -> Any:
         value = getattr(scored.evaluated, name, None)
         return value if value is not None else getattr(scored.score, name, None)
 
     value = read("judge_score")
-    explanation = read("judge_explanation") or judge_explanation(getattr(scored.evaluated, "case_run", None))
+    judgment = judgment_of(scored)
+    explanation = ((judgment.explanation or judgment.error) if judgment is not None else None) \
+        or read("judge_explanation") or judge_explanation(getattr(scored.evaluated, "case_run", None))
     return float(value) if value is not None else None, read("judge_status"), explanation
+
+
+def judgment_of(scored: ScoredSession) -> Judgment | None:
+    return getattr(scored.evaluated, "judgment", None)
+
+
+def judge_identity(judgment: Judgment) -> dict[str, Any]:
+    """Who judged: model, backend, rubric (id and text hash), prompt version, and which input (its hash)."""
+    return {JUDGE_MODEL: judgment.judge_model, JUDGE_BACKEND: judgment.backend, JUDGE_RUBRIC_ID: judgment.rubric_id,
+            JUDGE_RUBRIC_SHA256: judgment.rubric_sha256, JUDGE_PROMPT_VERSION: judgment.prompt_version,
+            JUDGE_INPUT_HASH: judgment.input_hash, JUDGE_CACHED: bool(judgment.cached)}
 
 
 def judge_explanation(case_run: Mapping[str, Any] | None) -> str | None:
@@ -199,9 +215,8 @@ def evaluation_events(scored: ScoredSession, time_ns: int) -> list[dict[str, Any
                 attrs[EVAL_ERROR] = f"judge_{status}"
         if explanation:
             attrs[EVAL_EXPLANATION] = explanation
-        for key, value in (getattr(scored.evaluated, "judge_provenance", None) or {}).items():
-            if key in JUDGE_PROVENANCE and value is not None:
-                attrs[JUDGE_PROVENANCE[key]] = value
+        if (judgment := judgment_of(scored)) is not None:
+            attrs.update(judge_identity(judgment))
         events.append({"name": EVALUATION_EVENT, "time_unix_nano": time_ns, "attributes": attrs})
     return events
 
@@ -241,6 +256,8 @@ def summary_attributes(scored: ScoredSession) -> dict[str, Any]:
     value, status, _ = _judge(scored)
     optional.update({JUDGE_SCORE: value, JUDGE_STATUS: status})
     attrs.update({k: v for k, v in optional.items() if v is not None})
+    if (judgment := judgment_of(scored)) is not None:
+        attrs.update(judge_identity(judgment))
     return attrs
 
 
@@ -268,3 +285,42 @@ def evaluation_logs(summary: OutSpan, session_id: str) -> list[OutLog]:
                    event_name=ev["name"], attributes={**ev["attributes"], SESSION_ID: session_id},
                    resource_attributes=resource, scope_name=SUMMARY_SCOPE, scope_version=summary.scope_version)
             for ev in json.loads(summary.events or "[]")]
+
+
+# ---------------------------------------------------------------------------- the judge's own call
+
+
+def judge_call_span(scored: ScoredSession, scope_version: str | None = None) -> OutSpan | None:
+    """The judge's call for this session as a GenAI ``chat`` span of agentfunnel's own (service ``agentfunnel``),
+    linked to the session's summary span and carrying the session id: None when no call was made (no judgment,
+    or one taken from the cache). A trace of its own whose ids derive from the judgment's input hash and time,
+    so every later version of the session re-sends the same span (deduplicated downstream)."""
+    judgment = judgment_of(scored)
+    if judgment is None or judgment.cached or judgment.duration_ms is None:
+        return None
+    s = scored.score
+    digest = hashlib.blake2b(f"judge\x1f{judgment.input_hash}\x1f{judgment.created_at.isoformat()}".encode(),
+                             digest_size=24).digest()
+    trace_id, span_id = (digest[:16] if any(digest[:16]) else b"\x02" * 16).hex(), \
+        (digest[16:] if any(digest[16:]) else b"\x02" * 8).hex()
+    summary_trace, summary_span_id = summary_ids(s.session_id, scored.version)
+    start = int(judgment.created_at.timestamp() * 1e9)
+    failed = judgment.status in ("missing", "error")
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": judgment.backend, "gen_ai.system": judgment.backend,
+        "gen_ai.request.model": judgment.judge_model, "gen_ai.request.temperature": judgment.temperature,
+        "server.address": judgment.base_url, SESSION_ID: s.session_id, **judge_identity(judgment),
+        JUDGE_STATUS: judgment.status}
+    optional = {"gen_ai.usage.input_tokens": judgment.input_tokens, "gen_ai.usage.output_tokens": judgment.output_tokens,
+                "gen_ai.response.id": judgment.request_id, JUDGE_SCORE: judgment.score, CASE_ID: s.case_id,
+                "error.type": f"judge_{judgment.status}" if failed else None}
+    attrs.update({k: v for k, v in optional.items() if v is not None})
+    links = [{"trace_id": summary_trace, "span_id": summary_span_id, "attributes": {SESSION_ID: s.session_id}}]
+    return OutSpan(trace_id=trace_id, span_id=span_id, parent_span_id=None, trace_state=None, flags=0,
+                   name=f"chat {judgment.judge_model}", kind="CLIENT", start_ns=start,
+                   end_ns=start + max(0, int(judgment.duration_ms * 1e6)),
+                   status_code="ERROR" if failed else "UNSET",
+                   status_message=(judgment.error or "")[:500] or None if failed else None,
+                   service_name="agentfunnel", scope_name=JUDGE_CALL_SCOPE, scope_version=scope_version,
+                   attributes=to_json(attrs), resource_attributes=to_json({"service.name": "agentfunnel"}),
+                   events=None, links=to_json(links))

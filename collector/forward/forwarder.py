@@ -23,7 +23,7 @@ from ..config import ForwardSettings
 from ..scoring_stage import ScoredSession
 from ..telemetry import Metrics
 from .encode import OutSpan, chunked, encode_logs, rows_of
-from .enrich import evaluation_logs, immediate_labels, span_labels, summary_span, views_of
+from .enrich import evaluation_logs, immediate_labels, judge_call_span, span_labels, summary_span, views_of
 from .exporter import Exporter, Request, Transport
 from .hold import HoldBuffer
 
@@ -211,8 +211,11 @@ class Forwarder:
                     self._send(rows)
             if sc.status == "closed":
                 summary = summary_span(sc, now_ns, self.scope_version)
-                self._send([summary])
+                judged = judge_call_span(sc, self.scope_version)
+                self._send([summary] if judged is None else [summary, judged])
                 self.metrics.inc("forward_summaries")
+                if judged is not None:
+                    self.metrics.inc("forward_judge_calls")
                 if self.settings.also_logs:
                     records = evaluation_logs(summary, score.session_id)
                     self.exporter.submit(Request("logs", encode_logs(records), len(records)))

@@ -27,6 +27,7 @@ import logging
 import math
 import random
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -219,7 +220,7 @@ class AnthropicJudge:
         base = self._base(inp, key, rubric)
         prompt = build_prompt(inp, rubric or self.rubric)
         usage: tuple[int, int] | None = None
-        attempts, request_id = 0, None
+        attempts, request_id, started = 0, None, None
         try:
             if self._client is None:
                 self._count("not_configured")
@@ -231,6 +232,7 @@ class AnthropicJudge:
                 raise
             cost = 0.0
             try:
+                started = time.monotonic()
                 message, attempts = self._send(prompt)
                 request_id = getattr(message, "_request_id", None)
                 usage = _usage(message)
@@ -239,6 +241,7 @@ class AnthropicJudge:
                 self._settle(estimate, cost)
             verdict = self._parse(message, inp, attempts, request_id, usage)
         except _Failure as f:
+            base["duration_ms"] = None if started is None else (time.monotonic() - started) * 1000
             log.warning("judge %s for case %s: %.300s", f.status, inp.case_id, f.reason)
             usage = f.usage or usage
             return Judgment(status=f.status, passed=False, score=0.0 if f.status == "error" else None,
@@ -250,7 +253,7 @@ class AnthropicJudge:
                         unsupported_claims=verdict.unsupported_claims, explanation=verdict.explanation,
                         attempts=attempts, request_id=request_id, input_tokens=usage[0] if usage else None,
                         output_tokens=usage[1] if usage else None, cost_usd=self._cost(*usage) if usage else None,
-                        **base)
+                        duration_ms=(time.monotonic() - started) * 1000 if started is not None else None, **base)
 
     def _send(self, prompt: JudgePrompt) -> tuple[Any, int]:
         s = self.settings

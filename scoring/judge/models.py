@@ -164,6 +164,8 @@ class Judgment(_Model):
     cost_usd: float | None = None
     attempts: int = 0
     request_id: str | None = None
+    duration_ms: float | None = Field(default=None, description="how long the judge's API calls took, retries "
+                                      "included (None: no call made); the judge-call span's length")
     cached: bool = False
 
     @field_validator("created_at")
