@@ -88,6 +88,10 @@ class LazyViews(Sequence[SpanView]):
         named = json.dumps(key)
         return (self[i] for i, row in enumerate(self._rows) if i in self._made or named in row[4])
 
+    def scope_names(self) -> Iterator[str | None]:
+        """Each span's instrumentation scope, without parsing the span."""
+        return (row[10] for row in self._rows)
+
     def resource_attributes(self) -> Iterator[Mapping[str, Any]]:
         """Each span's resource attributes (the batch's shared dict), without parsing the span."""
         return (row[5] for row in self._rows)

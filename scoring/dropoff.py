@@ -33,9 +33,8 @@ FIXES = {
                    "in the results, so it can propose the next step with them.",
     "info_only": "The agent answered and took no further step: the request may have been for information only; if "
                  "users meant to go on, make the next step's tool and identifiers visible in the results.",
-    "unknown": "No step-specific reason was found: open an example session and read how it ended (the last tool "
-               "call and its result, the agent's last message); an ending seen often here may need a funnel step "
-               "or a rule of its own.",
+    "unknown": "No step-specific reason was found: open an example session and read how it ended (its last tool "
+               "call and result, its last message); an ending seen often may need a funnel step or a rule of its own.",
 }
 PAYMENT_STATUSES = ["requires_payment", "payment_required", "pending_payment", "awaiting_payment"]
 

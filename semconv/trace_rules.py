@@ -34,8 +34,10 @@ CallList = dict[Hashable, list[tuple[dict, Any]]]  # tool name -> (args, call id
 
 def apply_trace_rules(records: Sequence[SpanRecord], views: Sequence[SpanView]) -> list[SpanRecord]:
     """Records of one trace (same order as ``views``) with the cross-span rules applied."""
-    out = [dataclasses.replace(r, ignored=JUDGE_CALL) if v.scope_name == JUDGE_CALL_SCOPE and r.ignored is None
-           else r for r, v in zip(records, views)]
+    # held views name their scopes without parsing their spans; any other sequence is read view by view
+    scopes = views.scope_names() if hasattr(views, "scope_names") else (v.scope_name for v in views)
+    out = [dataclasses.replace(r, ignored=JUDGE_CALL) if scope == JUDGE_CALL_SCOPE and r.ignored is None
+           else r for r, scope in zip(records, scopes)]
     setup = _setup_only(out, views)
     if setup:  # nothing else in the trace is agent activity: no call to pair or recover
         for i in setup:

@@ -105,7 +105,7 @@ def test_the_wait_is_none_on_a_file_of_its_own_and_one_ship_interval_on_a_lake()
 def test_the_service_loop_assembles_idle_traces_once_there_are_enough_or_the_wait_is_over(monkeypatch) -> None:
     clock = Clock()
     jobs: list[set[str]] = []
-    monkeypatch.setattr(SessionService, "_assemble", lambda self, traces, follow=False: jobs.append(set(traces)))
+    monkeypatch.setattr(SessionService, "_assemble", lambda self, traces, follow=False, keep=True: jobs.append(set(traces)))
     settings = SessionSettings(idle_timeout_seconds=1.0, check_interval_seconds=0.01, open_refresh_seconds=0,
                                min_traces_per_job=3, max_job_wait_seconds=2.0)
     svc = SessionService(settings, _InlineStore(), SessionTables(), Metrics())  # type: ignore[arg-type]

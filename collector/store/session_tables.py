@@ -203,7 +203,8 @@ class SessionTables:
         replica still holds open is scored closed now, and again when that replica's assembly is followed."""
         return [sid for sid, in con.execute(
             "SELECT session_id FROM sessions WHERE status = 'open' AND session_id NOT IN "
-            "(SELECT DISTINCT unnest(session_ids) FROM trace_index WHERE assembled_at IS NULL) ORDER BY session_id"
+            "(SELECT DISTINCT unnest(session_ids) FROM trace_index WHERE assembled_at IS NULL) AND session_id IN "
+            "(SELECT DISTINCT unnest(session_ids) FROM trace_index) ORDER BY session_id"
         ).fetchall()]
 
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
