@@ -87,7 +87,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def _row(name: str, a: Agreement) -> list[str]:
     pct = "—" if a.percent is None else f"{a.percent * 100:.0f}%"
-    from .report_text import fixed
+    from .report.text import fixed
 
     kappa = "—" if a.kappa is None else fixed(a.kappa)
     return [name, str(a.n), pct, kappa, str(a.tp), str(a.fp), str(a.fn), str(a.tn)]

@@ -335,7 +335,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_cases_check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
     from ..scoring.cases import CaseFileError, load_suite
-    from .report_text import plural
+    from .report.text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)

@@ -225,9 +225,9 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
     from rich.text import Text
 
     from .compare import compare, judgment_gates, load_side, side_gates
-    from .experiments import load_experiment, terminal_renderables
+    from .report.experiments import load_experiment, terminal_renderables
     from .report import Filters, load_report
-    from .report_terminal import look_at, stages_table
+    from .report.terminal import look_at, stages_table
     from .terminal import data_text, output_console
 
     stats = load_experiment(db, args.experiment)
@@ -271,8 +271,8 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
 def _write_html(path: Path, report: Any, stats: Any, gates: list[str]) -> None:
     import html
 
-    from .experiments import html_section
-    from .report_html import render_html
+    from .report.experiments import html_section
+    from .report.html import render_html
 
     items = "".join(f"<li>{html.escape(g)}</li>" for g in gates) or "<li>all gates passed</li>"
     extra = f'{html_section(stats)}<section class="card gates"><h2>Gates</h2><ul>{items}</ul></section>'

@@ -317,7 +317,7 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        from .report_text import fixed, plural
+        from .report.text import fixed, plural
 
         shown = "undefined" if kappa is None else fixed(kappa)
         return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "

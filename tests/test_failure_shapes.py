@@ -20,9 +20,9 @@ import pytest
 
 from agentfunnel.collector.evaluation import case_run_row
 from agentfunnel.collector.report import ExperimentRuns
-from agentfunnel.collector.report_html import render_html
-from agentfunnel.collector.report_shapes import FailureShape, Tails
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.html import render_html
+from agentfunnel.collector.report import FailureShape, Tails
+from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.session_tables import insert_rows
 from agentfunnel.scoring import SessionScorer

@@ -19,8 +19,8 @@ import pytest
 
 from agentfunnel.collector import compare
 from agentfunnel.collector.report import Filters, load_report
-from agentfunnel.collector.report_html import render_html
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.html import render_html
+from agentfunnel.collector.report.terminal import render_terminal
 from conftest import ROOT, run_cli, shared_demo
 
 GOLDEN = ROOT / "tests" / "golden" / "report"

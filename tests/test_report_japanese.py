@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agentfunnel.collector import experiments, report_text
+from agentfunnel.collector.report import experiments
+from agentfunnel.collector.report import text as report_text
 from agentfunnel.collector.report import (CriterionMiss, ExperimentRuns, Filters, ReportData, StageRow, Summary,
                                           load_report)
-from agentfunnel.collector.report_html import render_html
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.html import render_html
+from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.scoring import dropoff, labels
@@ -95,8 +96,8 @@ def english_labels(min_len: int = 8) -> set[str]:
 
 def test_the_walk_finds_every_label_table():
     names = set(TABLES)
-    for expected in ("report_text.TEXT", "report_text.VARIANT_NAMES", "report_text.DROP_REASON_NAMES",
-                     "report_text.STAGE_FIX_TEXT", "report_text.DROP_FIX_TEXT", "report_text.FAILURE_CLASS_NAMES",
+    for expected in ("text.TEXT", "text.VARIANT_NAMES", "text.DROP_REASON_NAMES",
+                     "text.STAGE_FIX_TEXT", "text.DROP_FIX_TEXT", "text.FAILURE_CLASS_NAMES",
                      "labels.OUTCOME_LABELS", "labels.READS_AS_LABELS", "labels.STAGE_LABELS", "labels.STAGE_QUESTIONS",
                      "labels.STAGE_CHECKS", "labels.CRITERION_RESULT_LABELS", "labels.VARIANT_OUTCOME_LABELS['lodging']"):
         assert expected in names, f"{expected} is not walked: {sorted(names)}"

@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode
 from aiohttp import web
 
 from ..query import QueryError
-from ..report_text import lang_of
+from ..report.text import lang_of
 from . import pages, queries
 from .filters import FilterError, SessionFilters
 from .queries import Reader

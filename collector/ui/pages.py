@@ -20,7 +20,7 @@ import jinja2
 from ...scoring import labels
 from ...scoring.prices import PriceTable
 from ..config import UISettings
-from ..report_text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
+from ..report.text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
 from . import model
 from .conversation import Message, conversation
 from .filters import PAGE_SIZE, SORTS, SessionFilters

@@ -1,11 +1,11 @@
-"""The UI's words in English and Japanese; words the report already has come from ``report_text``."""
+"""The UI's words in English and Japanese; words the report already has come from ``report.text``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..report_text import TEXT as REPORT_TEXT
-from ..report_text import lang_of
+from ..report.text import TEXT as REPORT_TEXT
+from ..report.text import lang_of
 
 WORDS: dict[str, dict[str, str]] = {
     "en": {

@@ -10,13 +10,13 @@ import html
 import math
 import re
 
-from ..scoring import labels
-from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
+from ...scoring import labels
+from ..ui.links import experiment_url, session_url
+from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
-from .report_shapes import shapes_html, tails_html
-from .ui.links import experiment_url, session_url
-from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
-                          short_time, stage_fix, text, variant_name)
+from .shapes import shapes_html, tails_html
+from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
+                   stage_fix, text, variant_name)
 
 FUNNEL_FILL = "#4338CA"  # only the funnel bars use this colour (the screenshot test looks for it)
 SKIPPED_FILL = "#C7D2FE"  # the strip of a bar that passed the step without a call to it

@@ -13,14 +13,22 @@ is the only code here that reads the database; the renderers are pure functions 
 from __future__ import annotations
 
 import html
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..scoring import labels
-from .config import StoreSettings
-from .query import query
-from .report_text import failure_class_name, text
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ...scoring import labels
+from ...scoring.passk import pass_at_k, pass_hat_k
+from ..config import StoreSettings
+from ..query import query
+from ..terminal import data_text
+from .text import failure_class_name, text
 
 # The failure classes, in precedence order (scoring.stages), with the summary view's column for each.
 FAILURE_COLUMNS = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output",
@@ -120,8 +128,6 @@ class ExperimentStats:
 
 def _pooled(rows: list[dict[str, Any]]) -> CaseStats:
     """Rows of one case from several experiments (a glob) as one measurement: n and c add up."""
-    from ..scoring.passk import pass_at_k, pass_hat_k
-
     n, c = sum(int(r["n"]) for r in rows), sum(int(r["passes"]) for r in rows)
     failures = {FAILURE_NAMES.get(col, col): sum(int(r.get(col) or 0) for r in rows) for col in FAILURE_COLUMNS}
     if len(rows) == 1:
@@ -202,12 +208,6 @@ def terminal_renderables(e: ExperimentStats, width: int = 120, lang: str = "en")
 
     Case ids and experiment names are telemetry or user text: shown through ``data_text`` (no markup, controls
     escaped)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from .terminal import data_text
-
     head = Table(title=None, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
     head.add_column("")
     head.add_column("", justify="right")
@@ -228,10 +228,6 @@ def terminal_renderables(e: ExperimentStats, width: int = 120, lang: str = "en")
 
 
 def render_terminal(e: ExperimentStats, width: int = 120) -> str:
-    import io
-
-    from rich.console import Console
-
     buf = io.StringIO()
     console = Console(file=buf, width=width, markup=False, emoji=False, highlight=False)
     for r in terminal_renderables(e, width):
@@ -265,7 +261,7 @@ def html_section(e: ExperimentStats) -> str:
 
 
 # The headline numbers drawn over experiments in time order (``report --html`` with more than two); labels
-# are report_text's ``stats_*`` words.
+# are :mod:`.text`'s ``stats_*`` words.
 TREND_METRICS: tuple[tuple[str, str, Any], ...] = (
     ("reliable", "", lambda e: e.reliable),
     ("recoverable", "", lambda e: e.recoverable),

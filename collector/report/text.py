@@ -8,9 +8,9 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from ..scoring import labels
-from ..scoring.dropoff import FIXES
-from ..scoring.stages import STAGE_FIX
+from ...scoring import labels
+from ...scoring.dropoff import FIXES
+from ...scoring.stages import STAGE_FIX
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
 TEXT: dict[str, dict[str, str]] = {

@@ -6,110 +6,26 @@ most common first, so the report says where to look (a schema violation on /date
 Tails (``experiment_tails_of``, ``step_distribution_of``): cost, latency and steps (tool calls) per run at
 p50, p95, p99 and max, the runs per step count, and the wasted steps by kind.
 
-Loaded with the rest of the report (``report._load_experiments``); the renderers are pure functions of the
-data. Values from telemetry (tools, pointers, criteria, errors) are escaped in both outputs.
+Read with the rest of the report (:mod:`.data`, statements in :mod:`.sql`); these renderers, for the terminal
+and for HTML, are pure functions of the data. Values from telemetry (tools, pointers, criteria, errors) are
+escaped in both outputs.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..scoring import labels
-from .config import StoreSettings
-from .query import query
+from rich.table import Table
+from rich.text import Text
+
+from ..terminal import data_text, fit_table
+from .data import WASTED_KINDS, ExperimentRuns, FailureShape, Tails
 from .experiments import fmt
-from .report_text import failure_kind_name, lang_of, pct, text
+from .layout import as_lines, fitted, measurer, share_bar, titled
+from .text import failure_kind_name, pct, text
 
-TOP_FAILURE_SHAPES = 8  # per experiment in the report; the failure_shapes view holds them all
 HISTOGRAM_MAX_BARS = 40  # step counts beyond this many bars are drawn in ranges
-WASTED_KINDS = ("repeats", "retries", "rederivations", "walk_backs")
-
-
-@dataclass(frozen=True)
-class FailureShape:
-    """One row of ``failure_shapes``: what failed ``runs`` of the experiment's ``failed_runs``."""
-
-    stage: str | None
-    tool: str | None
-    location: str | None  # an argument's JSON pointer, a result field's path, a criterion or assertion
-    kind: str
-    runs: int
-    share: float
-    failed_runs: int
-    detail: str | None  # its most common detail (an error, a schema message, what was found)
-    example: str | None  # its latest run's session
-
-    def stage_name(self, lang: str) -> str:
-        return labels.stage_label(self.stage, lang_of(lang)) if self.stage else "—"
-
-
-@dataclass(frozen=True)
-class Tails:
-    """An experiment's runs at p50, p95, p99 and max, their step counts, and their wasted steps by kind."""
-
-    runs: int
-    cost: tuple[float | None, ...]
-    latency_ms: tuple[float | None, ...]
-    steps: tuple[float | None, ...]
-    step_counts: tuple[tuple[int, int], ...] = ()  # (tool calls, runs), fewest calls first
-    wasted: dict[str, int] = field(default_factory=dict)  # kind -> steps (WASTED_KINDS)
-
-    @property
-    def wasted_steps(self) -> int:
-        return sum(self.wasted.values())
-
-
-_IDS = "(SELECT coalesce(list(session_id), []::VARCHAR[]) FROM s WHERE case_id IS NOT NULL)"  # the filtered runs
-
-
-def shapes_sql(sql: Any) -> str:
-    """The top shapes per experiment among the filtered sessions' runs (``sql``: a ``report.ReportSQL``)."""
-    return sql._with() + (
-        f"SELECT * FROM failure_shapes_of({_IDS})"
-        " QUALIFY row_number() OVER (PARTITION BY experiment ORDER BY runs DESC, stage NULLS LAST, kind, tool, location)"
-        f" <= {TOP_FAILURE_SHAPES}"
-        " ORDER BY experiment, runs DESC, stage NULLS LAST, kind, tool, location")
-
-
-def tails_sql(sql: Any) -> str:
-    return sql._with() + f"SELECT * FROM experiment_tails_of({_IDS})"
-
-
-def steps_sql(sql: Any) -> str:
-    return sql._with() + f"SELECT * FROM step_distribution_of({_IDS}) ORDER BY experiment, steps"
-
-
-def _rows(db: Path | StoreSettings, statement: str) -> list[dict[str, Any]]:
-    res = query(db, statement)
-    return [dict(zip(res.columns, r)) for r in res.rows]
-
-
-def load_shapes(db: Path | StoreSettings, sql: Any, by_name: dict[Any, Any]) -> None:
-    """Fill each ``report.ExperimentRuns`` in ``by_name`` with its shapes and tails; nothing on a database
-    from before the failure_shapes view (it reads as before until it is upgraded)."""
-    have = _rows(db, "SELECT count(*) AS n FROM information_schema.tables WHERE table_name = 'failure_shapes'")
-    if not have or not have[0]["n"]:
-        return
-    for r in _rows(db, shapes_sql(sql)):
-        if r["experiment"] in by_name:
-            by_name[r["experiment"]].shapes.append(FailureShape(
-                r["stage"], r["tool"], r["location"], r["kind"], int(r["runs"]), float(r["share"]),
-                int(r["failed_runs"]), r["detail"], r["example"]))
-    counts: dict[Any, list[tuple[int, int]]] = {}
-    for r in _rows(db, steps_sql(sql)):
-        if r["steps"] is not None:
-            counts.setdefault(r["experiment"], []).append((int(r["steps"]), int(r["runs"])))
-    for r in _rows(db, tails_sql(sql)):
-        if r["experiment"] in by_name:
-            by_name[r["experiment"]].tails = Tails(
-                int(r["runs"]), tuple(r[f"cost_{q}"] for q in ("p50", "p95", "p99", "max")),
-                tuple(r[f"latency_{q}_ms"] for q in ("p50", "p95", "p99", "max")),
-                tuple(r[f"steps_{q}"] for q in ("p50", "p95", "p99", "max")),
-                tuple(counts.get(r["experiment"], ())),
-                {k: int(r[f"wasted_{k}"] or 0) for k in WASTED_KINDS})
 
 
 # ---------------------------------------------------------------------------- formatting
@@ -144,27 +60,22 @@ def _where(s: FailureShape, lang: str) -> str:
 # ---------------------------------------------------------------------------- terminal
 
 
-def tails_renderables(e: Any, lang: str, width: int) -> list[Any]:
-    """The tails of one ``report.ExperimentRuns`` (a table, the runs per step count, the wasted steps by kind);
+def tails_renderables(e: ExperimentRuns, lang: str, width: int) -> list[Any]:
+    """The tails of one :class:`.data.ExperimentRuns` (a table, the runs per step count, the wasted steps by kind);
     nothing without them."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from .report_terminal import _fitted, _titled
-
     out: list[Any] = []
     if e.tails is not None and e.tails.runs:
         t = e.tails
 
         def build_tails(_: bool) -> Table:
-            table = _titled(text("tails", lang))
+            table = titled(text("tails", lang))
             table.add_column("")
             table.add_column(text("tail_quantiles", lang), justify="right")
             for label, value in tail_rows(t, lang):
                 table.add_row(label, value)
             return table
 
-        out += [_fitted(build_tails, width),
+        out += [fitted(build_tails, width),
                 Text.assemble((text("steps_per_run", lang) + ": ", "dim"), step_counts_line(t))]
         if t.wasted_steps:
             out.append(Text(wasted_line(t, lang), style="dim"))
@@ -172,19 +83,13 @@ def tails_renderables(e: Any, lang: str, width: int) -> list[Any]:
     return out
 
 
-def shapes_renderables(e: Any, lang: str, width: int) -> list[Any]:
-    """The failure shapes of one ``report.ExperimentRuns``; nothing without them."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from .report_terminal import _measurer, _titled, as_lines, share_bar
-    from .terminal import data_text, fit_table
-
+def shapes_renderables(e: ExperimentRuns, lang: str, width: int) -> list[Any]:
+    """The failure shapes of one :class:`.data.ExperimentRuns`; nothing without them."""
     out: list[Any] = []
     if e.shapes:
         def build(with_bar: bool) -> Table:
             # the stage is left to the HTML report: a kind of problem names its stage
-            table = _titled(text("failure_shapes", lang), caption=text("shapes_note", lang), caption_justify="left",
+            table = titled(text("failure_shapes", lang), caption=text("shapes_note", lang), caption_justify="left",
                             caption_style="dim")
             table.add_column(text("problem", lang), overflow="fold")
             table.add_column(text("tool", lang), overflow="fold")
@@ -203,7 +108,7 @@ def shapes_renderables(e: Any, lang: str, width: int) -> list[Any]:
 
         # the problem and its location wrap before the detail does (it is where the fix shows)
         table = build(False)
-        out += [table if fit_table(table, width, _measurer(width), (0, 2)) else as_lines(table), Text()]
+        out += [table if fit_table(table, width, measurer(width), (0, 2)) else as_lines(table), Text()]
     return out
 
 
@@ -242,8 +147,8 @@ def histogram_svg(t: Tails, lang: str) -> str:
             f'xmlns="http://www.w3.org/2000/svg">{"".join(cols)}{axis}</svg>')
 
 
-def tails_html(e: Any, lang: str) -> str:
-    """The tails of one ``report.ExperimentRuns`` as HTML; every stored value escaped."""
+def tails_html(e: ExperimentRuns, lang: str) -> str:
+    """The tails of one :class:`.data.ExperimentRuns` as HTML; every stored value escaped."""
     parts = []
     if e.tails is not None and e.tails.runs:
         t = e.tails
@@ -258,8 +163,8 @@ def tails_html(e: Any, lang: str) -> str:
     return "".join(parts)
 
 
-def shapes_html(e: Any, lang: str) -> str:
-    """The failure shapes of one ``report.ExperimentRuns`` as HTML; every stored value escaped."""
+def shapes_html(e: ExperimentRuns, lang: str) -> str:
+    """The failure shapes of one :class:`.data.ExperimentRuns` as HTML; every stored value escaped."""
     parts = []
     if e.shapes:
         head = "".join(f"<th{' class=num' if k in ('runs', 'share') else ''}>{_esc(text(k, lang))}</th>"

@@ -1,4 +1,4 @@
-"""The report as rich tables with bars; pure functions of :class:`report.ReportData` and the width.
+"""The report as rich tables with bars; pure functions of :class:`.data.ReportData` and the width.
 
 Layout by width (every line fits it; no word or header is cut, see :func:`terminal.fit_table`):
 
@@ -21,110 +21,28 @@ nothing is lost; an example session id is one line, cut with "…" where it does
 from __future__ import annotations
 
 import io
-from typing import Callable
 
-from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.measure import Measurement
+from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ..scoring import labels
-from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
-from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
-                          short_time, stage_fix, text, variant_name)
+from ...scoring import labels
+from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
+from ..ui.links import experiment_url, session_url
+from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .experiments import terminal_renderables as experiment_stats
-from .report_shapes import shapes_renderables, tails_renderables
-from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
-from .ui.links import experiment_url, session_url
+from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, titled
+from .shapes import shapes_renderables, tails_renderables
+from .text import (drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
+                   variant_name)
 
-BAR_WIDTH = 28
-MIN_BAR = 8  # narrower than this a bar says nothing the share beside it does not
 FIX_MIN = 30  # cells the suggested fix needs for the drop-offs to stay a table
 CRITERION_MIN = 24  # likewise the criterion, for the criteria missed most
 INDENT = 2  # the details of a block under its first line
 READS_AS_STYLE = {"pass": "green", "partial": "yellow", "info": "cyan", "fail": "red", "unknown": "bright_black",
                   "neutral": "white"}
-_EIGHTHS = " ▏▎▍▌▋▊▉"
-# The report writes no markup of its own: plain strings that reach a table stay literal too.
-_AS_TYPED = {"markup": False, "emoji": False, "highlight": False}
-
-
-def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
-    """A horizontal bar in eighth-blocks, so small differences still show."""
-    eighths = round(max(0.0, min(1.0, fraction or 0.0)) * width * 8)
-    full, rest = divmod(eighths, 8)
-    return ("█" * full + (_EIGHTHS[rest] if rest else "")).ljust(width)
-
-
-class Bar:
-    """A bar cell drawn at the width its column gets: ``width`` cells when there is room, down to ``MIN_BAR``."""
-
-    def __init__(self, draw: Callable[[int], Text], width: int = BAR_WIDTH) -> None:
-        self.draw, self.width = draw, width
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        most = min(self.width, options.max_width)
-        return Measurement(min(MIN_BAR, most), most)
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.draw(min(self.width, options.max_width))
-
-
-def share_bar(fraction: float | None, style: str, width: int = BAR_WIDTH) -> Bar:
-    return Bar(lambda w: Text(bar(fraction, w), style=style), width)
-
-
-def clipped(value: str | None, units: int) -> Text:
-    """A stored value in a narrow cell: escaped first, so the clipped width is the width shown."""
-    return data_text(clip_width(visible_controls(value), units))
-
-
-def _measurer(width: int) -> Console:
-    return Console(file=io.StringIO(), width=width, **_AS_TYPED)
-
-
-def _room(t: Table, width: int, index: int) -> int:
-    """Cells left for column ``index`` when every other column gets its widest line, header included."""
-    needs = column_needs(t, _measurer(width), width)
-    return width - table_chrome(t) - sum(n.full for i, n in enumerate(needs) if i != index)
-
-
-def _cell_text(cell: RenderableType) -> Text | None:
-    if isinstance(cell, str):
-        return Text(cell)
-    return Text(" ").join(cell.split("\n")) if isinstance(cell, Text) else None
-
-
-def as_lines(t: Table) -> RenderableType:
-    """A table that does not fit even with every cell wrapped at its words: a line per row, its first cell, then
-    each other value after its header; the lines wrap at words."""
-    out: list[RenderableType] = [Text(str(t.title), style="bold")] if t.title else []
-    heads = [_cell_text(c.header) or Text() for c in t.columns]
-    for row in zip(*(c.cells for c in t.columns)):
-        cells = [_cell_text(c) for c in row]
-        line = (cells[0] or Text()).copy()
-        facts = [Text.assemble(head, " ", cell) for head, cell in zip(heads[1:], cells[1:]) if head and cell]
-        if facts:
-            line.append(": ")
-            line.append_text(Text(" · ").join(facts))
-        out.append(line)
-    if t.caption:
-        out.append(Text(str(t.caption), style="dim"))
-    return Group(*out)
-
-
-def _fitted(build: Callable[[bool], Table], width: int, bar_column: int | None = None) -> RenderableType:
-    """The table with its bar if the bar gets ``MIN_BAR`` cells beside full-width columns, else without it;
-    then sized to the width, the bar growing last; as lines if even that does not fit."""
-    t = build(True)
-    if bar_column is not None and _room(t, width, bar_column) < MIN_BAR:
-        t, bar_column = build(False), None
-    if fit_table(t, width, _measurer(width), () if bar_column is None else (bar_column,)):
-        return t
-    return as_lines(build(False) if bar_column is not None else t)
 
 
 def _rule(title: Text, style: str, width: int) -> RenderableType:
@@ -154,14 +72,9 @@ def header(data: ReportData, lang: str, width: int = WIDE) -> RenderableType:
     return Group(*parts)
 
 
-def _titled(title: str, **kw) -> Table:
-    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
-                 pad_edge=False, **kw)
-
-
 def funnel_table(steps: list[FunnelStep], lang: str, width: int = WIDE) -> RenderableType:
     def build(with_bar: bool) -> Table:
-        t = _titled(text("funnel", lang))
+        t = titled(text("funnel", lang))
         t.add_column(text("step", lang))
         t.add_column(text("reached", lang), justify="right")
         t.add_column(text("share", lang), justify="right")
@@ -173,12 +86,12 @@ def funnel_table(steps: list[FunnelStep], lang: str, width: int = WIDE) -> Rende
                       *([share_bar(s.share, "blue")] if with_bar else []))
         return t
 
-    return _fitted(build, width, 4)
+    return fitted(build, width, 4)
 
 
 def outcome_table(rows: list[OutcomeCount], lang: str, width: int = WIDE) -> RenderableType:
     def build(with_bar: bool) -> Table:
-        t = _titled(text("outcome_mix", lang))
+        t = titled(text("outcome_mix", lang))
         t.add_column(text("outcome", lang))
         t.add_column(text("reads_as", lang))
         t.add_column(text("count", lang), justify="right")
@@ -192,13 +105,13 @@ def outcome_table(rows: list[OutcomeCount], lang: str, width: int = WIDE) -> Ren
                       str(o.sessions), pct(o.share), *([share_bar(o.share, style)] if with_bar else []))
         return t
 
-    return _fitted(build, width, 4)
+    return fitted(build, width, 4)
 
 
 def buckets_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableType:
     """``--bucket``: the filtered sessions by the hour or day they started."""
     def build(with_bar: bool) -> Table:
-        t = _titled(text("by_hour" if data.filters.bucket == "hour" else "by_day", lang))
+        t = titled(text("by_hour" if data.filters.bucket == "hour" else "by_day", lang))
         t.add_column(text("bucket_start", lang))
         t.add_column(text("count", lang), justify="right")
         t.add_column(text("avg_completion", lang), justify="right")
@@ -208,7 +121,7 @@ def buckets_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableT
             t.add_row(start, str(b.sessions), pct(b.avg_completion), data_text(b.outcomes_label(lang)))
         return t
 
-    return _fitted(build, width)
+    return fitted(build, width)
 
 
 def _fix(d: DropReason, lang: str) -> Text | str:
@@ -281,7 +194,7 @@ def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableTyp
     """The drop-offs as a table while the fix gets ``FIX_MIN`` cells, else as blocks."""
     if not data.drops:
         return Text(text("no_drops", lang), style="dim")
-    t = _titled(text("drop_offs", lang), leading=1)
+    t = titled(text("drop_offs", lang), leading=1)
     t.add_column(text("reason", lang), no_wrap=True)
     t.add_column(text("dropped_at", lang))
     t.add_column(text("drop_step", lang))
@@ -291,7 +204,7 @@ def drops_table(data: ReportData, lang: str, width: int = WIDE) -> RenderableTyp
     for d in data.drops:
         t.add_row(_reason(d, lang, "\n"), _stopped_at(data, d, lang, "\n"), _drop_step(data, d, lang, "\n"),
                   str(d.sessions), _fix(d, lang), clipped(d.example, 30))
-    if _room(t, width, 4) < FIX_MIN or not fit_table(t, width, _measurer(width)):
+    if room(t, width, 4) < FIX_MIN or not fit_table(t, width, measurer(width)):
         return drop_blocks(data, lang, width)
     return t
 
@@ -313,7 +226,7 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
         legend = "  ".join(f"{glyph} {text(key, lang)}" for glyph, key in
                            (("█", "passed_runs"), ("▓", "failed_first"), ("░", "missing_runs")))
         caption = {"caption": legend, "caption_justify": "right", "caption_style": "dim"} if with_bar else {}
-        t = _titled(text("fail_first", lang), **caption)
+        t = titled(text("fail_first", lang), **caption)
         t.add_column(text("stage", lang), no_wrap=True)
         for key in ("reached_runs", "passed_runs", "failed_first", "missing_runs", "cumulative", "conditional"):
             t.add_column(text(key, lang), justify="right")
@@ -328,20 +241,20 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
                       pct(s.cumulative), "—" if s.conditional is None else pct(s.conditional), *cells)
         return t
 
-    return _fitted(build, width, 7)
+    return fitted(build, width, 7)
 
 
 def stage_questions_table(lang: str, width: int = WIDE) -> RenderableType:
     """``--stage-questions``: the seven stages with the question each asks and the evidence that answers it, once
     above the experiments' stage tables (the HTML report has them as columns of each). Where the table does not
     fit, a block per stage: its name, then the question and the evidence, each wrapped beside its header."""
-    t = _titled(text("stage_questions_title", lang))
+    t = titled(text("stage_questions_title", lang))
     t.add_column(text("stage", lang), no_wrap=True)
     t.add_column(text("stage_question", lang), overflow="fold", ratio=1)
     t.add_column(text("stage_check", lang), overflow="fold", ratio=1)
     for stage in labels.STAGES:
         t.add_row(labels.stage_label(stage, lang), labels.stage_question(stage, lang), labels.stage_check(stage, lang))
-    if fit_table(t, width, _measurer(width)):
+    if fit_table(t, width, measurer(width)):
         return t
     out: list[RenderableType] = [Text(text("stage_questions_title", lang), style="bold")]
     keys = [text("stage_question", lang), text("stage_check", lang)]
@@ -389,7 +302,7 @@ def miss_blocks(e: ExperimentRuns, lang: str, width: int) -> RenderableType:
 
 def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableType:
     def build(with_bar: bool) -> Table:
-        t = _titled(text("missed_most", lang))
+        t = titled(text("missed_most", lang))
         t.add_column(text("criterion", lang), overflow="fold", ratio=1)
         t.add_column(text("missed", lang), justify="right")
         t.add_column(text("of_runs", lang), justify="right")
@@ -406,11 +319,11 @@ def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
         return t
 
     t, last = build(True), (4,)
-    if _room(t, width, 0) < CRITERION_MIN:
+    if room(t, width, 0) < CRITERION_MIN:
         t, last = build(False), ()
-        if _room(t, width, 0) < CRITERION_MIN:
+        if room(t, width, 0) < CRITERION_MIN:
             return miss_blocks(e, lang, width)
-    return t if fit_table(t, width, _measurer(width), last) else miss_blocks(e, lang, width)
+    return t if fit_table(t, width, measurer(width), last) else miss_blocks(e, lang, width)
 
 
 def outvoted_lines(e: ExperimentRuns, lang: str) -> list[RenderableType]:
@@ -493,13 +406,13 @@ def render_terminal(data: ReportData, lang: str = "en", width: int = WIDE, color
     """The report as text, for tests and pipes."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      **_AS_TYPED)
+                      **AS_TYPED)
     for r in terminal_renderables(data, lang, width):
         console.print(r)
     return buf.getvalue()
 
 
 def print_terminal(data: ReportData, lang: str = "en") -> None:
-    console = output_console(**_AS_TYPED)
+    console = output_console(**AS_TYPED)
     for r in terminal_renderables(data, lang, console.width):
         console.print(r)
