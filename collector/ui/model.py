@@ -17,7 +17,7 @@ from ...scoring.prices import PriceTable
 from ...semconv.normalize import normalize
 from ...semconv.records import SpanView
 from ..report import OUTCOME_ORDER
-from ..report.text import drop_fix, drop_reason_name, lang_of, variant_name
+from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
 from .conversation import CallMessage, call_messages, loads
 from .filters import SessionFilters
 from .jsontree import Block, TreeBudget
@@ -94,8 +94,6 @@ def step_label(steps: Sequence[Row], variant: str | None, step: str | None, lang
 
 def outcome_label(outcome: str | None, variant: str | None, lang: str) -> str:
     if not outcome:
-        from ..report.text import text
-
         return text("unscored", lang)
     return labels.outcome_label(outcome, variant, lang_of(lang))
 
