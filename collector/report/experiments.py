@@ -28,36 +28,13 @@ from ...scoring.passk import pass_at_k, pass_hat_k
 from ..config import StoreSettings
 from ..query import query
 from ..terminal import data_text
+from .sql import experiment_cases_sql, experiment_totals_sql
 from .text import failure_class_name, text
 
 # The failure classes, in precedence order (scoring.stages), with the summary view's column for each.
 FAILURE_COLUMNS = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output",
                    "judge_unavailable_runs", "judge_pending_runs")
 FAILURE_NAMES = {"judge_unavailable_runs": "judge_unavailable", "judge_pending_runs": "judge_pending"}
-
-_CASES_SQL = """
-SELECT * FROM experiment_summary WHERE experiment GLOB {pattern} AND n > 0 ORDER BY case_id, experiment
-"""
-# over runs, not per case: a tail is a tail of all the experiment's runs
-_TOTALS_SQL = """
-SELECT count(*) AS runs, count(DISTINCT s.experiment) AS experiments, min(s.first_seen) AS started,
-       max(s.last_seen) AS ended,
-       quantile_cont(s.cost_usd, 0.5) AS cost_p50, quantile_cont(s.cost_usd, 0.95) AS cost_p95, max(s.cost_usd) AS cost_max,
-       quantile_cont(s.duration_ms, 0.5) AS latency_p50_ms, quantile_cont(s.duration_ms, 0.95) AS latency_p95_ms,
-       max(s.duration_ms) AS latency_max_ms, avg(s.judge_score) AS judge_avg,
-       count(*) FILTER (WHERE s.judge_status IN ('missing', 'error')) AS judge_unavailable,
-       count(*) FILTER (WHERE s.judge_status = 'pending') AS judge_pending,
-       count(*) FILTER (WHERE coalesce(r.controlled_exposure, false)) AS exposed_runs
-FROM sessions s LEFT JOIN case_runs r USING (session_id)
-WHERE s.experiment GLOB {pattern} AND s.case_id IS NOT NULL AND s.passed IS NOT NULL AND NOT coalesce(r.probe, false)
-"""
-
-
-def _literal(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("experiment names cannot contain NUL")
-    return "'" + value.replace("'", "''") + "'"
-
 
 @dataclass(frozen=True)
 class CaseStats:
@@ -139,14 +116,13 @@ def _pooled(rows: list[dict[str, Any]]) -> CaseStats:
 
 def load_experiment(db: Path | StoreSettings, pattern: str) -> ExperimentStats:
     """The experiment (or glob) ``pattern``'s numbers; raises QueryError when the database cannot be read."""
-    p = _literal(pattern)
-    res = query(db, _CASES_SQL.format(pattern=p))
+    res = query(db, experiment_cases_sql(pattern))
     rows = [dict(zip(res.columns, r)) for r in res.rows]
     by_case: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_case.setdefault(r["case_id"], []).append(r)
     cases = tuple(_pooled(v) for _, v in sorted(by_case.items()))
-    tot_res = query(db, _TOTALS_SQL.format(pattern=p))
+    tot_res = query(db, experiment_totals_sql(pattern))
     t = dict(zip(tot_res.columns, tot_res.rows[0])) if tot_res.rows else {}
     mix: dict[str, int] = {}
     for c in cases:

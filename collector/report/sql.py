@@ -268,3 +268,39 @@ def tails_sql(sql: ReportSQL) -> str:
 
 def steps_sql(sql: ReportSQL) -> str:
     return sql.with_sessions() + f"SELECT * FROM step_distribution_of({_IDS}) ORDER BY experiment, steps"
+
+
+# ---------------------------------------------------------------------------- an experiment's numbers (all its runs)
+
+_CASES_SQL = """
+SELECT * FROM experiment_summary WHERE experiment GLOB {pattern} AND n > 0 ORDER BY case_id, experiment
+"""
+# over runs, not per case: a tail is a tail of all the experiment's runs
+_TOTALS_SQL = """
+SELECT count(*) AS runs, count(DISTINCT s.experiment) AS experiments, min(s.first_seen) AS started,
+       max(s.last_seen) AS ended,
+       quantile_cont(s.cost_usd, 0.5) AS cost_p50, quantile_cont(s.cost_usd, 0.95) AS cost_p95, max(s.cost_usd) AS cost_max,
+       quantile_cont(s.duration_ms, 0.5) AS latency_p50_ms, quantile_cont(s.duration_ms, 0.95) AS latency_p95_ms,
+       max(s.duration_ms) AS latency_max_ms, avg(s.judge_score) AS judge_avg,
+       count(*) FILTER (WHERE s.judge_status IN ('missing', 'error')) AS judge_unavailable,
+       count(*) FILTER (WHERE s.judge_status = 'pending') AS judge_pending,
+       count(*) FILTER (WHERE coalesce(r.controlled_exposure, false)) AS exposed_runs
+FROM sessions s LEFT JOIN case_runs r USING (session_id)
+WHERE s.experiment GLOB {pattern} AND s.case_id IS NOT NULL AND s.passed IS NOT NULL AND NOT coalesce(r.probe, false)
+"""
+
+
+def _literal(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("experiment names cannot contain NUL")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def experiment_cases_sql(pattern: str) -> str:
+    """Each case of the experiments ``pattern`` (a name or a glob) matches, from ``experiment_summary``."""
+    return _CASES_SQL.format(pattern=_literal(pattern))
+
+
+def experiment_totals_sql(pattern: str) -> str:
+    """The runs of the experiments ``pattern`` matches, taken together: tails, judge, exposure."""
+    return _TOTALS_SQL.format(pattern=_literal(pattern))
