@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import is_
+from itertools import compress, count, repeat
+from operator import attrgetter, is_, is_not, itemgetter
 
 from .dropoff import StepFacts
-from .engine import TraceSummary, memo
+from .engine import TraceSummary, memos
 from .facts.base import NOTHING, frozen
 from .facts.calls import FACT as CALLS, CallFacts, CallId, CallsValue
 from .funnel import StepMatcher
@@ -51,16 +51,16 @@ def walk_backs(calls: Sequence[CallFacts], steps: Mapping[str, str | None], orde
     return frozen(out)
 
 
-def variant_view(summary: TraceSummary, variant: str, matcher: StepMatcher) -> VariantView:
-    """The summary's calls under ``variant`` (kept on the summary)."""
-    def read() -> VariantView:
+def variant_views(parts: Sequence[TraceSummary], variant: str, matcher: StepMatcher) -> list[VariantView]:
+    """Each summary's calls under ``variant`` (kept on the summary)."""
+    def read(summary: TraceSummary) -> VariantView:
         calls = summary.value(CALLS).calls
         steps = {c.span_id: matcher.step(c.tool_name, variant) for c in calls}
         reached = frozenset(steps[c.span_id] for c in calls if not c.error and steps[c.span_id])
         order = matcher.funnel.variant_steps(variant) if variant != "generic" else ()
         return VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in calls),
                            walk_backs(calls, steps, order))
-    return memo(summary, ("variant", variant), read)
+    return memos(parts, ("variant", variant), read)
 
 
 def annotated_view(summary: TraceSummary, view: VariantView, matcher: StepMatcher,
@@ -71,13 +71,18 @@ def annotated_view(summary: TraceSummary, view: VariantView, matcher: StepMatche
     return VariantView(steps, frozenset(steps[c.span_id] for c in calls if not c.error), view.dropoff)
 
 
-def validity(summary: TraceSummary, catalog: ToolCatalog) -> tuple[dict[str, bool | None], int]:
-    """(call span id -> arguments valid, invalid calls) against the session's catalog; validated
-    again only when a catalog entry its calls look up is another schema."""
-    kept = memo(summary, "validity", lambda: [None, (), None])
-    seen_catalog, seen_entries, result = kept
-    if catalog is seen_catalog:
-        return result
+def validity(parts: Sequence[TraceSummary], catalog: ToolCatalog) -> list[tuple[dict[str, bool | None], int]]:
+    """Each summary's (call span id -> arguments valid, invalid calls) against the session's catalog;
+    validated again only when a catalog entry its calls look up is another schema."""
+    kept = memos(parts, "validity", lambda _: [None, (), None])  # [catalog, its entries looked up, result]
+    checked = list(map(itemgetter(2), kept))
+    for i in compress(count(), map(is_not, map(itemgetter(0), kept), repeat(catalog))):  # new, or a new catalog
+        checked[i] = _validate(parts[i], catalog, kept[i])
+    return checked
+
+
+def _validate(summary: TraceSummary, catalog: ToolCatalog, kept: list) -> tuple[dict[str, bool | None], int]:
+    _, seen_entries, result = kept
     value = summary.value(CALLS)
     schemas = catalog.schemas
     entries = (bool(schemas), *map(schemas.get, value.bare_names, repeat(_ABSENT)))
@@ -129,11 +134,11 @@ def wasted(calls: Sequence[CallsValue], views: Sequence[VariantView]) -> tuple[i
     """
     if not calls:
         return 0, 0, 0, 0
-    repeats = sum(v.wasted.repeats for v in calls)
-    retries = sum(v.wasted.retries for v in calls)
-    rederived = sum(v.wasted.rederived for v in calls)
-    walked = sum(len(view.walk_back_ids) for view in views)
-    if sum(len(v.distinct) for v in calls) > len(frozenset().union(*(v.distinct for v in calls))):
+    within = list(map(attrgetter("wasted"), calls))
+    repeats, retries, rederived = (sum(map(attrgetter(name), within)) for name in ("repeats", "retries", "rederived"))
+    walked = sum(map(len, map(attrgetter("walk_back_ids"), views)))
+    distinct = list(map(attrgetter("distinct"), calls))
+    if sum(map(len, distinct)) > len(frozenset().union(*distinct)):
         more = wasted_across(calls, views)  # a call made in an earlier trace
         repeats, retries, rederived, walked = (repeats + more[0], retries + more[1], rederived + more[2],
                                                walked - more[3])

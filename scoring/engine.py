@@ -9,23 +9,26 @@ per summary). Facts stay plain summarize / merge / value parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from operator import attrgetter, lt
+from itertools import compress, count, repeat
+from operator import attrgetter, is_, itemgetter, lt, methodcaller
 from typing import Any, TypeVar
 
 from ..semconv import SpanRecord
 from .facts import FACTS
 from .facts import extent as extent_fact
 from .facts import roots as roots_fact
-from .facts.base import Fact, Key, Settings, Trace
+from .facts.base import Fact, Key, Settings, Trace, present
 
 S = TypeVar("S")
 V = TypeVar("V")
 T = TypeVar("T")
-_INDEX = {fact.name: i for i, fact in enumerate(FACTS)}
+_INDEX = {fact: i for i, fact in enumerate(FACTS)}
 _VALUES = "values"  # the memo entry of a summary's values, in ``FACTS`` order
+_EXTENT, _ROOTS = _INDEX[extent_fact.FACT], _INDEX[roots_fact.FACT]
+_memo_of = attrgetter("memo")
 
 
 def sort_key(r: SpanRecord) -> Key:
@@ -42,21 +45,15 @@ class TraceSummary:
 
     config_hash: str
     states: tuple[Any, ...]  # in ``FACTS`` order
+    first_key: Key | None  # its first and last span in session order (its extent's, at hand for ordering)
+    last_key: Key | None
     memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __getitem__(self, fact: Fact[S, Any]) -> S:
-        return self.states[_INDEX[fact.name]]
+        return self.states[_INDEX[fact]]
 
     def value(self, fact: Fact[Any, V]) -> V:
-        return values(self)[_INDEX[fact.name]]
-
-    @property
-    def first_key(self) -> Key | None:
-        return self[extent_fact.FACT].first_key
-
-    @property
-    def last_key(self) -> Key | None:
-        return self[extent_fact.FACT].last_key
+        return values(self)[_INDEX[fact]]
 
     def by_fact(self) -> dict[str, Any]:
         """The states by fact name (what a difference between two summaries is read from)."""
@@ -82,7 +79,12 @@ def split(records: Iterable[SpanRecord], settings: Settings) -> Trace:
 def summarize(records: Iterable[SpanRecord], settings: Settings, config_hash: str) -> TraceSummary:
     """One trace's records (or part of them, or several traces' records: a walk up to root agents spans them all)."""
     trace = split(records, settings)
-    return TraceSummary(config_hash, tuple(fact.summarize(trace) for fact in FACTS))
+    return _summary(config_hash, tuple(fact.summarize(trace) for fact in FACTS))
+
+
+def _summary(config_hash: str, states: tuple[Any, ...]) -> TraceSummary:
+    extent = states[_EXTENT]
+    return TraceSummary(config_hash, states, extent.first_key, extent.last_key)
 
 
 def merge(parts: Sequence[TraceSummary]) -> TraceSummary:
@@ -94,7 +96,7 @@ def merge(parts: Sequence[TraceSummary]) -> TraceSummary:
 def _merge_two(a: TraceSummary, b: TraceSummary) -> TraceSummary:
     if a.config_hash != b.config_hash:
         raise ValueError("a summary made under another scoring configuration")
-    return TraceSummary(a.config_hash, tuple(f.merge(x, y) for f, x, y in zip(FACTS, a.states, b.states)))
+    return _summary(a.config_hash, tuple(f.merge(x, y) for f, x, y in zip(FACTS, a.states, b.states)))
 
 
 def values(summary: TraceSummary) -> tuple[Any, ...]:
@@ -102,6 +104,19 @@ def values(summary: TraceSummary) -> tuple[Any, ...]:
     found = summary.memo.get(_VALUES)
     if found is None:
         found = summary.memo[_VALUES] = tuple(f.value(s) for f, s in zip(FACTS, summary.states))
+    return found
+
+
+def values_of(parts: Sequence[TraceSummary]) -> list[tuple[Any, ...]]:
+    """``values`` of each summary (looked up in C: usually all computed already)."""
+    return memos(parts, _VALUES, lambda part: tuple(f.value(s) for f, s in zip(FACTS, part.states)))
+
+
+def memos(parts: Sequence[TraceSummary], key: Hashable, compute: Callable[[TraceSummary], T]) -> list[T]:
+    """What ``compute`` gives for each summary under ``key``, computed once per summary (never None)."""
+    found = list(map(methodcaller("get", key), map(_memo_of, parts)))
+    for i in compress(count(), map(is_, found, repeat(None))):
+        found[i] = parts[i].memo[key] = compute(parts[i])
     return found
 
 
@@ -124,14 +139,18 @@ class Columns:
 
     def __init__(self, parts: Sequence[TraceSummary]) -> None:
         self.parts = parts
-        self._columns = tuple(zip(*map(values, parts))) if parts else ((),) * len(FACTS)
+        self._columns = tuple(zip(*values_of(parts))) if parts else ((),) * len(FACTS)
 
     def __getitem__(self, fact: Fact[Any, V]) -> tuple[V, ...]:
-        return self._columns[_INDEX[fact.name]]
+        return self._columns[_INDEX[fact]]
 
-    def each(self, fact: Fact[Any, Any], name: str) -> tuple[Any, ...]:
-        """One field of the fact's values, over the summaries."""
-        return tuple(map(attrgetter(name), self[fact]))
+    def each(self, fact: Fact[Any, Any], name: str) -> Iterator[Any]:
+        """One field of the fact's values, over the summaries (read once)."""
+        return map(attrgetter(name), self._columns[_INDEX[fact]])
+
+    def last(self, fact: Fact[Any, Any], name: str) -> Any:
+        """The field's last value in session order that is not None."""
+        return next(filter(present, map(attrgetter(name), reversed(self._columns[_INDEX[fact]]))), None)
 
 
 def in_session_order(summaries: Iterable[TraceSummary]) -> list[TraceSummary]:
@@ -162,11 +181,11 @@ def _merge_overlapping(parts: list[TraceSummary]) -> list[TraceSummary]:
 
 
 def _parent_in_another_trace(parts: Sequence[TraceSummary]) -> bool:
-    roots = [p.value(roots_fact.FACT) for p in parts]
-    if not any(r.exits or r.blank_span_id for r in roots):
+    roots = list(map(itemgetter(_ROOTS), values_of(parts)))
+    if not any(map(attrgetter("reaches_out"), roots)):
         return False
     exits = frozenset().union(*(r.exits for r in roots))
-    if exits and not all(exits.isdisjoint(p[roots_fact.FACT].links) for p in parts):
+    if exits and not all(exits.isdisjoint(p.states[_ROOTS].links) for p in parts):
         return True
     # a span without an id is the parent of every agent span without a parent
     return any(r.blank_span_id for r in roots) and any(r.exits_blank for r in roots)

@@ -22,7 +22,7 @@ from operator import add, attrgetter, itemgetter
 from ..semconv import SpanRecord
 from . import evidence as ev
 from .assembled import Session, TraceShare
-from .call_reading import VariantView, annotated_view, repeated_times, validity, variant_view, wasted
+from .call_reading import VariantView, annotated_view, repeated_times, validity, variant_views, wasted
 from .config import ScoringConfig
 from .dropoff import Ending, diagnose
 from .engine import Columns, TraceSummary, in_session_order, merge, summarize
@@ -112,7 +112,7 @@ class SessionScorer:
         servers_said = ServerFacts.merged(col[servers.FACT])  # what its MCP servers said of themselves
         choice = self._variant(col, servers_said)
         variant = choice.variant
-        views = [variant_view(part, variant, self.matcher) for part in col.parts]
+        views = variant_views(col.parts, variant, self.matcher)
         if variant == "generic" and servers_said.annotations:  # MCP tool annotations win over the name patterns
             views = [annotated_view(part, view, self.matcher, servers_said.annotations)
                      for part, view in zip(col.parts, views)]
@@ -152,11 +152,11 @@ class SessionScorer:
         cfg, variant = self.config, read.choice.variant
         variant_steps = cfg.funnel.variant_steps(variant)
         activity_col, calls_col = col[activity.FACT], col[calls.FACT]
-        n_llms, n_calls = sum(map(attrgetter("llms"), activity_col)), sum(len(v.calls) for v in calls_col)
+        n_llms, n_calls = sum(map(attrgetter("llms"), activity_col)), sum(map(len, col.each(calls.FACT, "calls")))
         final_answer = self._final_answer(col)
         refused_names = tuple(chain.from_iterable(col[refused.FACT]))
         hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused_names))
-        last_call_failed = bool(first(reversed(col.each(calls.FACT, "last_failed"))))
+        last_call_failed = bool(col.last(calls.FACT, "last_failed"))
         stopped_by_error = any(col.each(roots.FACT, "failed")) or last_call_failed or hit_cap
         outcome = ladder_outcome(variant, read.steps, read.flags, store_page=read.store_page, answer=final_answer,
                                  stopped_by_error=stopped_by_error, user_variant=cfg.funnel.variants.get(variant))
@@ -196,13 +196,13 @@ class SessionScorer:
     @staticmethod
     def _model(col: Columns) -> str | None:
         """The model most model calls name; without model calls naming one, the most named by any span."""
-        llm_models = col.each(models.FACT, "llm_models")
+        llm_models = tuple(col.each(models.FACT, "llm_models"))
         return most_common(llm_models) if any(llm_models) else most_common(col.each(models.FACT, "models"))
 
     @staticmethod
     def _final_answer(col: Columns) -> str | None:
         """The last root's answer; else the answer of the model call ending last with one."""
-        answer = first(reversed(col.each(roots.FACT, "answer")))
+        answer = col.last(roots.FACT, "answer")
         if answer is None:
             answered = _latest_ending(col.each(answers.FACT, "llm_answer"))
             answer = answered[2] if answered else None
@@ -224,7 +224,7 @@ class SessionScorer:
         offered = col[catalog.FACT]
         tools = ToolCatalog.merged([c.schemas for c in offered], [c.schemaless for c in offered],
                                    self.config.schema_limits)
-        checked = [validity(part, tools) for part in col.parts]
+        checked = validity(col.parts, tools)
         args_valid: dict[str, bool | None] = {}
         for valid, _ in checked:
             args_valid |= valid
@@ -266,9 +266,9 @@ class SessionScorer:
         if any(col.each(activity.FACT, "step_limits")):
             return True
         if (not any(col.each(roots.FACT, "count")) or final_answer is not None
-                or first(reversed(col.each(roots.FACT, "last_failed"))) or refused):
+                or col.last(roots.FACT, "last_failed") or refused):
             return False
-        if first(reversed(col.each(roots.FACT, "last_asked_tools"))):
+        if col.last(roots.FACT, "last_asked_tools"):
             return True
         if not n_llms:
             return False
@@ -310,7 +310,7 @@ class SessionScorer:
             if any(map(attrgetter("unpriced"), priced)):
                 return None
             return round(reduce(add, chain.from_iterable(map(attrgetter("costs"), priced)), 0.0), 8)  # in session order
-        root = first(reversed(col.each(roots.FACT, "priced")))
+        root = col.last(roots.FACT, "priced")
         if root is None:
             return None
         if not root.model:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import is_not
+from itertools import chain
+from operator import is_not, itemgetter
 from typing import Any, Generic, Mapping, TypeVar
 
 from ...semconv import SpanRecord
@@ -119,9 +120,13 @@ def merge_tallies(*tallies: Tally) -> Tally:
     return tuple(sorted(((value, n, key) for value, (n, key) in counts.items()), key=lambda e: e[2]))
 
 
-def most_common(tallies: Sequence[Tally]) -> str | None:
+def most_common(tallies: Iterable[Tally]) -> str | None:
     """The most frequent value over tallies in session order; on a tie the first seen (as
     ``Counter.most_common``)."""
+    tallies = tuple(tallies)
+    distinct = set(map(itemgetter(0), chain.from_iterable(tallies)))
+    if len(distinct) <= 1:  # the usual session: one service, one model
+        return next(iter(distinct), None)
     counts: dict[str, int] = {}
     for one in tallies:
         for value, n, _ in one:
