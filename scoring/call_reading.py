@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, count, repeat
-from operator import attrgetter, is_, is_not, itemgetter
+from operator import attrgetter, is_, is_not, itemgetter, methodcaller
 
 from .dropoff import StepFacts
 from .engine import TraceSummary, memos
@@ -151,4 +151,5 @@ def repeated_times(calls: Sequence[CallsValue]) -> tuple[CallFacts | None, int]:
     if at is None:
         return None, 0
     last = calls[at].calls[-1]
-    return last, calls[at].final_times + sum(last.identity in v.distinct for i, v in enumerate(calls) if i != at)
+    elsewhere = sum(map(methodcaller("__contains__", last.identity), map(attrgetter("distinct"), calls)))
+    return last, calls[at].final_times + elsewhere - (last.identity in calls[at].distinct)

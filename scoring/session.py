@@ -47,6 +47,7 @@ class _Steps:
     """The session's calls read against its variant."""
 
     choice: VariantChoice
+    agent_name: str | None
     views: list[VariantView]
     call_steps: dict[str, str | None]
     steps: tuple[str, ...]
@@ -110,7 +111,8 @@ class SessionScorer:
 
     def _steps(self, col: Columns) -> _Steps:
         servers_said = ServerFacts.merged(col[servers.FACT])  # what its MCP servers said of themselves
-        choice = self._variant(col, servers_said)
+        agent_name = self._agent_name(col)
+        choice = self._variant(col, servers_said, agent_name)
         variant = choice.variant
         views = variant_views(col.parts, variant, self.matcher)
         if variant == "generic" and servers_said.annotations:  # MCP tool annotations win over the name patterns
@@ -128,11 +130,10 @@ class SessionScorer:
         if variant == "lodging" and ev.ORDER_CONFIRMED in flags and not store_page:
             reached.add("purchase")
         steps = tuple(s for s in self.config.funnel.variant_steps(variant) if s in reached)
-        return _Steps(choice, views, call_steps, steps, flags, store_page)
+        return _Steps(choice, agent_name, views, call_steps, steps, flags, store_page)
 
-    def _variant(self, col: Columns, servers_said: ServerFacts) -> VariantChoice:
+    def _variant(self, col: Columns, servers_said: ServerFacts, agent_name: str | None) -> VariantChoice:
         agents = self.config.funnel.agents
-        agent_name = self._agent_name(col)
         workflow = first(col[references.WORKFLOW_NAME])
         configured = (first(col.each(roots.FACT, "configured_agent"))
                       or first(c[1] for c in col.each(services.FACT, "configured") if c is not None)
@@ -175,7 +176,7 @@ class SessionScorer:
         return SessionScore(
             session_id=session_id, variant=variant, variant_source=read.choice.source, steps=read.steps,
             completion_rate=round(completion, 6), outcome=outcome, outcome_reads_as=self._reads_as(variant, outcome),
-            stopped_by_error=stopped_by_error, drop=drop, agent_name=self._agent_name(col),
+            stopped_by_error=stopped_by_error, drop=drop, agent_name=read.agent_name,
             service_name=most_common(col.each(services.FACT, "services")), user_id=first(col[references.USER_ID]),
             model=self._model(col), llm_calls=n_llms, tool_call_count=n_calls,
             invalid_tool_calls=invalid + len(refused_names),
