@@ -21,6 +21,7 @@ from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMEN
 GLOBAL_ORDER = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
 
 
+@functools.lru_cache(maxsize=1024)  # a session's few tool names, split for every offer, call and catalog lookup
 def split_tool_name(name: str) -> tuple[str | None, str]:
     """``mcp__server__tool`` / ``server__tool`` → (server, tool); the tool part lowercased."""
     parts = name.split("__")

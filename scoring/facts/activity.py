@@ -4,8 +4,11 @@ signals, store pages, MCP tool listings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter, truth
 
 from .base import Fact, Trace
+
+_STEP_LIMIT, _STORE_PAGE, _MCP_METHOD = attrgetter("step_limit"), attrgetter("store_page"), attrgetter("mcp_method")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +33,8 @@ class ActivityFact(Fact[Activity, Activity]):
         finishes = [r.finish_reason for _, r in trace.llms if r.finish_reason]
         records = trace.records
         return Activity(len(trace.llms), len(finishes), finishes.count("tool_call"),
-                        sum(1 for r in records if r.step_limit), sum(1 for r in records if r.store_page),
-                        sum(1 for r in records if r.mcp_method == "tools/list"))
+                        sum(map(truth, map(_STEP_LIMIT, records))), sum(map(truth, map(_STORE_PAGE, records))),
+                        list(map(_MCP_METHOD, records)).count("tools/list"))
 
     def merge(self, a: Activity, b: Activity) -> Activity:
         return a + b

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .base import Fact, Key, Trace, frozen, highest, lowest
+
+_TRACE_ID, _START, _END = attrgetter("trace_id"), attrgetter("start_ns"), attrgetter("end_ns")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +25,9 @@ class ExtentFact(Fact[Extent, Extent]):
 
     def summarize(self, trace: Trace) -> Extent:
         records, keys = trace.records, trace.keys
-        return Extent(frozen(r.trace_id for r in records), keys[0] if keys else None, keys[-1] if keys else None,
-                      min((r.start_ns for r in records if r.start_ns), default=None),
-                      max((r.end_ns for r in records if r.end_ns), default=None), len(records))
+        return Extent(frozen(map(_TRACE_ID, records)), keys[0] if keys else None, keys[-1] if keys else None,
+                      min(filter(None, map(_START, records)), default=None),
+                      max(filter(None, map(_END, records)), default=None), len(records))
 
     def merge(self, a: Extent, b: Extent) -> Extent:
         return Extent(a.trace_ids | b.trace_ids, lowest(a.first_key, b.first_key), highest(a.last_key, b.last_key),

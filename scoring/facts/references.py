@@ -3,6 +3,8 @@ the agent's name, a workflow's or trace's name, and the first user message (what
 
 from __future__ import annotations
 
+from itertools import compress, count
+from operator import attrgetter
 from typing import Any
 
 from .base import At, Fact, Trace, earliest
@@ -14,13 +16,13 @@ class EarliestFact(Fact["At | None", Any]):
     def __init__(self, name: str, text_only: bool = False) -> None:
         self.name = name
         self.text_only = text_only
+        self._get = attrgetter(name)
 
     def summarize(self, trace: Trace) -> At | None:
-        name = self.name
-        for key, r in zip(trace.keys, trace.records):
-            value = getattr(r, name)
-            if value and (not self.text_only or isinstance(value, str)):
-                return key, value
+        values = list(map(self._get, trace.records))
+        for i in compress(count(), values):  # usually none, or the first
+            if not self.text_only or isinstance(values[i], str):
+                return trace.keys[i], values[i]
         return None
 
     def merge(self, a: At | None, b: At | None) -> At | None:
