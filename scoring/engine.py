@@ -9,12 +9,12 @@ per summary). Facts stay plain summarize / merge / value parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import reduce
-from itertools import compress, count, repeat
+from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_, itemgetter, lt, methodcaller
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from ..semconv import SpanRecord
 from .facts import FACTS
@@ -99,17 +99,40 @@ def _merge_two(a: TraceSummary, b: TraceSummary) -> TraceSummary:
     return _summary(a.config_hash, tuple(f.merge(x, y) for f, x, y in zip(FACTS, a.states, b.states)))
 
 
+def _value_fields(fact: Fact) -> tuple[str, ...]:
+    """The fields of the fact's value type when it is a dataclass (``Fact[State, Value]``), else none."""
+    for base in getattr(type(fact), "__orig_bases__", ()):
+        args = get_args(base)
+        if len(args) == 2 and is_dataclass(args[1]):
+            return tuple(f.name for f in fields(args[1]))
+    return ()
+
+
+# A summary's row: its facts' values, then every field of those values (a session's rows transposed
+# give a column per value and per field in one pass in C).
+_LAYOUT = [(fact, names) for fact in FACTS if (names := _value_fields(fact))]
+_FIELD = {(fact, name): len(FACTS) + i for i, (fact, name) in
+          enumerate((fact, name) for fact, names in _LAYOUT for name in names)}
+_GETTERS = [(_INDEX[fact], attrgetter(*names) if len(names) > 1 else (lambda v, g=attrgetter(names[0]): (g(v),)))
+            for fact, names in _LAYOUT]
+
+
+def _row(summary: TraceSummary) -> tuple[Any, ...]:
+    found = tuple(f.value(s) for f, s in zip(FACTS, summary.states))
+    return found + tuple(chain.from_iterable(get(found[i]) for i, get in _GETTERS))
+
+
 def values(summary: TraceSummary) -> tuple[Any, ...]:
-    """Each fact's value of the summary, computed once."""
+    """Each fact's value of the summary (in ``FACTS`` order, then their fields), computed once."""
     found = summary.memo.get(_VALUES)
     if found is None:
-        found = summary.memo[_VALUES] = tuple(f.value(s) for f, s in zip(FACTS, summary.states))
+        found = summary.memo[_VALUES] = _row(summary)
     return found
 
 
 def values_of(parts: Sequence[TraceSummary]) -> list[tuple[Any, ...]]:
     """``values`` of each summary (looked up in C: usually all computed already)."""
-    return memos(parts, _VALUES, lambda part: tuple(f.value(s) for f, s in zip(FACTS, part.states)))
+    return memos(parts, _VALUES, _row)
 
 
 def memos(parts: Sequence[TraceSummary], key: Hashable, compute: Callable[[TraceSummary], T]) -> list[T]:
@@ -137,20 +160,20 @@ class Columns:
 
     __slots__ = ("parts", "_columns")
 
-    def __init__(self, parts: Sequence[TraceSummary]) -> None:
+    def __init__(self, parts: Sequence[TraceSummary], rows: Sequence[tuple[Any, ...]] | None = None) -> None:
         self.parts = parts
-        self._columns = tuple(zip(*values_of(parts))) if parts else ((),) * len(FACTS)
+        self._columns = tuple(zip(*(rows or values_of(parts)))) if parts else ((),) * (len(FACTS) + len(_FIELD))
 
     def __getitem__(self, fact: Fact[Any, V]) -> tuple[V, ...]:
         return self._columns[_INDEX[fact]]
 
-    def each(self, fact: Fact[Any, Any], name: str) -> Iterator[Any]:
-        """One field of the fact's values, over the summaries (read once)."""
-        return map(attrgetter(name), self._columns[_INDEX[fact]])
+    def each(self, fact: Fact[Any, Any], name: str) -> tuple[Any, ...]:
+        """One field of the fact's values, over the summaries."""
+        return self._columns[_FIELD[fact, name]]
 
     def last(self, fact: Fact[Any, Any], name: str) -> Any:
         """The field's last value in session order that is not None."""
-        return next(filter(present, map(attrgetter(name), reversed(self._columns[_INDEX[fact]]))), None)
+        return next(filter(present, reversed(self._columns[_FIELD[fact, name]])), None)
 
 
 def in_session_order(summaries: Iterable[TraceSummary]) -> list[TraceSummary]:

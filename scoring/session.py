@@ -152,8 +152,8 @@ class SessionScorer:
     def _score(self, session_id: str, col: Columns, read: _Steps) -> SessionScore:
         cfg, variant = self.config, read.choice.variant
         variant_steps = cfg.funnel.variant_steps(variant)
-        activity_col, calls_col = col[activity.FACT], col[calls.FACT]
-        n_llms, n_calls = sum(map(attrgetter("llms"), activity_col)), sum(map(len, col.each(calls.FACT, "calls")))
+        calls_col = col[calls.FACT]
+        n_llms, n_calls = sum(col.each(activity.FACT, "llms")), sum(map(len, col.each(calls.FACT, "calls")))
         final_answer = self._final_answer(col)
         refused_names = tuple(chain.from_iterable(col[refused.FACT]))
         hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused_names))
@@ -170,9 +170,8 @@ class SessionScorer:
         args_valid, invalid = self._validity(col)
         input_tokens, output_tokens = self._tokens(col)
         lost = wasted(calls_col, read.views)
-        span = col[extent.FACT]
-        first_seen = min(filter(present, map(attrgetter("first_seen_ns"), span)), default=None)
-        last_seen = max(filter(present, map(attrgetter("last_seen_ns"), span)), default=None)
+        first_seen = min(filter(present, col.each(extent.FACT, "first_seen_ns")), default=None)
+        last_seen = max(filter(present, col.each(extent.FACT, "last_seen_ns")), default=None)
         return SessionScore(
             session_id=session_id, variant=variant, variant_source=read.choice.source, steps=read.steps,
             completion_rate=round(completion, 6), outcome=outcome, outcome_reads_as=self._reads_as(variant, outcome),
@@ -183,21 +182,21 @@ class SessionScorer:
             wasted_steps=sum(lost), wasted_repeats=lost[0], wasted_retries=lost[1],
             wasted_rederivations=lost[2], wasted_walk_backs=lost[3],
             cost_usd=self._cost(col), call_args_valid=args_valid, cycles=self._cycles(col),
-            hit_cap=hit_cap, tool_errors=sum(map(attrgetter("errors"), calls_col)),
+            hit_cap=hit_cap, tool_errors=sum(col.each(calls.FACT, "errors")),
             input_tokens=input_tokens, output_tokens=output_tokens,
             duration_ms=(last_seen - first_seen) / 1e6 if first_seen is not None and last_seen is not None else None,
             final_answer=final_answer, case_id=first(col[references.CASE_ID]),
             experiment=first(col[references.EXPERIMENT]), run_id=first(col[references.RUN_ID]),
             first_seen_ns=first_seen or 0, last_seen_ns=last_seen or 0,
-            trace_ids=tuple(sorted(frozenset().union(*map(attrgetter("trace_ids"), span)))),
-            span_count=sum(map(attrgetter("spans"), span)), call_steps=read.call_steps, config_hash=self.config_hash,
+            trace_ids=tuple(sorted(frozenset().union(*col.each(extent.FACT, "trace_ids")))),
+            span_count=sum(col.each(extent.FACT, "spans")), call_steps=read.call_steps, config_hash=self.config_hash,
             input_message=first(col[references.INPUT_MESSAGE]),
         )
 
     @staticmethod
     def _model(col: Columns) -> str | None:
         """The model most model calls name; without model calls naming one, the most named by any span."""
-        llm_models = tuple(col.each(models.FACT, "llm_models"))
+        llm_models = col.each(models.FACT, "llm_models")
         return most_common(llm_models) if any(llm_models) else most_common(col.each(models.FACT, "models"))
 
     @staticmethod
@@ -222,8 +221,7 @@ class SessionScorer:
 
     def _validity(self, col: Columns) -> tuple[dict[str, bool | None], int]:
         """(call span id -> arguments valid, invalid calls) against the session's catalog."""
-        offered = col[catalog.FACT]
-        tools = ToolCatalog.merged([c.schemas for c in offered], [c.schemaless for c in offered],
+        tools = ToolCatalog.merged(col.each(catalog.FACT, "schemas"), col.each(catalog.FACT, "schemaless"),
                                    self.config.schema_limits)
         checked = validity(col.parts, tools)
         args_valid: dict[str, bool | None] = {}
@@ -234,11 +232,10 @@ class SessionScorer:
     @staticmethod
     def _tokens(col: Columns) -> tuple[int | None, int | None]:
         """Summed over model calls reporting usage; without any, the agent spans' totals stand in."""
-        counts = col[tokens.FACT]
-        if any(map(attrgetter("input_reports"), counts)):
-            output = sum(map(attrgetter("output_tokens"), counts)) if any(map(attrgetter("output_reports"), counts)) \
+        if any(col.each(tokens.FACT, "input_reports")):
+            output = sum(col.each(tokens.FACT, "output_tokens")) if any(col.each(tokens.FACT, "output_reports")) \
                 else None
-            return sum(map(attrgetter("input_tokens"), counts)), output
+            return sum(col.each(tokens.FACT, "input_tokens")), output
         return (max(filter(present, col.each(roots.FACT, "input_max")), default=None),
                 max(filter(present, col.each(roots.FACT, "output_max")), default=None))
 
@@ -280,12 +277,11 @@ class SessionScorer:
     def _cycles(col: Columns) -> int | None:
         """Model calls that asked for tools (by finish reason when the telemetry reports one, else by the
         order of spans: a model call followed by a tool call before the next model call); NULL without model spans."""
-        counts = col[activity.FACT]
-        llms = sum(map(attrgetter("llms"), counts))
+        llms = sum(col.each(activity.FACT, "llms"))
         if not llms:
             return None
-        if sum(map(attrgetter("llms_finished"), counts)) == llms:
-            return sum(map(attrgetter("tool_call_finishes"), counts))
+        if sum(col.each(activity.FACT, "llms_finished")) == llms:
+            return sum(col.each(activity.FACT, "tool_call_finishes"))
         values = col[cycles.FACT]
         runs: list[list[int]] = []  # summaries whose calls start at one instant are read together
         for i, value in enumerate(values):
@@ -306,11 +302,10 @@ class SessionScorer:
 
     def _cost(self, col: Columns) -> float | None:
         """Priced per model call; NULL as soon as one call's model or usage is unknown."""
-        priced = col[cost.FACT]
-        if any(map(attrgetter("priced"), priced)):
-            if any(map(attrgetter("unpriced"), priced)):
+        if any(col.each(cost.FACT, "priced")):
+            if any(col.each(cost.FACT, "unpriced")):
                 return None
-            return round(reduce(add, chain.from_iterable(map(attrgetter("costs"), priced)), 0.0), 8)  # in session order
+            return round(reduce(add, chain.from_iterable(col.each(cost.FACT, "costs")), 0.0), 8)  # in session order
         root = col.last(roots.FACT, "priced")
         if root is None:
             return None
