@@ -300,6 +300,22 @@ class Case(_Model):
                 raise ValueError(f"{tool}: {e}") from None
         return v
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _lookup_reads_no_choice(cls, data: Any, handler: Any) -> "Case":
+        """A target and no competitors: a data lookup, with no candidate list and no choice to read unless
+        the case names where they are (its tool calls never stand in for either)."""
+        case = handler(data)
+        if not case.fit or case.competitors:
+            return case
+        update = {name: spec(applies=False) for name, spec in (("discovery", DiscoverySpec), ("selection", SelectionSpec))
+                  if name not in case.model_fields_set}
+        if not update:
+            return case
+        copy = case.model_copy(update=update)
+        copy.__pydantic_fields_set__.difference_update(update)  # still not given by the case file
+        return copy
+
     @model_validator(mode="after")
     def _consistent(self) -> "Case":
         names = {n.lower() for n in self.target.names()}
@@ -316,12 +332,6 @@ class Case(_Model):
                 raise ValueError(f"required_result_fields[{i}].tool: {f.tool!r} is not in the allowed tool plan")
         if not self.fit and not self.selection.applies:
             raise ValueError("selection: a negative control (fit: false) is decided at Selection, which cannot be none")
-        if self.fit and not self.competitors:
-            # a target and no competitors: a data lookup, with no candidate list and no choice to read unless the
-            # case names where they are (its tool calls never stand in for either)
-            for name, spec in (("discovery", DiscoverySpec), ("selection", SelectionSpec)):
-                if name not in self.model_fields_set:
-                    object.__setattr__(self, name, spec(applies=False))
         twice = [st for i, st in enumerate(self.scored_stages or []) if st in (self.scored_stages or [])[:i]]
         if twice:
             raise ValueError(f"scored_stages: lists {twice[0]!r} twice")
@@ -384,8 +394,11 @@ class Suite(_Model):
                                                       description="added to every case that has an artifact")
     cases: list[Case] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_and_merged(self) -> "Suite":
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unique_and_merged(cls, data: Any, handler: Any) -> "Suite":
+        """Case ids unique; the suite's catalog and universal assertions in every case."""
+        self = handler(data)
         seen: dict[str, int] = {}
         for i, case in enumerate(self.cases):
             if case.id in seen:
@@ -400,8 +413,9 @@ class Suite(_Model):
                 update["artifact"] = case.artifact.model_copy(update={
                     "universal_assertions": [*case.artifact.universal_assertions, *self.universal_assertions]})
             merged.append(case.model_copy(update=update) if update else case)
-        object.__setattr__(self, "cases", merged)
-        return self
+        if merged == self.cases:
+            return self
+        return self.model_copy(update={"cases": merged})
 
     def case(self, case_id: str) -> Case:
         for c in self.cases:

@@ -157,6 +157,24 @@ def _ending_reason(end: Ending, nxt: str) -> DropOff | None:
     return None
 
 
+def _failed_ahead(tried: Sequence[str], facts: Sequence[StepFacts]) -> DropOff | None:
+    """The latest failure at a step tried beyond where the session stopped (on a tie the furthest step),
+    after the latest success there."""
+    failures = []
+    for rank, step in enumerate(tried):
+        call = _first(map(methodcaller("get", step), filter(None, _each(reversed(facts), "failed"))))
+        if call is not None and max(map(methodcaller("get", step, -math.inf), _each(facts, "succeeded_end"))) < call.end_ns:
+            failures.append((call.end_ns, rank, step, call))
+    if not failures:
+        return None
+    _, _, step, call = max(failures, key=itemgetter(0, 1))
+    if call.mentions_payment and step in ("checkout", "purchase"):
+        return DropOff("checkout_payment_required", step, {"tool": call.tool_name, "error": call.error},
+                       FIXES["checkout_payment_required"])
+    return DropOff("tool_error", step, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
+                   f"{call.tool_name}: {call.error}")
+
+
 def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequence[StepFacts],
              terminal_pass: bool, end: Ending | None = None) -> DropOff | None:
     """The drop-off of a commerce session that stopped before its terminal rung, else None.
@@ -184,18 +202,9 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     tried = [last] if final else beyond
 
     # 1. a step it tried beyond where it stopped failed (at the last step: after its latest success)
-    failures = []
-    for rank, step in enumerate(tried):
-        call = _first(map(methodcaller("get", step), filter(None, _each(reversed(facts), "failed"))))
-        if call is not None and max(map(methodcaller("get", step, -math.inf), _each(facts, "succeeded_end"))) < call.end_ns:
-            failures.append((call.end_ns, rank, step, call))
-    if failures:
-        _, _, step, call = max(failures, key=itemgetter(0, 1))  # the latest; on a tie the furthest step
-        if call.mentions_payment and step in ("checkout", "purchase"):
-            return DropOff("checkout_payment_required", step, {"tool": call.tool_name, "error": call.error},
-                           FIXES["checkout_payment_required"])
-        return DropOff("tool_error", step, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
-                       f"{call.tool_name}: {call.error}")
+    failed = _failed_ahead(tried, facts)
+    if failed is not None:
+        return failed
     if last is None:
         return None
     nxt = last if final else beyond[0]

@@ -21,6 +21,7 @@ from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMEN
 GLOBAL_ORDER = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
 
 
+@functools.lru_cache(maxsize=1024)  # a session's few tool names, split for every offer, call and catalog lookup
 def split_tool_name(name: str) -> tuple[str | None, str]:
     """``mcp__server__tool`` / ``server__tool`` → (server, tool); the tool part lowercased."""
     parts = name.split("__")
@@ -193,6 +194,29 @@ CHECKOUT_EVIDENCE = frozenset({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PEN
 STORE_PAGE_CHECKOUT_EVIDENCE = CHECKOUT_EVIDENCE | {ev.CHECKOUT_PAGE, ev.ORDER_CONFIRMED}
 
 
+def _procurement_rung(steps: Sequence[str], flags: Collection[str]) -> str | None:
+    if "po" in steps or ev.PO in flags:
+        return "po_submitted"
+    if "quote" in steps or ev.QUOTE in flags:
+        return "quote_received"
+    if "rfq" in steps or ev.RFQ in flags:
+        return "rfq_submitted"
+    return "search_only" if "search" in steps else None
+
+
+def _purchase_rung(steps: Sequence[str], flags: Collection[str], store_page: bool) -> str | None:
+    """Shopping's and lodging's rung: a purchase only with a confirmation, never on a store page."""
+    if ev.ORDER_CONFIRMED in flags and not store_page:
+        return "purchase_completed"
+    if not (STORE_PAGE_CHECKOUT_EVIDENCE if store_page else CHECKOUT_EVIDENCE).isdisjoint(flags):
+        return "checkout_reached"
+    if "checkout" in steps:  # a successful checkout-step call, whatever its result did not show
+        return "checkout_reached"
+    if "cart" in steps or ev.CART in flags:
+        return "cart_created"
+    return "search_only" if "search" in steps or "details" in steps else None
+
+
 def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *, store_page: bool = False,
                    answer: str | None = None, stopped_by_error: bool = False,
                    user_variant: UserVariant | None = None) -> str:
@@ -209,34 +233,17 @@ def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *
     ``abandoned``.
     """
     if user_variant is not None:
-        if steps:
-            return user_variant.outcome_of(steps[-1])
+        rung = user_variant.outcome_of(steps[-1]) if steps else None
     elif variant == "generic":
-        if "action" in steps:
-            return "action_taken"
-        if steps:
-            return "read_only"
-        return "failed" if stopped_by_error else "no_activity"
+        if not steps:
+            return "failed" if stopped_by_error else "no_activity"
+        rung = "action_taken" if "action" in steps else "read_only"
     elif variant == "procurement":
-        if "po" in steps or ev.PO in flags:
-            return "po_submitted"
-        if "quote" in steps or ev.QUOTE in flags:
-            return "quote_received"
-        if "rfq" in steps or ev.RFQ in flags:
-            return "rfq_submitted"
-        if "search" in steps:
-            return "search_only"
+        rung = _procurement_rung(steps, flags)
     else:  # shopping and lodging
-        if ev.ORDER_CONFIRMED in flags and not store_page:
-            return "purchase_completed"
-        if not (STORE_PAGE_CHECKOUT_EVIDENCE if store_page else CHECKOUT_EVIDENCE).isdisjoint(flags):
-            return "checkout_reached"
-        if "checkout" in steps:  # a successful checkout-step call, whatever its result did not show
-            return "checkout_reached"
-        if "cart" in steps or ev.CART in flags:
-            return "cart_created"
-        if "search" in steps or "details" in steps:
-            return "search_only"
+        rung = _purchase_rung(steps, flags, store_page)
+    if rung is not None:
+        return rung
     # an error that stopped the session outranks an apology: "answered" needs no failed attempt
     if stopped_by_error:
         return "failed"

@@ -16,7 +16,7 @@ from typing import Any
 from ..semconv import SpanRecord
 from .case_models import Case, Party, split_server, tool_matches
 from .config import matches
-from .summary import refused_tools
+from .facts.refused import refused_tools
 
 
 def parse_json_text(value: Any) -> Any:

@@ -125,6 +125,39 @@ def _unrecovered_tool_error(ctx: Context) -> bool:
     return any(not c.ok for c in ctx.view.last_calls(calls).values())
 
 
+def _run_stages(ctx: Context) -> tuple[dict[str, StageResult], str | None]:
+    """Each stage's result in order, and the first scored stage that failed (the stages after it are
+    not observed)."""
+    stages: dict[str, StageResult] = {}
+    exited: str | None = None
+    for name in STAGES:
+        scored = ctx.case.scores(name)
+        if exited is not None:
+            stages[name] = StageResult("not_observed", {"after": exited}, scored)
+            continue
+        check: Callable[[Context], tuple[str, dict[str, Any]]] = STAGE_CHECKS[name]
+        state, evidence = check(ctx)
+        stages[name] = StageResult(state, evidence, scored)
+        if state == "failed" and scored:
+            exited = name
+    return stages, exited
+
+
+def _stop_unfinished(stages: dict[str, StageResult], harness_error: str, timed_out: bool) -> bool:
+    """A run that did not finish is not judged on what it had no time to do: from where it stopped on,
+    its stages are not observed (the crash or timeout is its failure class and its fix). Whether it had
+    such stages."""
+    unfinished = [n for n, st in stages.items() if st.state in ("failed", "missing", "pending")]
+    if not unfinished:
+        return False
+    after = "timeout" if timed_out else "crash"
+    stopped = list(stages).index(unfinished[0])
+    for name in list(stages)[stopped:]:
+        stages[name] = StageResult("not_observed", {"after": after, "reason": harness_error,
+                                                    "observed": stages[name].state}, stages[name].scored)
+    return True
+
+
 def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
                  judgment: JudgmentLike | None = None, *, harness_error: str | None = None,
                  timed_out: bool = False, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> CaseRunResult:
@@ -136,28 +169,8 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
     """
     view = build_view(records, score.final_answer)
     ctx = Context(case, view, score, judgment, schema_limits)
-    stages: dict[str, StageResult] = {}
-    exited: str | None = None
-    for name in STAGES:
-        scored = case.scores(name)
-        if exited is not None:
-            stages[name] = StageResult("not_observed", {"after": exited}, scored)
-            continue
-        check: Callable[[Context], tuple[str, dict[str, Any]]] = STAGE_CHECKS[name]
-        state, evidence = check(ctx)
-        stages[name] = StageResult(state, evidence, scored)
-        if state == "failed" and scored:
-            exited = name
-
-    unfinished = [n for n, st in stages.items() if st.state in ("failed", "missing", "pending")]
-    if harness_error and unfinished:
-        # a run that did not finish is not judged on what it had no time to do: from where it stopped on,
-        # its stages are not observed (the crash or timeout is its failure class and its fix)
-        after = "timeout" if timed_out else "crash"
-        stopped = list(stages).index(unfinished[0])
-        for name in list(stages)[stopped:]:
-            stages[name] = StageResult("not_observed", {"after": after, "reason": harness_error,
-                                                        "observed": stages[name].state}, stages[name].scored)
+    stages, exited = _run_stages(ctx)
+    if harness_error and _stop_unfinished(stages, harness_error, timed_out):
         exited = None
     layers = evaluate_layers(case, view, judgment, schema_limits) if case.artifact is not None and case.fit else None
     crash = _crash(view, score, harness_error, layers)
