@@ -382,7 +382,7 @@ def _stored_session(db: Path, session_id: str, session_keys: tuple[str, ...]) ->
     from .assembly import assemble
     from .query import query
     from .sessions import sessions_of
-    from .store.session_tables import LOG_COLUMNS, SPAN_COLUMNS, span_views
+    from .store.rows import LOG_COLUMNS, SPAN_COLUMNS, span_views
 
     literal = "'" + session_id.replace("'", "''") + "'"
     traces = ("SELECT DISTINCT trace_id FROM (SELECT unnest(session_ids) AS s, trace_id FROM trace_index) "

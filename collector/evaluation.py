@@ -37,7 +37,7 @@ from ..scoring.stages import CaseRunResult, evaluate_run, needs_judge, wants_jud
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
 from .scoring_stage import Evaluated
-from .store.session_tables import SessionTables
+from .store.tables import JudgmentTables
 from .store.writer import Store, handed_over
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class NotConfigured(Exception):
 class _StoredJudgments:
     """The judge's cache is the ``judgments`` table: a re-score never pays twice for one input."""
 
-    def __init__(self, store: Store, tables: SessionTables) -> None:
+    def __init__(self, store: Store, tables: JudgmentTables) -> None:
         self.store = store
         self.tables = tables
 
@@ -144,7 +144,7 @@ def judge_input(case: Case, records: Sequence[SpanRecord], score: SessionScore) 
 class Evaluator:
     """Cases, the judge and its queue; one per process."""
 
-    def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store, tables: SessionTables,
+    def __init__(self, settings: CaseSettings, judge_settings: JudgeSettings, store: Store, tables: JudgmentTables,
                  rescore: Callable[[list[str]], object] | None = None, judge: AnthropicJudge | None = None,
                  metrics: Metrics | None = None, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> None:
         self.settings = settings

@@ -150,7 +150,7 @@ def session_row(x: ScoredSession, now: datetime, max_input_bytes: int = INPUT_MA
         "judge_status": e.judge_status if e else None, "judge_score": e.judge_score if e else None,
         "config_hash": score.config_hash, "updated_at": now,
         # what the session is sliced by: its traces' index rows say, read where the rows are written
-        "agent_version": None, "provider": None, "servers": None,  # (SessionTables._with_slices)
+        "agent_version": None, "provider": None, "servers": None,  # (LocalSessionTables._with_slices)
     }
 
 

@@ -17,7 +17,9 @@ from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .privacy import redactor_for
 from .sessions import SessionService
-from .store.session_tables import SessionTables, tables_for
+from .store.lake import LakeSessionTables
+from .store.local import LocalSessionTables
+from .store.tables import SessionTables
 from .store.writer import Store
 from .telemetry import Metrics
 
@@ -47,7 +49,8 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
     """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
     store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight,
                            max_future_seconds=settings.retention.max_future_seconds)
-    tables = tables_for(settings.store)
+    tables: SessionTables = (LocalSessionTables() if settings.store.lake is None
+                              else LakeSessionTables(settings.store.lake))
     sessions: SessionService | None = None
 
     def rescore(session_ids: list[str]) -> object:

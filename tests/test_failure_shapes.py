@@ -24,7 +24,7 @@ from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.report import FailureShape, Tails
 from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
-from agentfunnel.collector.store.session_tables import insert_rows
+from agentfunnel.collector.store.rows import insert_rows
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.stages import evaluate_run
 from conftest import read_db, run_cli, shared_demo

@@ -49,8 +49,9 @@ from typing import Any
 
 import duckdb
 
-from ..telemetry import Metrics
-from .schema import transaction
+from ...telemetry import Metrics
+from ..schema import transaction
+from .placement import retry_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,6 @@ class Shipper:
         return _Claim(seq, batch_id, after, upto, fresh=True, capped=capped)
 
     def _ship(self, con: duckdb.DuckDBPyConnection, claim: _Claim) -> Shipment:
-        from .lake import retry_conflicts
-
         # a lake transaction that lost to a concurrent one (this replica's compaction of the same table, another
         # replica's catalog commit) was rolled back whole: the same claim goes again at once
         rows, already = retry_conflicts(lambda: self._to_lake(con, claim), attempts=5)

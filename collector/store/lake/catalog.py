@@ -1,21 +1,5 @@
-"""Shared storage on DuckLake: one schema per replica, union views for readers, one owner per session.
-
-DuckLake commits concurrent appends to one table, but an UPDATE or DELETE conflicts with any
-concurrent write to the same table, and it has no PRIMARY KEY or UNIQUE. So every replica writes
-only into its own schema (``lake.r<i>``, the ordinary migrations minus the constraints it lacks):
-each table has exactly one writer and the store's UPDATE/DELETE code runs unchanged. Readers use
-the views in ``lake.main``, named like the tables, that put the schemas together; spans and logs
-are de-duplicated there, and the newest row of a session wins (after a change of ``replicas``
-two owners may both have written one).
-
-Each session has one owner, ``owner_of(session_id, replicas)``; only it writes the session's rows
-(sessions, case runs, judgments and the per-call step results in ``call_scores``). The extensions
-are loaded from their PyPI wheels (the ``lake`` extra): nothing is downloaded at run time.
-
-A replica does not commit to the lake as it ingests: its writer connection is its own DuckDB file
-(``store.path``, the single-process store, where requests are acknowledged and the session stage
-runs) with the lake attached as ``lake``; ``shipper`` copies what it committed to ``lake.r<i>``
-in large transactions, and the session stage reads the other replicas' rows from the lake.
+"""The lake's catalog: attaching it, each replica's schema and its migrations, the readers' views over every
+schema, the change feed of the others' assemblies, and maintenance.
 """
 
 from __future__ import annotations
@@ -24,29 +8,27 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import duckdb
 
-from ..config import LakeSettings
-from .schema import MIGRATIONS, Migration, migrate, transaction
-from .session_tables import SessionTables, Sources
+from ...config import LakeSettings
+from ..connect import lock_down, settle_optional_imports
+from ..schema import MIGRATIONS, Migration, migrate, transaction
+from ..tables import Sources
+from .placement import CATALOG, RACED, READERS, LakeUnavailable, retry_conflicts, schema_of
 from .shipper import OUTBOX_MIGRATIONS, SHIPMENT_MIGRATIONS
-from .writer import lock_down, settle_optional_imports
 
 log = logging.getLogger(__name__)
 
-CATALOG = "lake"
-READERS = f"{CATALOG}.main"
 EXTENSIONS = ("ducklake", "postgres_scanner")
 # Scoring reads a few traces at a time: plain unions (a filter on trace_id reaches every schema's
 # scan), duplicates dropped while reading, instead of the readers' de-duplicating views.
 EVERY_REPLICA = Sources(spans=f"{READERS}._spans_everywhere", logs=f"{READERS}._logs_everywhere",
                         trace_index=f"{READERS}._trace_index_everywhere")
-T = TypeVar("T")
 
 # Tables only the lake has: step results the owner computed for calls stored on any replica, and
 # how far each replica has read the others' assemblies (a DuckLake snapshot id).
@@ -91,19 +73,6 @@ REMOTE_COLUMNS = ("trace_id", "first_received", "session_ids", "agent_version", 
 LOCAL_MIGRATIONS: list[Migration] = MIGRATIONS + LAKE_MIGRATIONS + OUTBOX_MIGRATIONS + REMOTE_MIGRATIONS
 
 
-class LakeUnavailable(RuntimeError):
-    """The lake cannot be opened here (extension wheels missing, catalog unreachable)."""
-
-
-def schema_of(replica: int) -> str:
-    return f"r{replica}"
-
-
-def owner_of(session_id: str, replicas: int) -> int:
-    """The replica that scores this session: stable across processes and Python versions."""
-    return int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big") % replicas
-
-
 def extension_path(name: str) -> Path:
     """The ``.duckdb_extension`` file shipped in the ``duckdb-extension-<name>`` wheel for this DuckDB."""
     package = f"duckdb_extension_{name}"
@@ -127,7 +96,6 @@ def _quote(text: str) -> str:
 LAKE_RETRY_WAIT_MS = 2
 LAKE_MAX_RETRIES = 40
 LAKE_RETRY_BACKOFF = 1.2
-_RACED = re.compile(r"already exists|duplicate key|conflict", re.IGNORECASE)
 
 
 def data_directory(lake: LakeSettings) -> str:
@@ -172,24 +140,11 @@ def attach_lake(con: duckdb.DuckDBPyConnection, lake: LakeSettings, read_only: b
                 con.execute(f"ATTACH {_quote('ducklake:' + lake.catalog)} AS {CATALOG} ({options})")
                 break
             except duckdb.Error as exc:  # replicas starting together race to create the catalog's tables
-                if attempt == 4 or not _RACED.search(str(exc)):
+                if attempt == 4 or not RACED.search(str(exc)):
                     raise
                 time.sleep(0.2 * (attempt + 1))
     except duckdb.Error as exc:
         raise LakeUnavailable(f"cannot attach the lake ({lake.catalog.split(' password=')[0]}): {exc}") from None
-
-
-def retry_conflicts(fn: Callable[[], T], attempts: int = 20) -> T:
-    """Run catalog changes again when another replica committed a conflicting one first."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except (duckdb.TransactionException, duckdb.CatalogException) as exc:
-            if attempt == attempts - 1 or not _RACED.search(str(exc)):
-                raise
-            log.info("lake catalog conflict, retrying: %s", str(exc).splitlines()[-1])
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 _PRIMARY_KEY = re.compile(r"\s+PRIMARY KEY\b", re.IGNORECASE)
@@ -506,9 +461,3 @@ def file_count(con: duckdb.DuckDBPyConnection) -> int:
     """Parquet data files the lake's current snapshot reads (every schema)."""
     return int(con.execute(f"SELECT count(*) FROM {META}.ducklake_data_file "
                            "WHERE end_snapshot IS NULL").fetchone()[0])
-
-
-class ReaderTables(SessionTables):
-    """The session stage's reads on a lake reader (``open_reader``): whole sessions from every replica."""
-
-    session_sources = EVERY_REPLICA
