@@ -35,3 +35,25 @@ def test_the_registry_reads_every_shape_as_the_trace_view_did():
 def test_a_runs_input_counts_only_without_other_messages():
     run = SpanView("a" * 32, "b" * 16, None, "agent", {"openinference.span.kind": "AGENT", "input.value": "Find bolts"})
     assert [(m.role, m.text, m.run) for m in read_messages(run)] == [("user", "Find bolts", True)]
+
+
+class _Misspelled:
+    name = "misspelled"
+    marks = __import__("agentfunnel.semconv.dialects.base", fromlist=["Marks"]).Marks(keys=frozenset({"x.kind"}))
+
+    def extract(self, span):
+        return {"kind": "tool", "tool_nmae": "search"} if span.name == "typo" else {}["kind"]
+
+    def messages(self, span):
+        return None
+
+
+def test_strict_normalize_names_the_dialect_span_and_field_the_lenient_default_drops():
+    import pytest
+    from agentfunnel.semconv.normalize import NormalizeError, normalize
+    typo = SpanView("a" * 32, "b" * 16, None, "typo", {"x.kind": 1})
+    assert normalize(typo, (_Misspelled(),)).tool_name is None  # lenient: dropped
+    with pytest.raises(NormalizeError, match=r"misspelled.*'tool_nmae'.*bbbb"):
+        normalize(typo, (_Misspelled(),), strict=True)
+    with pytest.raises(NormalizeError, match=r"misspelled could not read span b+ \('boom'\): KeyError"):
+        normalize(SpanView("a" * 32, "b" * 16, None, "boom", {"x.kind": 1}), (_Misspelled(),), strict=True)
