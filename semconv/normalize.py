@@ -121,17 +121,32 @@ def _error(span: SpanView, fields: dict[str, Any], exc_type: Any, exc_message: A
     return None
 
 
+class NormalizeError(ValueError):
+    """Strict mode: a dialect raised reading a span, or returned a field a record does not take."""
+
+
 def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
-              session_keys: Sequence[str] = ()) -> SpanRecord:
-    """The normalized record of one span; never raises on unknown or odd input."""
+              session_keys: Sequence[str] = (), strict: bool = False) -> SpanRecord:
+    """The normalized record of one span; never raises on unknown or odd input.
+
+    ``strict`` (for tests) raises ``NormalizeError`` naming the dialect, the span and the field where the
+    lenient default passes over a dialect's ``extract`` error or drops a field ``SpanRecord`` does not take.
+    """
     index = _REGISTRY_INDEX if dialects is REGISTRY else _index(tuple(dialects))
     fields: dict[str, Any] = {}  # what the dialects read; the first value for a field wins
     name = "unknown"
     for dialect in index.matching(span):
         try:
             found = dialect.extract(span)
-        except (AttributeError, KeyError, TypeError, ValueError, RecursionError):
+        except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            if strict:
+                raise NormalizeError(f"dialect {dialect.name} could not read span {span.span_id} ({span.name!r}): "
+                                     f"{type(exc).__name__}: {exc}") from exc
             continue  # a dialect that cannot read this span (nor JSON nested past the recursion limit) leaves it
+        if strict and not _DIALECT_FIELDS.issuperset(found):
+            field = sorted(set(found) - _DIALECT_FIELDS)[0]
+            raise NormalizeError(f"dialect {dialect.name} returned the field {field!r} for span {span.span_id} "
+                                 f"({span.name!r}): SpanRecord takes no such field from a dialect")
         if name == "unknown":
             name = dialect.name
         # None fills nothing, so a later dialect still can: Strands' and ADK's {"provider": None} do not

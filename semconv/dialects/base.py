@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..attributes import EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE
+from ..attributes import (EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE,
+                          GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES)
+from ..messages import Message
 from ..records import SpanView
 
 Fields = dict[str, Any]
@@ -34,10 +36,31 @@ class Marks:
 
 
 class Dialect(Protocol):
+    """One telemetry convention: what marks its spans, the record fields it reads, and its messages.
+
+    ``extract`` returns only fields ``SpanRecord`` has (``normalize(strict=True)`` raises on any other).
+    ``messages`` returns the span's messages in its convention, or None when the span carries none of
+    them (the next dialect of the registry is asked); every dialect is asked, marks or not.
+    """
+
     name: str
     marks: Marks
 
     def extract(self, span: SpanView) -> Fields: ...
+
+    def messages(self, span: SpanView) -> list[Message] | None: ...
+
+
+class NoMessages:
+    """For a dialect whose spans carry no messages of a convention of its own."""
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        return None
+
+
+def has_genai_messages(attrs: dict[str, Any]) -> bool:
+    """Whether the span carries the GenAI message attributes: the other dialects' message readers defer to them."""
+    return GEN_AI_INPUT_MESSAGES in attrs or GEN_AI_OUTPUT_MESSAGES in attrs
 
 
 # Exception types and messages frameworks raise (or log) when their own step/turn/request cap is hit.

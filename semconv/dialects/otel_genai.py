@@ -14,20 +14,24 @@ from typing import Any, Final
 
 from ..attributes import (EVENT_CHOICE, EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS,
                           GEN_AI_AGGREGATED_OUTPUT_TOKENS,
-                          GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
-                          GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
+                          GEN_AI_COMPLETION, GEN_AI_INPUT_MESSAGES, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
+                          GEN_AI_PROMPT, GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_SYSTEM, GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_ID,
                           GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_DEFINITIONS, GEN_AI_TOOL_NAME, GEN_AI_USAGE_COMPLETION_TOKENS,
                           GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS,
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
+from ..messages import Message, loads, system_message
+from ..messages import messages as read_messages
 from ..records import SpanView
 from .pydantic_ai import STRUCTURED_OUTPUT_TOOLS
 from .user_input import genai_user_text
-from .base import (Fields, Marks, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text,
+from .base import (Fields, Marks, after_prefix, has_genai_messages, as_int, event_attribute, finish_reason, first, last_assistant_text,
                    message_text, parse_json, tool_definitions)
 
 UNKNOWN_MODELS = {"unknown", ""}
 EVENT_CONTENT_COMPLETION: Final = "gen_ai.content.completion"  # before v1.28: a span event carrying gen_ai.completion
+EVENT_CONTENT_PROMPT: Final = "gen_ai.content.prompt"  # its prompt, carrying gen_ai.prompt
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 # Where the Python SDK's Events API wrote an event's name before log records had an event_name field (1.30
 # does, as opentelemetry-instrumentation-openai-v2 2.1b0 recordings show): the joined record has no name of its own.
 LOG_EVENT_NAME: Final = "event.name"
@@ -98,6 +102,42 @@ class OtelGenAI:
         if kind != "tool":
             out["input_message"] = genai_user_text(span)  # what the user asked (user_input.py)
         return out
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        """``gen_ai.input.messages`` / ``gen_ai.output.messages`` on the span, else the message events (the
+        operation-details event, ``gen_ai.choice``, the v1.28 ``gen_ai.*.message`` events, the pre-v1.28
+        content events), span events or joined log records alike."""
+        a = span.attributes
+        if has_genai_messages(a):
+            return (read_messages(a.get(GEN_AI_INPUT_MESSAGES), "user")
+                    + read_messages(a.get(GEN_AI_OUTPUT_MESSAGES), "assistant", True))
+        return _event_messages(span.events) if span.events else None
+
+
+def _event_messages(events: list[dict[str, Any]]) -> list[Message]:
+    out: list[Message] = []
+    for e in loads(events) or []:
+        if not isinstance(e, dict):
+            continue
+        name, attrs = str(e.get("name") or ""), e.get("attributes") or {}
+        if not isinstance(attrs, dict):
+            continue
+        if GEN_AI_SYSTEM_INSTRUCTIONS in attrs:
+            out += system_message(attrs[GEN_AI_SYSTEM_INSTRUCTIONS])
+        if GEN_AI_INPUT_MESSAGES in attrs:
+            out += read_messages(attrs[GEN_AI_INPUT_MESSAGES], "user")
+        if GEN_AI_OUTPUT_MESSAGES in attrs:
+            out += read_messages(attrs[GEN_AI_OUTPUT_MESSAGES], "assistant", True)
+        if name == EVENT_CHOICE:
+            out += read_messages([loads(attrs.get("message")) or {"role": "assistant", **attrs}], "assistant", True)
+        elif name.startswith("gen_ai.") and name.endswith(".message"):
+            role = name.split(".")[1]
+            out += read_messages([{"role": attrs.get("role") or role, **attrs}], role)
+        elif name in (EVENT_CONTENT_PROMPT, EVENT_CONTENT_COMPLETION):
+            prompt = name == EVENT_CONTENT_PROMPT
+            out += read_messages(attrs.get(GEN_AI_PROMPT if prompt else GEN_AI_COMPLETION),
+                                 "user" if prompt else "assistant", not prompt)
+    return out
 
 
 def requested_tool_names(messages: list | None) -> tuple[str, ...]:
