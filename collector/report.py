@@ -292,6 +292,7 @@ class ReportData:
     ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
     stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, Any] = field(default_factory=dict)  # experiment -> experiments.ExperimentStats (all its runs)
+    firings: list[dict[str, Any]] = field(default_factory=list)  # the latest monitor firings (collector/monitors)
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -606,6 +607,9 @@ def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | Non
 
     data.ui_base = ui_base(db)
     data.stage_questions = stage_questions
+    from .monitors.report import load_firings
+
+    data.firings = load_firings(db)
     if html_path is not None:
         from .report_html import render_html
 

@@ -36,6 +36,7 @@ from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, Outco
 from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
                           short_time, stage_fix, text, variant_name)
 from .experiments import terminal_renderables as experiment_stats
+from .monitors.report import terminal_renderables as firings_renderables
 from .report_shapes import shapes_renderables, tails_renderables
 from .terminal import WIDE, column_needs, data_text, fit_table, output_console, table_chrome, visible_controls
 from .ui.links import experiment_url, session_url
@@ -481,6 +482,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
+    out += firings_renderables(data.firings, lang, data.ui_base)
     return out
 
 

@@ -43,11 +43,13 @@ class Evaluation:
         fmt = _formatter(m.kind)
         where = r.slice.describe()
         if self.threshold is not None:
-            return (f"{m.describe()} is {fmt(self.value)} over {self.n} {_unit(m.kind)} of {where} in the last "
-                    f"{r.window}, {r.condition.describe()} (p = {self.p_value:.2g})")
+            of = f", {where}" if where != "all sessions" else ""
+            return (f"{m.describe()} is {fmt(self.value)} over the last {r.window} ({self.n} {_unit(m.kind)}{of}), "
+                    f"{r.condition.describe()} (p = {self.p_value:.2g})")
         assert self.baseline is not None and self.current is not None
         return (f"{m.describe()} went from {fmt(self.baseline_value)} ({self.baseline.label()}, n = {self.baseline_n}) "
-                f"to {fmt(self.value)} ({self.current.label()}, n = {self.n}) for {where} (p = {self.p_value:.2g})")
+                f"to {fmt(self.value)} ({self.current.label()}, n = {self.n})"
+                + (f" for {where}" if where != "all sessions" else "") + f" (p = {self.p_value:.2g})")
 
     def key(self) -> str:
         """What a repeat would share: the monitor and, for a version comparison, the two versions."""
