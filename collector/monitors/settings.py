@@ -112,8 +112,8 @@ class Condition(_Model):
                               "(in the measure's unit: a share, USD, milliseconds), besides significance.")
     baseline_window: str | None = Field(None, description="Change: length of the baseline (default: the rule's "
                                         "window); previous_window: it ends where the window starts; "
-                                        "previous_version: the previous version's sessions this long before the "
-                                        "window, and in it.")
+                                        "previous_version: the previous version's sessions in the window and this "
+                                        "long before it.")
 
     @field_validator("baseline_window")
     @classmethod
