@@ -131,3 +131,14 @@ def test_the_webhook_body_is_inert_mrkdwn():
     assert "&lt;!channel&gt; &amp; &lt;http://x|y&gt;" in text
     assert "<http://127.0.0.1:1/ui/monitors/abc|Open in agentfunnel>" in text  # the one link is ours
     assert mrkdwn("a\x1b[31mb", 100) == "a[31mb" and len(mrkdwn("x" * 500, 10)) == 10
+
+
+def test_the_documented_configuration_is_valid():
+    import yaml
+
+    import docs_text
+    from agentfunnel.collector.config import Settings
+
+    block = re.search(r"```yaml\n(.*?)```", docs_text.page("docs/monitors.md"), re.S).group(1)
+    rules = Settings.model_validate(yaml.safe_load(block)).monitors.rules
+    assert {r.measure.kind for r in rules} == {"drop_off_share", "step_conversion", "cost_quantile", "pass_hat_k"}
