@@ -739,6 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .data_commands import register as register_data_commands
 
     register_data_commands(sub, common)  # prune, delete, export, snapshot
+    from .monitors.command import register as register_monitors
+
+    register_monitors(sub, common)  # monitors check
     return parser
 
 

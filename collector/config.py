@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from ..scoring import ScoringConfig
 from ..scoring.judge import JudgeSettings
 from ..scoring.regex import linear
+from .monitors.settings import MonitorSettings
 
 MiB = 1024 * 1024
 
@@ -541,6 +542,7 @@ class Settings(_Model):
     retention: RetentionSettings = RetentionSettings()
     admin: AdminSettings = AdminSettings()
     ui: UISettings = UISettings()
+    monitors: MonitorSettings = MonitorSettings()
 
     @model_validator(mode="after")
     def _two_credentials(self) -> "Settings":

@@ -42,6 +42,7 @@ from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
 from .telemetry import Metrics
+from .monitors.service import for_store as monitors_for_store
 from .wiring import build_ingest_path
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,9 @@ class Server:
         self._prune_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._session_task: asyncio.Task | None = None
+        self.monitors = monitors_for_store(settings, self.store, self.metrics, lambda: self._ui_url)
+        self._ui_url: str | None = None
+        self._monitor_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
                                               thread_name_prefix="agentfunnel-sql")
@@ -148,6 +152,9 @@ class Server:
         if http_addr and rs.tls is None:
             host = "127.0.0.1" if rs.host in ("0.0.0.0", "::", "") else rs.host
             local_http = f"http://{host}:{http_addr.rsplit(':', 1)[1]}"
+        self._ui_url = f"{local_http}/ui/" if local_http else None
+        if self.settings.monitors.rules:
+            self._monitor_task = asyncio.get_running_loop().create_task(self.monitors.run())
         write_sidecar(self.settings.store.path, admin_url, rs.bearer_token, local_http, self.admin_secret)
         if self.http:
             self.http.ready = True
@@ -210,6 +217,7 @@ class Server:
         app.router.add_post("/judge", self._judge)
         app.router.add_post("/cases", self._cases)
         app.router.add_post("/audit/labels", self._audit_labels)
+        app.router.add_post("/monitors/check", self._monitors_check)
         add_data_routes(app, self, self.retention)  # /prune, /delete, /export, /snapshot
         return app
 
@@ -304,6 +312,15 @@ class Server:
         stored = await asyncio.wrap_future(fut)
         return web.json_response({"stored": stored})
 
+    async def _monitors_check(self, request: web.Request) -> web.Response:
+        """Evaluate every monitor now (``agentfunnel monitors check`` while serving); the firings it stored."""
+        if (refused := self._refused(request)) is not None:
+            return refused
+        fired = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.monitors.check)
+        return web.json_response({"rules": len(self.settings.monitors.rules),
+                                  "fired": [{k: r[k] for k in ("firing_id", "monitor", "message", "delivered")}
+                                            for r in fired]})
+
     async def _flush(self, request: web.Request) -> web.Response:
         """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
         if (refused := self._refused(request)) is not None:
@@ -373,7 +390,7 @@ class Server:
         if self._session_task is not None:
             self._session_task.cancel()
         self.retention.stop()  # a pruning pass ends after its current job
-        for task in (self._prune_task, self._snapshot_task):
+        for task in (self._prune_task, self._snapshot_task, self._monitor_task):
             if task is not None:
                 task.cancel()
         self._decode_pool.shutdown(wait=True)

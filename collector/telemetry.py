@@ -110,6 +110,13 @@ DESCRIPTIONS = {
                                "scoring), follow (a lake replica's polls for sessions others assembled that ran as jobs of "
                                "their own; one that ran with an assembly is in sessions), ship, judgments, "
                                "retention, other. Beside jobs_waiting it says what a busy writer is busy with.",
+    "monitor_evaluations": "Evaluations of monitor rules, by result: fired, quiet (no significant change), too_few "
+                           "(a side below monitors.min_sample), too_small (below the rule's min_change), "
+                           "no_baseline (no previous version), repeat (already reported for this window), error.",
+    "monitor_webhook_sends": "Firings posted to monitors.webhook, by result: delivered, refused (a 4xx other than "
+                             "429), failed (no success within monitors.webhook.retries).",
+    "monitor_webhook_retries": "Webhook attempts retried after a timeout, a connection error, 429 or 5xx "
+                               "(at most monitors.webhook.retries per firing).",
     "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
                    "what one costs on average (a job pays for its statements however little it holds).",
 }
@@ -152,6 +159,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._counters: dict[tuple[str, str], int] = defaultdict(int)
         self._gauges: dict[str, Callable[[], float]] = {}
+        self._expositions: list[Callable[[], list[str]]] = []
         self._started = time.monotonic()
         self.gauge("uptime_seconds", lambda: time.monotonic() - self._started)
 
@@ -165,6 +173,10 @@ class Metrics:
         if name not in GAUGES:
             raise KeyError(f"unknown gauge {name}")
         self._gauges[name] = read
+
+    def exposition(self, lines: Callable[[], list[str]]) -> None:
+        """Series with labels of their own (per monitor), appended to the Prometheus text as ``lines`` gives them."""
+        self._expositions.append(lines)
 
     def get(self, name: str, label: str | None = None) -> int:
         with self._lock:
@@ -202,4 +214,6 @@ class Metrics:
         for name, read in self._gauges.items():
             metric = f"agentfunnel_{name}"
             lines += [f"# HELP {metric} {GAUGES[name]}", f"# TYPE {metric} gauge", f"{metric} {read():g}"]
+        for more in self._expositions:
+            lines += more()
         return "\n".join(lines) + "\n"

@@ -258,6 +258,7 @@ class ReportData:
     ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
     stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, ExperimentStats] = field(default_factory=dict)  # experiment -> its numbers over all its runs
+    firings: list[dict[str, Any]] = field(default_factory=list)  # the latest monitor firings (collector/monitors)
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""

@@ -37,6 +37,7 @@ from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, t
 from .shapes import shapes_renderables, tails_renderables
 from .text import (drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
                    variant_name)
+from ..monitors.report import terminal_renderables as firings_renderables
 
 FIX_MIN = 30  # cells the suggested fix needs for the drop-offs to stay a table
 CRITERION_MIN = 24  # likewise the criterion, for the criteria missed most
@@ -394,6 +395,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
+    out += firings_renderables(data.firings, lang, data.ui_base)
     return out
 
 

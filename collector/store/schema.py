@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..monitors.columns import create_sql as create_firings_sql
 from .metrics_table import create_metrics_table_sql
 
 Migration = tuple[str, str]
@@ -972,3 +973,6 @@ MIGRATIONS.append((
     CREATE VIEW failure_shapes AS SELECT * FROM failure_shapes_of(NULL);
     """,
 ))
+
+# Monitors (collector/monitors): each firing of a rule, with its test's numbers and the sessions behind it.
+MIGRATIONS.append(("0014_monitor_firings", create_firings_sql()))

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from ..query import QueryError
 from ..report.text import lang_of
-from . import pages, queries
+from . import monitor_pages, pages, queries
 from .filters import FilterError, SessionFilters
 from .queries import Reader
 from .words import t
@@ -150,6 +150,8 @@ class UI:
         r.add_get(PREFIX + "/experiments", self._page(self._experiments))
         r.add_get(PREFIX + "/experiments/{name:.+}", self._page(self._experiment))
         r.add_get(PREFIX + "/compare", self._page(self._compare))
+        r.add_get(PREFIX + "/monitors", self._page(self._monitors))
+        r.add_get(PREFIX + "/monitors/{firing_id}", self._page(self._firing))
         r.add_get(PREFIX + "/static/{name}", self._static_file)
         r.add_get(PREFIX + "/login", self._login_form)
         r.add_post(PREFIX + "/login", self._login)
@@ -308,6 +310,16 @@ class UI:
                 raise FilterError("experiment names are at most 300 characters, without NUL")
         rows = queries.compare(self.reader, a, b) if a and b else None
         return 200, pages.compare_page(rows, a, b, names, ctx)
+
+    def _monitors(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
+        return 200, monitor_pages.monitors_page(monitor_pages.firings(self.reader), ctx)
+
+    def _firing(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
+        found = monitor_pages.firing(self.reader, request.match_info["firing_id"])
+        if found is None:
+            title = monitor_pages.not_found(ctx)
+            return 404, pages.error_page(404, title, request.match_info["firing_id"], ctx)
+        return 200, monitor_pages.firing_page(*found, ctx)
 
 
 # ---------------------------------------------------------------------------- offline
