@@ -41,6 +41,7 @@ from .sql_sandbox import SqlSandbox
 from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
+from .feedback.intake import PATH as FEEDBACK_PATH
 from .telemetry import Metrics
 from .wiring import build_ingest_path
 
@@ -66,6 +67,7 @@ class Server:
         path = build_ingest_path(settings, self.metrics, self.admission, forward=True)
         stage = path.stage
         self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
+        self.feedback = path.feedback
         self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
         if settings.sessions.push_back_when_held_full:  # admission bounds the session stage: nothing is skipped
             preparer = self.sessions.preparer
@@ -139,6 +141,7 @@ class Server:
         if rs.http_enabled:
             self.http = HttpReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
             self._mount_ui(self.http.app)
+            self.http.app.router.add_post(FEEDBACK_PATH, self.feedback.handle)  # the ingest token, as OTLP
             port = await self._serve_app(self.http.app, rs.host, rs.http_port, self._ssl_context(), "http")
             http_addr = f"{rs.host}:{port}"
         admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None, "admin")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .feedback_table import create_feedback_sql
 from .metrics_table import create_metrics_table_sql
 
 Migration = tuple[str, str]
@@ -972,3 +973,5 @@ MIGRATIONS.append((
     CREATE VIEW failure_shapes AS SELECT * FROM failure_shapes_of(NULL);
     """,
 ))
+
+MIGRATIONS.append(("0014_feedback", create_feedback_sql()))

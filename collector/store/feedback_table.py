@@ -1,0 +1,58 @@
+"""The ``feedback`` table from its one column list, the view that joins it to sessions, and its insert.
+
+Feedback is joined to sessions when it is read, not when it is written: an item that arrives before
+its session exists, after the session was scored, or after a restart is joined as soon as the
+session is stored, and a session re-scored keeps its feedback. ``feedback_sessions`` joins by the
+session id sent, else by the trace (the trace index names the sessions a trace belongs to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..feedback.model import COLUMNS, Feedback
+
+FEEDBACK_TYPES: dict[str, str] = {
+    "feedback_id": "VARCHAR NOT NULL", "source": "VARCHAR", "time": "TIMESTAMP", "session_id": "VARCHAR",
+    "trace_id": "VARCHAR", "span_id": "VARCHAR", "response_id": "VARCHAR", "user_id": "VARCHAR", "name": "VARCHAR",
+    "score": "DOUBLE", "score_max": "DOUBLE", "label": "VARCHAR", "sentiment": "VARCHAR", "comment": "VARCHAR",
+    "truncated": "BOOLEAN", "service_name": "VARCHAR",
+}
+assert tuple(FEEDBACK_TYPES) == COLUMNS
+
+
+def create_feedback_sql() -> str:
+    """The migration: the table (its columns, then when it arrived) and the joining view."""
+    columns = ",\n    ".join(f"{name} {kind}" for name, kind in FEEDBACK_TYPES.items())
+    return f"""
+    CREATE TABLE feedback (
+    {columns},
+    received_at TIMESTAMP
+    );
+    CREATE VIEW feedback_sessions AS
+    SELECT f.*,
+           coalesce(s.session_id, t.session_ids[1]) AS joined_session_id,
+           CASE WHEN s.session_id IS NOT NULL THEN 'session_id'
+                WHEN t.session_ids[1] IS NOT NULL THEN 'trace_id' END AS joined_by
+    FROM feedback f
+    LEFT JOIN sessions s ON s.session_id = f.session_id
+    LEFT JOIN trace_index t ON t.trace_id = f.trace_id AND s.session_id IS NULL
+                           AND len(t.session_ids) > 0;
+    """
+
+
+def insert_feedback(con: Any, items: Sequence[Feedback], received_at: Any) -> tuple[int, int]:
+    """Store the items not stored yet (by ``feedback_id``); (new rows, duplicates). The caller's transaction."""
+    unique = list({fb.feedback_id: fb for fb in items}.values())
+    if not unique:
+        return 0, len(items)
+    ids = [fb.feedback_id for fb in unique]
+    have = {r[0] for r in con.execute("SELECT feedback_id FROM feedback WHERE feedback_id IN "
+                                      "(SELECT unnest(?::VARCHAR[]))", [ids]).fetchall()}
+    new = [fb for fb in unique if fb.feedback_id not in have]
+    if new:
+        marks = ", ".join("?" * (len(COLUMNS) + 1))
+        con.executemany(f"INSERT INTO feedback ({', '.join(COLUMNS)}, received_at) VALUES ({marks})",
+                        [[*fb.row(), received_at] for fb in new])
+    return len(new), len(items) - len(new)
