@@ -19,6 +19,7 @@ from typing import Any
 
 from ..scoring import labels
 from .config import StoreSettings
+from .feedback.analysis import FeedbackView, load as load_feedback
 from .query import QueryError, query
 from .report_text import lang_of, text
 
@@ -292,6 +293,7 @@ class ReportData:
     ui_base: str | None = None  # the running server's UI (…/ui/), so sessions and experiments link there
     stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, Any] = field(default_factory=dict)  # experiment -> experiments.ExperimentStats (all its runs)
+    feedback: FeedbackView | None = None  # user feedback beside the proven outcome; None when none is stored
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -526,6 +528,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
                    for r in _rows(db, sql.latest())]
     if filters.bucket:
         data.buckets = _buckets(_rows(db, sql.buckets()))
+    data.feedback = load_feedback(lambda q: _rows(db, q), sql.where)
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)

@@ -33,6 +33,7 @@ from rich.text import Text
 
 from ..scoring import labels
 from .report import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
+from .feedback.render import terminal_renderables as feedback_renderables
 from .report_text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct,
                           short_time, stage_fix, text, variant_name)
 from .experiments import terminal_renderables as experiment_stats
@@ -478,6 +479,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     if data.ui_base:  # the example sessions, where the UI shows them (a URL is never cut)
         examples = list(dict.fromkeys(d.example for d in data.drops if d.example))
         out += [Text(text("example", lang) + " · UI", style="dim"), *(_url(session_url(data.ui_base, x)) for x in examples)]
+    out += feedback_renderables(data.feedback, lang, width)  # nothing when no feedback is stored
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
