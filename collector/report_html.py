@@ -430,7 +430,8 @@ def render_html(data: ReportData, lang: str = "en") -> str:
     else:
         sections = [variant_section(data, v, lang, note=i == 0) for i, v in enumerate(data.variants())]
         body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
-                + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid))
+                + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid),
+                                   step_name=lambda v, s: data.step_name(v, s, lang))
                 + evaluation_sections(data, lang) + sessions_section(data, lang))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'

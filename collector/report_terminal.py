@@ -479,7 +479,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     if data.ui_base:  # the example sessions, where the UI shows them (a URL is never cut)
         examples = list(dict.fromkeys(d.example for d in data.drops if d.example))
         out += [Text(text("example", lang) + " · UI", style="dim"), *(_url(session_url(data.ui_base, x)) for x in examples)]
-    out += feedback_renderables(data.feedback, lang, width)  # nothing when no feedback is stored
+    out += feedback_renderables(data.feedback, lang, width, lambda v, s: data.step_name(v, s, lang))
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]

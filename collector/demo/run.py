@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
+from ..feedback.demo import send_demo_feedback
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
 from .judge import DemoJudge
@@ -142,6 +143,7 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120, ports: tupl
     with judge or contextlib.nullcontext(), background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)
         closed = len(background.server.sessions.flush())
+        send_demo_feedback(background.server, f"http://{endpoints.http}", seed)  # some users say what they thought
         background.server.evaluator.drain()  # judgments are asked for as sessions close: the report waits for them
     _mark(db, finished=True)  # the server has closed the file
     return DemoRun(db, endpoints, summary, closed, judge.url if judge else None)

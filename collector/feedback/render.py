@@ -6,6 +6,7 @@ Every value from telemetry (comments, labels, session ids, user ids) is escaped 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich import box
@@ -84,9 +85,14 @@ def _matrix(view: FeedbackView) -> list[tuple[str, int, int]]:
             ("failure", _n(s, "happy_on_failure"), _n(s, "unhappy_on_failure"))]
 
 
-def _group_label(row: Row, key: str, lang: str) -> str:
+StepName = Callable[[str | None, str | None], str]
+
+
+def _group_label(row: Row, key: str, lang: str, step_name: StepName | None = None) -> str:
     if key == "last_step":
-        return f"{variant_name(row.get('variant'), lang)} · {row.get('last_step') or w('no_step', lang)}"
+        step = row.get("last_step")
+        shown = (step_name(row.get("variant"), step) if step_name and step else step) or w("no_step", lang)
+        return f"{variant_name(row.get('variant'), lang)} · {shown}"
     return f"{variant_name(row.get('variant'), lang)} · {drop_reason_name(row.get('drop_reason') or 'unknown', lang)}"
 
 
@@ -96,8 +102,10 @@ _COUNT_KEYS = ("sessions", "positive", "negative", "unhappy_on_success", "happy_
 # ---------------------------------------------------------------------------- terminal
 
 
-def terminal_renderables(view: FeedbackView | None, lang: str, width: int) -> list[RenderableType]:
-    """The report's section; nothing when no feedback is stored (the rest of the report is unchanged)."""
+def terminal_renderables(view: FeedbackView | None, lang: str, width: int,
+                         step_name: StepName | None = None) -> list[RenderableType]:
+    """The report's section; nothing when no feedback is stored (the rest of the report is unchanged).
+    ``step_name`` names a variant's step in the report's language (the key when not given)."""
     if view is None:
         return []
     lang = lang_of(lang)
@@ -119,7 +127,7 @@ def terminal_renderables(view: FeedbackView | None, lang: str, width: int) -> li
         for k in (*_COUNT_KEYS, "judge_mean"):
             t.add_column(w(k, lang), justify="right", overflow="fold")
         for r in rows:
-            t.add_row(data_text(_group_label(r, key, lang)), *(str(_n(r, k)) for k in _COUNT_KEYS),
+            t.add_row(data_text(_group_label(r, key, lang, step_name)), *(str(_n(r, k)) for k in _COUNT_KEYS),
                       _judge(r.get("judge_mean")))
         out.append(t)
     if view.disagreements:
@@ -153,7 +161,8 @@ def _table(heads: list[str], rows: list[list[str]], cls: str, numeric: bool = Tr
     return f'<div class="scroll"><table class="data {cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def section_html(view: FeedbackView | None, lang: str, session_link: Any = None, section_id: str = "feedback") -> str:
+def section_html(view: FeedbackView | None, lang: str, session_link: Any = None, section_id: str = "feedback",
+                 step_name: StepName | None = None) -> str:
     """The report's (and the overview's) block; empty when no feedback is stored."""
     if view is None:
         return ""
@@ -170,7 +179,7 @@ def section_html(view: FeedbackView | None, lang: str, session_link: Any = None,
             parts.append(f"<h3>{esc(w(title, lang))}</h3>" + _table(
                 [w("step" if key == "last_step" else "reason", lang), *(w(k, lang) for k in _COUNT_KEYS),
                  w("judge_mean", lang)],
-                [[esc(_group_label(r, key, lang)), *(str(_n(r, k)) for k in _COUNT_KEYS), _judge(r.get("judge_mean"))]
+                [[esc(_group_label(r, key, lang, step_name)), *(str(_n(r, k)) for k in _COUNT_KEYS), _judge(r.get("judge_mean"))]
                  for r in rows], f"fb-{key}"))
     if view.disagreements:
         parts.append(f"<h3>{esc(w('disagreements', lang))}</h3>" + _table(
