@@ -271,3 +271,74 @@ def test_feedback_over_otlp_and_the_endpoint_joins_the_right_sessions_across_a_r
         assert _joined(srv)["after a restart"] == ("http", "positive", "conv-search", "session_id")
     finally:
         srv.stop()
+
+
+def test_delete_user_and_retention_remove_feedback_like_other_user_data():
+    from agentfunnel.collector.retention import delete_rows, prune_chunk
+
+    con = duckdb.connect()
+    migrate(con)
+    _session(con, "conv-a", "pass", "checkout_reached", ["checkout"], None, ["0a" * 16])
+    con.execute("UPDATE sessions SET user_id = 'jane'")
+    items = [_item({"session_id": "conv-a", "thumbs": "up", "time": "2026-01-01T00:00:00"}),  # her session's
+             _item({"trace_id": "0a" * 16, "thumbs": "up", "time": "2026-01-02T00:00:00"}),  # her trace's
+             _item({"session_id": "conv-z", "user_id": "jane", "thumbs": "up", "time": "2026-01-03T00:00:00"}),  # hers
+             _item({"session_id": "conv-b", "user_id": "bob", "thumbs": "down", "time": "2026-04-01T00:00:00"})]
+    insert_feedback(con, items, NOW)
+    done = delete_rows(con, users=["jane"], sessions=[])
+    assert done.removed["feedback"] == 3
+    assert con.execute("SELECT user_id FROM feedback").fetchall() == [("bob",)]
+    assert prune_chunk(con, "feedback", datetime(2026, 3, 1), 100) == 0
+    assert prune_chunk(con, "feedback", datetime(2026, 5, 1), 100) == 1
+
+
+# ---------------------------------------------------------------------------- the demo's database, in Chromium
+
+
+@pytest.fixture(scope="module")
+def demo_ui(tmp_path_factory):
+    from conftest import shared_demo
+    from test_ui_browser import UIProcess
+
+    db = shared_demo(tmp_path_factory, "feedback-ui").db
+    ui = UIProcess(db)
+    yield db, ui.url
+    ui.stop()
+
+
+def test_the_demo_database_shows_feedback_in_sql_the_report_and_chromium(demo_ui):
+    from conftest import read_db
+    from test_ui_browser import CHROMIUM
+
+    db, url = demo_ui
+    rows = read_db(db, "SELECT source, count(*) AS n, count(joined_session_id) AS joined FROM feedback_sessions "
+                       "GROUP BY 1 ORDER BY 1")
+    assert [r["source"] for r in rows] == ["http", "otlp_log"] and all(r["n"] == r["joined"] > 0 for r in rows)
+    report = run_cli("report", "--db", str(db)).stdout
+    assert "User feedback" in report and "unhappy, we say success" in report
+    both = read_db(db, "SELECT count(*) FILTER (WHERE outcome_reads_as = 'pass' AND sentiment = 'negative') AS u, "
+                       "count(*) FILTER (WHERE outcome_reads_as IN ('fail', 'partial', 'unknown') AND "
+                       "sentiment = 'positive') AS h FROM feedback_sessions f JOIN sessions s "
+                       "ON s.session_id = f.joined_session_id")[0]
+    assert both["u"] >= 1 and both["h"] >= 1  # the demo's users disagree both ways
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        block = page.locator("section#feedback")
+        assert "User feedback" in block.inner_text()
+        first = block.locator("table.fb-disagree a.sid").first
+        sid = first.get_attribute("title")
+        first.click()
+        page.wait_for_url(f"**/sessions/{sid}")
+        verdict = page.locator("section#feedback .fb-verdict")
+        assert verdict.get_attribute("data-users") in ("positive", "negative")
+        assert page.locator("section#feedback .fb-disagree").inner_text() == "Users and the proven outcome disagree."
+        assert page.locator("section#feedback table.fb-items tbody tr").count() >= 1
+        page.set_viewport_size({"width": 375, "height": 800})  # a phone: the page is not wider than the window
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375 + 1
+        browser.close()
