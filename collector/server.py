@@ -118,6 +118,8 @@ class Server:
         reopened = self.sessions.recover()
         if reopened:
             log.info("reopened %d traces that were stored but not assembled", reopened)
+        if recovered := self.feedback.recover():
+            log.info("wrote %d feedback item(s) a stop had left behind their stored log records and spans", recovered)
         requeued = self.sessions.requeue_judgments()
         if requeued:
             log.info("queued %d run(s) for the judge again: their judgment was pending or never asked", requeued)

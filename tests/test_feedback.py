@@ -265,8 +265,17 @@ def test_feedback_over_otlp_and_the_endpoint_joins_the_right_sessions_across_a_r
         assert "conv-search  failure (search_only) · Judge — · happy" in report
     finally:
         assert srv.stop() == 0
+    # a crash between a batch's COMMIT and its feedback job leaves the raw rows without feedback rows: a start
+    # writes them again, with the ids they had
+    con = duckdb.connect(str(db))
+    otlp_ids = sorted(r[0] for r in con.execute("SELECT feedback_id FROM feedback WHERE source <> 'http'").fetchall())
+    con.execute("DELETE FROM feedback WHERE source <> 'http'")
+    con.close()
     srv = ServerProcess(db, [], env).start()  # after a restart: joined to the stored session at once
     try:
+        recovered = srv.admin_post("/sql", {"query": "SELECT feedback_id FROM feedback WHERE source <> 'http' "
+                                                     "ORDER BY 1"})["rows"]
+        assert [r[0] for r in recovered] == otlp_ids and len(otlp_ids) == 2
         assert _post_feedback(srv, {"session_id": "conv-search", "thumbs": "up", "comment": "after a restart"})[0] == 200
         assert _joined(srv)["after a restart"] == ("http", "positive", "conv-search", "session_id")
     finally:

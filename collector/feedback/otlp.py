@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..batches import LogBatch, SpanBatch
 from ..config import FeedbackSettings
@@ -81,3 +82,49 @@ def _span_events(batch: SpanBatch, settings: FeedbackSettings, found: Found) -> 
             except FeedbackError as exc:
                 found.refuse(f"span {sid} event {j}", exc)
             found.cut.update(bounds.cut)
+
+
+# Feedback rows are written by a job after their batch's COMMIT: a crash between the two leaves the raw rows
+# without their feedback rows. Those rows are the last committed before the crash, so a start looks again at
+# the log records and spans received this long before the newest one stored.
+RECOVER_WINDOW_MINUTES = 10
+_LOG_ROWS = """SELECT record_id, trace_id, span_id, epoch_ns(coalesce(time, observed_time)), attributes,
+       resource_attributes, service_name
+FROM logs WHERE received_at >= (SELECT max(received_at) FROM logs) - INTERVAL {m} MINUTE
+  AND coalesce(event_name, attributes->>'$."event.name"') = '{event}'"""
+_SPAN_ROWS = """SELECT trace_id, span_id, epoch_ns(end_time), events, resource_attributes, service_name
+FROM spans WHERE received_at >= (SELECT max(received_at) FROM spans) - INTERVAL {m} MINUTE
+  AND events IS NOT NULL AND contains(events::VARCHAR, '{event}')"""
+
+
+def stored_feedback(con: Any, settings: FeedbackSettings) -> Found:
+    """The feedback in the log records and spans stored last (``RECOVER_WINDOW_MINUTES``), for a start to write
+    what a crash may have left unwritten (``insert_feedback`` skips what is stored)."""
+    found = Found()
+    for rid, tid, sid, ns, attrs, resource, service in con.execute(
+            _LOG_ROWS.format(m=RECOVER_WINDOW_MINUTES, event=EVENT_NAME)).fetchall():
+        attrs = json.loads(attrs) if attrs else {}
+        if not is_feedback(attrs, settings):
+            continue
+        bounds = Bounds(settings, Counter())
+        try:
+            found.items.append(from_event(attrs, source="otlp_log", trace_id=tid, span_id=sid, time_ns=ns,
+                                          identity=rid, service_name=service,
+                                          resource=json.loads(resource) if resource else {}, bounds=bounds))
+        except FeedbackError:
+            continue  # refused and counted when it arrived
+    for tid, sid, end_ns, events, resource, service in con.execute(
+            _SPAN_ROWS.format(m=RECOVER_WINDOW_MINUTES, event=EVENT_NAME)).fetchall():
+        for j, event in enumerate(json.loads(events) or []):
+            attrs = event.get("attributes") or {}
+            if event.get("name") != EVENT_NAME or not is_feedback(attrs, settings):
+                continue
+            bounds = Bounds(settings, Counter())
+            try:
+                found.items.append(from_event(
+                    attrs, source="otlp_span_event", trace_id=tid, span_id=sid,
+                    time_ns=event.get("time_unix_nano") or end_ns, identity=span_event_identity(tid, sid, j, event),
+                    service_name=service, resource=json.loads(resource) if resource else {}, bounds=bounds))
+            except FeedbackError:
+                continue
+    return found
