@@ -14,14 +14,14 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..report_text import clip_width, drop_reason_name, lang_of, pct, variant_name
+from ..report_text import clip_width, drop_reason_name, lang_of, pct, plural, variant_name
 from ..terminal import data_text
 from .analysis import FeedbackView, Row, session_verdict, we_say
 
 WORDS: dict[str, dict[str, str]] = {
     "en": {
-        "title": "User feedback", "items": "{n} feedback items on {s} sessions",
-        "pending": "{n} not joined to a session yet (their session has not arrived)",
+        "title": "User feedback", "items": "{n} on {s}", "item": "feedback item", "session_noun": "session",
+        "pending": "{n} not joined to a session yet (its session has not arrived)",
         "agreement": "users agree with the proven outcome on {p} of the sessions both call",
         "matrix": "Proven outcome against users", "we_say": "We call it", "users": "Users",
         "success": "success", "failure": "failure", "no_call": "no call", "positive": "happy", "negative": "unhappy",
@@ -37,7 +37,8 @@ WORDS: dict[str, dict[str, str]] = {
         "no_step": "(no step)",
     },
     "ja": {
-        "title": "ユーザーフィードバック", "items": "{s} セッションに {n} 件のフィードバック",
+        "title": "ユーザーフィードバック", "items": "{s} セッションに {n} 件のフィードバック", "item": "",
+        "session_noun": "",
         "pending": "{n} 件はまだセッションに結び付いていません(セッションが未着)",
         "agreement": "両方が判定したセッションのうち {p} でユーザーと実証済みの結果が一致",
         "matrix": "実証済みの結果とユーザー", "we_say": "判定", "users": "ユーザー",
@@ -70,7 +71,11 @@ def _judge(value: Any) -> str:
 
 def summary_lines(view: FeedbackView, lang: str) -> list[str]:
     s = view.summary
-    out = [w("items", lang, n=_n(s, "items"), s=_n(s, "sessions"))]
+    items, sessions = _n(s, "items"), _n(s, "sessions")
+    if lang_of(lang) == "en":
+        out = [w("items", lang, n=plural(items, w("item", lang)), s=plural(sessions, w("session_noun", lang)))]
+    else:
+        out = [w("items", lang, n=items, s=sessions)]
     if _n(s, "pending"):
         out.append(w("pending", lang, n=_n(s, "pending")))
     if view.agreement is not None:
@@ -154,11 +159,14 @@ def esc(value: object) -> str:
 
 
 def _table(heads: list[str], rows: list[list[str]], cls: str, numeric: bool = True) -> str:
-    """Cells are HTML already escaped; with ``numeric`` every column after the first is right-aligned."""
+    """Cells are HTML already escaped; with ``numeric`` every column after the first is right-aligned. On a phone
+    the UI stacks each row as a card whose cells are named by their column (``stack``, ``data-label``)."""
     num = lambda i: " class=num" if numeric and i else ""  # noqa: E731
+    label = lambda i: f' data-label="{esc(heads[i])}"' if i else ' class="lead"'  # noqa: E731
     head = "".join(f"<th{num(i)}>{esc(h)}</th>" for i, h in enumerate(heads))
-    body = "".join("<tr>" + "".join(f"<td{num(i)}>{c}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f'<div class="scroll"><table class="data {cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    body = "".join("<tr>" + "".join(f"<td{num(i) if i else ''}{label(i)}>{c}</td>" for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f'<div class="scroll"><table class="data stack {cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def section_html(view: FeedbackView | None, lang: str, session_link: Any = None, section_id: str = "feedback",
