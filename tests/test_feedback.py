@@ -351,3 +351,19 @@ def test_the_demo_database_shows_feedback_in_sql_the_report_and_chromium(demo_ui
         page.set_viewport_size({"width": 375, "height": 800})  # a phone: the page is not wider than the window
         assert page.evaluate("document.documentElement.scrollWidth") <= 375 + 1
         browser.close()
+
+
+def test_the_endpoint_scrubs_items_by_the_privacy_settings_as_telemetry_is_scrubbed():
+    from agentfunnel.collector.config import PrivacySettings
+    from agentfunnel.collector.feedback.intake import FeedbackIntake
+    from agentfunnel.collector.privacy import Redactor
+    from agentfunnel.collector.telemetry import Metrics
+
+    redactor = Redactor(PrivacySettings(detectors=["email"], hash_keys=["user.id"], hash_key="k" * 32))
+    metrics = Metrics()
+    intake = FeedbackIntake(SETTINGS, None, metrics, None, redactor=redactor)  # type: ignore[arg-type]
+    body = json.dumps({"session_id": "c1", "thumbs": "down", "user_id": "jane",
+                       "comment": "write to jane@example.com"}).encode()
+    [fb] = intake.parse(body, NOW)
+    assert "jane@example.com" not in fb.comment and fb.user_id == redactor.hash_value("jane")
+    assert metrics.get("redactions", "email") == 1 and metrics.get("redactions", "hash_key") == 1

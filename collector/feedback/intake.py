@@ -22,6 +22,7 @@ from aiohttp import web
 
 from ..batches import LogBatch, SpanBatch
 from ..config import FeedbackSettings
+from ..privacy import Redactor
 from ..errors import IngestError, PayloadTooLarge, PermanentError, RetryableError, UnsupportedMedia
 from ..receivers.status import check_bearer, http_status, retry_after_header
 from ..store.feedback_table import insert_feedback
@@ -42,8 +43,9 @@ class FeedbackIntake:
     """Feedback from both ways in, written as store jobs and counted."""
 
     def __init__(self, settings: FeedbackSettings, store: Store, metrics: Metrics, token: str | None,
-                 retry_after_s: float = 1.0) -> None:
+                 retry_after_s: float = 1.0, redactor: Redactor | None = None) -> None:
         self.settings = settings
+        self.redactor = redactor  # privacy: the endpoint's items are scrubbed as OTLP batches are, before storage
         self.store = store
         self.metrics = metrics
         self.token = token
@@ -112,16 +114,20 @@ class FeedbackIntake:
             self.metrics.inc("feedback_rejected", len(items), label="too_many")
             raise PermanentError(f"{len(items)} items, more than feedback.max_items_per_request "
                                  f"({self.settings.max_items_per_request})")
-        out, cut = [], Counter[str]()
+        out, cut, redacted = [], Counter[str](), Counter[str]()
+        redactor = self.redactor
+        redact = (lambda attrs: redactor.attributes(attrs, redacted)) if redactor is not None else None
         for i, item in enumerate(items):
             bounds = Bounds(self.settings, Counter())
             try:
-                out.append(from_item(item, f"feedback[{i}]", received, bounds))
+                out.append(from_item(item, f"feedback[{i}]", received, bounds, redact))
             except FeedbackError as exc:
                 self.metrics.inc("feedback_rejected", len(items), label="invalid")
                 raise PermanentError(str(exc)) from None
             cut.update(bounds.cut)
         self._count_cuts(cut)
+        for label, n in redacted.items():
+            self.metrics.inc("redactions", n, label=label)
         return out
 
     async def handle(self, request: web.Request) -> web.Response:

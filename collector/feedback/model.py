@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import astuple, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
@@ -202,13 +203,13 @@ ITEM_KEYS = {
     "name": EVALUATION_NAME, "score": SCORE_VALUE, "score_max": FEEDBACK_SCALE, "label": SCORE_LABEL,
     "comment": EXPLANATION, "response_id": RESPONSE_ID, "time": None, "service_name": None,
 }
-_ALIASES = {v: k for k, v in ITEM_KEYS.items() if v} | {"session.id": "session_id", "enduser.id": "user_id",
-                                                         "explanation": "comment", "score_label": "label",
-                                                         "thumbs": "thumbs"}
+_ALIASES = {v: k for k, v in ITEM_KEYS.items() if v} | {"session.id": "session_id", "enduser.id": "user_id"}
 
 
-def from_item(item: Any, where: str, received: datetime, bounds: Bounds) -> Feedback:
-    """One JSON item of ``POST /v1/feedback``; FeedbackError names ``where`` and the field."""
+def from_item(item: Any, where: str, received: datetime, bounds: Bounds,
+              redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Feedback:
+    """One JSON item of ``POST /v1/feedback``; FeedbackError names ``where`` and the field. ``redact``: the privacy
+    settings applied to its attributes (by their OTLP names), as they are to telemetry before it is stored."""
     if not isinstance(item, dict):
         raise FeedbackError(f"{where}: is {type(item).__name__}, not an object")
     doc: dict[str, Any] = {}
@@ -235,6 +236,8 @@ def from_item(item: Any, where: str, received: datetime, bounds: Bounds) -> Feed
             if isinstance(doc.get(key), (dict, list, bool)):
                 raise FeedbackError(f"{key} is {type(doc[key]).__name__}, not text")
         attrs = {ITEM_KEYS[k]: v for k, v in doc.items() if ITEM_KEYS.get(k)}
+        if redact is not None:
+            attrs = redact(attrs)
         when = parse_time(doc.get("time"), "time")
         identity = _identity("http", session_id, trace_id, span_id, doc.get("user_id"), doc.get("name"),
                              doc.get("score"), doc.get("label"), doc.get("comment"), when or received.isoformat())
