@@ -20,9 +20,9 @@ from .analysis import FeedbackView, Row, session_verdict, we_say
 
 WORDS: dict[str, dict[str, str]] = {
     "en": {
-        "title": "User feedback", "items": "{n} on {s}", "item": "feedback item", "session_noun": "session",
-        "pending": "{n} not joined to a session yet (its session has not arrived)",
-        "agreement": "users agree with the proven outcome on {p} of the sessions both call",
+        "title": "User feedback", "items": "{n} on {s}.", "item": "feedback item", "session_noun": "session",
+        "pending": "{n} not joined to a session yet (its session has not arrived).",
+        "agreement": "Users agree with the proven outcome on {p} of the sessions both call.",
         "matrix": "Proven outcome against users", "we_say": "We call it", "users": "Users",
         "success": "success", "failure": "failure", "no_call": "no call", "positive": "happy", "negative": "unhappy",
         "neutral": "neutral", "unhappy_on_success": "unhappy, we say success",
@@ -158,12 +158,16 @@ def esc(value: object) -> str:
     return escape("" if value is None else str(value), quote=True)
 
 
+def _cap(word: str) -> str:
+    return word[:1].upper() + word[1:]
+
+
 def _table(heads: list[str], rows: list[list[str]], cls: str, numeric: bool = True) -> str:
     """Cells are HTML already escaped; with ``numeric`` every column after the first is right-aligned. On a phone
     the UI stacks each row as a card whose cells are named by their column (``stack``, ``data-label``)."""
     num = lambda i: " class=num" if numeric and i else ""  # noqa: E731
     label = lambda i: f' data-label="{esc(heads[i])}"' if i else ' class="lead"'  # noqa: E731
-    head = "".join(f"<th{num(i)}>{esc(h)}</th>" for i, h in enumerate(heads))
+    head = "".join(f"<th{num(i)}>{esc(_cap(h))}</th>" for i, h in enumerate(heads))
     body = "".join("<tr>" + "".join(f"<td{num(i) if i else ''}{label(i)}>{c}</td>" for i, c in enumerate(r))
                    + "</tr>" for r in rows)
     return f'<div class="scroll"><table class="data stack {cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -194,7 +198,7 @@ def section_html(view: FeedbackView | None, lang: str, session_link: Any = None,
             [w("session", lang), w("we_say", lang), w("judge", lang), w("users", lang), w("comment", lang)],
             [[link(r["session_id"]), esc(f"{w(r['we_say'], lang)} ({r['outcome'] or '—'})"),
               _judge(r["judge_score"]), esc(w(r["user_says"], lang)), esc(clip_width(r.get("comment"), 200))]
-             for r in view.disagreements], "fb-disagree"))
+             for r in view.disagreements], "fb-disagree", numeric=False))
     return "".join(parts) + "</section>"
 
 

@@ -19,7 +19,14 @@ def overview_block(reader: Any, lang: str, base: str) -> str:
         return (f'<a class="sid" href="{esc(base)}sessions/{esc(path_segment(sid))}" title="{esc(sid)}">'
                 f"<code>{esc(sid[:36])}</code></a>")
 
-    return section_html(view, lang, link, section_id="feedback")
+    if view is None:
+        return ""
+    names = reader.cached(f"feedback_step_names:{lang}", lambda: {
+        (r["variant"], r["step"]): r["display_ja" if lang == "ja" else "display_en"] for r in reader.rows(
+            "SELECT variant, step, any_value(display_en) AS display_en, any_value(display_ja) AS display_ja "
+            "FROM funnel_steps GROUP BY ALL")})
+    return section_html(view, lang, link, section_id="feedback",
+                        step_name=lambda v, s: names.get((v, s)) or s or "")
 
 
 def session_block(reader: Any, session: dict[str, Any], lang: str) -> str:
