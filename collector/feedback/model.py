@@ -15,7 +15,7 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -42,32 +42,38 @@ class FeedbackError(ValueError):
     """An item that cannot be feedback; the message names the field and what is wrong with it."""
 
 
+def _col(sql: str) -> Any:
+    """A column of the ``feedback`` table: its DuckDB type beside its field, so the two are written once."""
+    return field(metadata={"sql": sql})
+
+
 @dataclass(frozen=True, slots=True)
 class Feedback:
-    """One feedback item, as the ``feedback`` table stores it (its columns, in order)."""
+    """One feedback item, as the ``feedback`` table stores it (its columns, in order, with their types)."""
 
-    feedback_id: str
-    source: str  # otlp_log, otlp_span_event, http
-    time: datetime | None  # when the user gave it (naive UTC)
-    session_id: str | None  # as sent; joined to ``sessions`` when read (``feedback_sessions``)
-    trace_id: str | None
-    span_id: str | None
-    response_id: str | None
-    user_id: str | None
-    name: str
-    score: float | None
-    score_max: float | None
-    label: str | None
-    sentiment: str
-    comment: str | None
-    truncated: bool
-    service_name: str | None
+    feedback_id: str = _col("VARCHAR NOT NULL")
+    source: str = _col("VARCHAR")  # otlp_log, otlp_span_event, http
+    time: datetime | None = _col("TIMESTAMP")  # when the user gave it (naive UTC)
+    session_id: str | None = _col("VARCHAR")  # as sent; joined to ``sessions`` when read (``feedback_sessions``)
+    trace_id: str | None = _col("VARCHAR")
+    span_id: str | None = _col("VARCHAR")
+    response_id: str | None = _col("VARCHAR")
+    user_id: str | None = _col("VARCHAR")
+    name: str = _col("VARCHAR")
+    score: float | None = _col("DOUBLE")
+    score_max: float | None = _col("DOUBLE")
+    label: str | None = _col("VARCHAR")
+    sentiment: str = _col("VARCHAR")
+    comment: str | None = _col("VARCHAR")
+    truncated: bool = _col("BOOLEAN")
+    service_name: str | None = _col("VARCHAR")
 
     def row(self) -> tuple[Any, ...]:
         return astuple(self)
 
 
 COLUMNS = tuple(f.name for f in fields(Feedback))
+SQL_TYPES = {f.name: f.metadata["sql"] for f in fields(Feedback)}
 
 
 @dataclass
