@@ -57,6 +57,9 @@ WORDS: dict[str, dict[str, str]] = {
 }
 
 
+COMMENT_UNITS = 200  # of a comment the report and the overview show (the session page shows it whole)
+
+
 def w(key: str, lang: str, **kw: Any) -> str:
     return WORDS[lang_of(lang)][key].format(**kw)
 
@@ -141,11 +144,9 @@ def terminal_renderables(view: FeedbackView | None, lang: str, width: int,
             line = Text.assemble(("  ", ""), data_text(clip_width(r["session_id"], 36)),
                                  f"  {w(r['we_say'], lang)} ({r['outcome'] or '—'}) · "
                                  f"{w('judge', lang)} {_judge(r['judge_score'])} · {w(r['user_says'], lang)}")
-            if r.get("comment"):
-                line.append("  “")
-                line.append_text(data_text(clip_width(r["comment"], max(20, width - 70))))
-                line.append("”")
             out.append(line)
+            if r.get("comment"):  # on a line of its own, wrapped rather than cut to the width
+                out.append(Text.assemble("    “", data_text(clip_width(r["comment"], COMMENT_UNITS)), "”"))
     return out
 
 
@@ -197,7 +198,7 @@ def section_html(view: FeedbackView | None, lang: str, session_link: Any = None,
         parts.append(f"<h3>{esc(w('disagreements', lang))}</h3>" + _table(
             [w("session", lang), w("we_say", lang), w("judge", lang), w("users", lang), w("comment", lang)],
             [[link(r["session_id"]), esc(f"{w(r['we_say'], lang)} ({r['outcome'] or '—'})"),
-              _judge(r["judge_score"]), esc(w(r["user_says"], lang)), esc(clip_width(r.get("comment"), 200))]
+              _judge(r["judge_score"]), esc(w(r["user_says"], lang)), esc(clip_width(r.get("comment"), COMMENT_UNITS))]
              for r in view.disagreements], "fb-disagree", numeric=False))
     return "".join(parts) + "</section>"
 
