@@ -80,7 +80,7 @@ def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission
     receivers = settings.receivers
     limits = MetricLimits(receivers.max_metric_buckets, receivers.max_metric_points, receivers.max_bytes_in_flight)
     feedback = FeedbackIntake(settings.feedback, stage.store, metrics, receivers.bearer_token,
-                              receivers.retry_after_seconds, redactor)
+                              receivers.retry_after_seconds, redactor, receivers.body_timeout_seconds)
 
     def committed(batch: SpanBatch | LogBatch) -> None:
         stage.sessions.observe(batch)

@@ -235,6 +235,10 @@ def test_feedback_over_otlp_and_the_endpoint_joins_the_right_sessions_across_a_r
         assert status == 415 and "application/json" in body["error"]
         status, body = _post_feedback(srv, [{"session_id": "x", "stars": 3}])
         assert status == 400 and "feedback[0]: unknown field 'stars'" in body["error"]
+        status, body = _post_feedback(srv, {"session_id": "x", "comment": "y" * 300_000})
+        assert status == 413 and "feedback.max_body_bytes" in body["error"]
+        status, body = _post_feedback(srv, [{"session_id": "x", "thumbs": "up"}] * 101)
+        assert status == 400 and "feedback.max_items_per_request (100)" in body["error"]
         status, body = _post_feedback(srv, item)  # before its session exists
         assert status == 200 and body["accepted"] == 1
         assert _post_feedback(srv, {"feedback": [item]})[1]["duplicates"] == 1  # a retry is stored once

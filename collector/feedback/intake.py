@@ -22,8 +22,8 @@ from aiohttp import web
 
 from ..batches import LogBatch, SpanBatch
 from ..config import FeedbackSettings
+from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, RetryableError, UnsupportedMedia
 from ..privacy import Redactor
-from ..errors import IngestError, PayloadTooLarge, PermanentError, RetryableError, UnsupportedMedia
 from ..receivers.status import check_bearer, http_status, retry_after_header
 from ..store.feedback_table import insert_feedback
 from ..store.writer import Store
@@ -43,13 +43,14 @@ class FeedbackIntake:
     """Feedback from both ways in, written as store jobs and counted."""
 
     def __init__(self, settings: FeedbackSettings, store: Store, metrics: Metrics, token: str | None,
-                 retry_after_s: float = 1.0, redactor: Redactor | None = None) -> None:
+                 retry_after_s: float = 1.0, redactor: Redactor | None = None, body_timeout_s: float = 30.0) -> None:
         self.settings = settings
         self.redactor = redactor  # privacy: the endpoint's items are scrubbed as OTLP batches are, before storage
         self.store = store
         self.metrics = metrics
         self.token = token
         self.retry_after_s = retry_after_s
+        self.body_timeout_s = body_timeout_s  # receivers.body_timeout_seconds, as for OTLP bodies
 
     # ------------------------------------------------------------------ OTLP (after COMMIT, writer thread)
     def observe(self, batch: SpanBatch | LogBatch) -> None:
@@ -130,6 +131,19 @@ class FeedbackIntake:
             self.metrics.inc("redactions", n, label=label)
         return out
 
+    @staticmethod
+    async def _body(request: web.Request, limit: int) -> bytes:
+        """The whole body, however it arrives, refused as soon as it passes ``limit``."""
+        chunks, size = [], 0
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body exceeds feedback.max_body_bytes ({limit})")
+            chunks.append(chunk)
+        if request.content_length is not None and size != request.content_length:
+            raise PermanentError(f"body ended after {size} of {request.content_length} bytes")
+        return b"".join(chunks)
+
     async def handle(self, request: web.Request) -> web.Response:
         try:
             check_bearer(request.headers.get("Authorization"), self.token)
@@ -140,9 +154,12 @@ class FeedbackIntake:
             if request.content_length is not None and request.content_length > limit:
                 raise PayloadTooLarge(f"body of {request.content_length} bytes exceeds feedback.max_body_bytes "
                                       f"({limit})")
-            body = await request.content.read(limit + 1)
-            if len(body) > limit:
-                raise PayloadTooLarge(f"body exceeds feedback.max_body_bytes ({limit})")
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    body = await self._body(request, limit)
+            except TimeoutError:
+                raise BodyTimeout(f"the body did not arrive within {self.body_timeout_s:g}s "
+                                  "(receivers.body_timeout_seconds)") from None
             items = self.parse(body, _utcnow())
             self.metrics.inc("feedback_received", len(items), label="http")
             try:
