@@ -151,7 +151,7 @@ def test_feedback_joins_its_session_whenever_either_arrives_and_disagreements_ar
     # escaped everywhere: HTML, and the terminal's text (no markup, controls visible)
     html = section_html(view, "en") + session_block_html(run("SELECT * FROM feedback_sessions"), s | {
         "session_id": "conv-a", "outcome_reads_as": "pass", "outcome": "checkout_reached"}, "en")
-    assert "<script>" not in html and "&lt;script&gt;" in html and "\x1b" not in html or "\x1b" in HOSTILE
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     from rich.console import Console
     console = Console(width=140, record=True, file=open(os.devnull, "w"))
     for r in terminal_renderables(view, "en", 140):
@@ -263,7 +263,6 @@ def test_feedback_over_otlp_and_the_endpoint_joins_the_right_sessions_across_a_r
                                   "ORDER BY 1").stdout)
         assert rows == [{"joined_session_id": "conv-checkout", "n": 2}, {"joined_session_id": "conv-search", "n": 2}]
         report = run_cli("report", "--db", str(db)).stdout
-        print(report)
         assert "User feedback" in report and "4 feedback items on 2 sessions" in report
         assert "conv-checkout  success (checkout_reached) · Judge — · unhappy" in report
         assert "conv-search  failure (search_only) · Judge — · happy" in report
