@@ -7,8 +7,8 @@ none). The server prunes every ``retention.interval_seconds`` with the configure
 ``agentfunnel prune --before`` and ``delete`` go through the running server as ``rescore`` does,
 or open the file when no server owns it.
 
-How old a row is: spans by their start time, log records and metric points by their time (else
-when they were received), tool calls by their start, sessions by their last span; a trace's index
+How old a row is: spans by their start time, log records, metric points and user feedback by their time
+(else when they were received), tool calls by their start, sessions by their last span; a trace's index
 row goes with its last span, case runs and judgments with their session.
 
 A deletion finds a user's sessions by ``sessions.user_id`` (and spans not yet assembled by the
@@ -60,6 +60,7 @@ OLDER_THAN: dict[str, str] = {
     "spans": "start_time < ? OR (start_time > received_at + {future} AND received_at < ?)",
     "logs": "coalesce(time, observed_time, received_at) < ? "
             "OR (coalesce(time, observed_time) > received_at + {future} AND received_at < ?)",
+    "feedback": "coalesce(time, received_at) < ? OR (time > received_at + {future} AND received_at < ?)",
     "metrics": "coalesce(time, start_time, received_at) < ? "
                "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
@@ -196,6 +197,7 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     delete("logs", " OR ".join([f"trace_id {_IN}", *naming]), [tids, *naming_args])
     if naming:
         delete("metrics", " OR ".join(naming), naming_args)
+    delete("feedback", f"user_id {_IN} OR session_id {_IN} OR trace_id {_IN}", [users, ids, tids])
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
     for table in ("case_runs", "judgments", "judge_labels", "sessions"):

@@ -41,6 +41,7 @@ from .sql_sandbox import SqlSandbox
 from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
 from .errors import UnauthorizedError
+from .feedback.intake import PATH as FEEDBACK_PATH
 from .telemetry import Metrics
 from .monitors.service import for_store as monitors_for_store
 from .wiring import build_ingest_path
@@ -67,6 +68,7 @@ class Server:
         path = build_ingest_path(settings, self.metrics, self.admission, forward=True)
         stage = path.stage
         self.store, self.evaluator, self.sessions, self.pipeline = stage.store, stage.evaluator, stage.sessions, path.pipeline
+        self.feedback = path.feedback
         self.forwarder = stage.forwarder  # fed after the commit and after assembly, never on the ingest path
         if settings.sessions.push_back_when_held_full:  # admission bounds the session stage: nothing is skipped
             preparer = self.sessions.preparer
@@ -120,6 +122,8 @@ class Server:
         reopened = self.sessions.recover()
         if reopened:
             log.info("reopened %d traces that were stored but not assembled", reopened)
+        if recovered := self.feedback.recover():
+            log.info("wrote %d feedback item(s) a stop had left behind their stored log records and spans", recovered)
         requeued = self.sessions.requeue_judgments()
         if requeued:
             log.info("queued %d run(s) for the judge again: their judgment was pending or never asked", requeued)
@@ -143,6 +147,7 @@ class Server:
         if rs.http_enabled:
             self.http = HttpReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
             self._mount_ui(self.http.app)
+            self.http.app.router.add_post(FEEDBACK_PATH, self.feedback.handle)  # the ingest token, as OTLP
             port = await self._serve_app(self.http.app, rs.host, rs.http_port, self._ssl_context(), "http")
             http_addr = f"{rs.host}:{port}"
         admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None, "admin")

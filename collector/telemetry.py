@@ -117,6 +117,13 @@ DESCRIPTIONS = {
                              "429), failed (no success within monitors.webhook.retries).",
     "monitor_webhook_retries": "Webhook attempts retried after a timeout, a connection error, 429 or 5xx "
                                "(at most monitors.webhook.retries per firing).",
+    "feedback_received": "User feedback items received, by source (otlp_log, otlp_span_event, http).",
+    "feedback_committed": "User feedback items committed to the feedback table (new rows).",
+    "feedback_duplicate": "User feedback items recognised as already stored (a retried export or request).",
+    "feedback_rejected": "User feedback items refused, by reason (invalid: a field named in the answer; too_many: "
+                         "over feedback.max_items_per_request; write_error: the store could not commit them).",
+    "feedback_truncated": "User feedback values cut to their bound, by field (comment: feedback.max_comment_chars; "
+                          "other fields: feedback.max_field_chars).",
     "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
                    "what one costs on average (a job pays for its statements however little it holds).",
 }

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .batches import LogBatch, SpanBatch
 from .config import Settings
 from .decode_metrics import MetricLimits
 from .evaluation import Evaluator
+from .feedback.intake import FeedbackIntake
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .privacy import redactor_for
@@ -42,6 +44,7 @@ class IngestPath:
 
     stage: SessionStage
     pipeline: Pipeline
+    feedback: FeedbackIntake  # user feedback: in committed batches, and POST /v1/feedback
 
 
 def build_session_stage(settings: Settings, metrics: Metrics, store: Store | None = None,
@@ -79,6 +82,13 @@ def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission
     redactor = redactor_for(settings.privacy, lambda label, n: metrics.inc("redactions", n, label=label))
     receivers = settings.receivers
     limits = MetricLimits(receivers.max_metric_buckets, receivers.max_metric_points, receivers.max_bytes_in_flight)
-    pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
+    feedback = FeedbackIntake(settings.feedback, stage.store, metrics, receivers.bearer_token,
+                              receivers.retry_after_seconds, redactor, receivers.body_timeout_seconds)
+
+    def committed(batch: SpanBatch | LogBatch) -> None:
+        stage.sessions.observe(batch)
+        feedback.observe(batch)
+
+    pipeline = Pipeline(stage.store, metrics, admission, committed,
                         receivers.max_attribute_value_bytes, receivers.max_value_depth, redactor, limits)
-    return IngestPath(stage, pipeline)
+    return IngestPath(stage, pipeline, feedback)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
+from ..feedback.demo import send_demo_feedback
 from ..monitors.settings import MonitorSettings
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
@@ -155,6 +156,7 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120, ports: tupl
     with judge or contextlib.nullcontext(), background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)
         closed = len(background.server.sessions.flush())
+        send_demo_feedback(background.server, f"http://{endpoints.http}", seed)  # some users say what they thought
         background.server.evaluator.drain()  # judgments are asked for as sessions close: the report waits for them
         background.server.monitors.check()  # on every session and judgment, so what fires does not depend on timing
     _mark(db, finished=True)  # the server has closed the file

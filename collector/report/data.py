@@ -17,6 +17,7 @@ from typing import Any
 
 from ...scoring import labels
 from ..config import StoreSettings
+from ..feedback.analysis import FeedbackView, load as load_feedback
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
@@ -259,6 +260,7 @@ class ReportData:
     stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, ExperimentStats] = field(default_factory=dict)  # experiment -> its numbers over all its runs
     firings: list[dict[str, Any]] = field(default_factory=list)  # the latest monitor firings (collector/monitors)
+    feedback: FeedbackView | None = None  # user feedback beside the proven outcome; None when none is stored
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -318,6 +320,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
                    for r in _rows(db, sql.latest())]
     if filters.bucket:
         data.buckets = _buckets(_rows(db, sql.buckets()))
+    data.feedback = load_feedback(lambda q: _rows(db, q), sql.where)
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)

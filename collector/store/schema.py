@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .feedback_table import create_feedback_sql
 from ..monitors.columns import create_sql as create_firings_sql
 from .metrics_table import create_metrics_table_sql
 
@@ -976,3 +977,4 @@ MIGRATIONS.append((
 
 # Monitors (collector/monitors): each firing of a rule, with its test's numbers and the sessions behind it.
 MIGRATIONS.append(("0014_monitor_firings", create_firings_sql()))
+MIGRATIONS.append(("0015_feedback", create_feedback_sql()))

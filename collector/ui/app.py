@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
+from ..feedback import ui as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of
 from . import monitor_pages, pages, queries
@@ -271,7 +272,8 @@ class UI:
 
     # ------------------------------------------------------------------ pages (run on the pool)
     def _overview(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
-        return 200, pages.overview_page(queries.overview(self.reader), ctx)
+        return 200, pages.overview_page(queries.overview(self.reader), ctx,
+                                        feedback_ui.overview_block(self.reader, ctx.lang, ctx.base))
 
     def _sessions(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         f = SessionFilters.parse(request.query)
@@ -287,7 +289,8 @@ class UI:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
         if found.more_parts or found.too_big or found.part:
             self._count("ui_payloads_paged", "")
-        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices)
+        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices,
+                                       feedback_ui.session_block(self.reader, found.session, ctx.lang))
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, pages.experiments_page(queries.experiments(self.reader), ctx)

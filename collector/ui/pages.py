@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+from markupsafe import Markup
 
 from ...scoring import labels
 from ...scoring.prices import PriceTable
@@ -123,7 +124,8 @@ def _render(name: str, ctx: Context, **data: Any) -> str:
 # ---------------------------------------------------------------------------- pages
 
 
-def overview_page(rows: OverviewRows, ctx: Context) -> str:
+def overview_page(rows: OverviewRows, ctx: Context, feedback: str = "") -> str:
+    """``feedback``: the feedback block's HTML (escaped where it was made)."""
     view = model.overview_view(rows, ctx.lang)
     health = None
     if ctx.metrics is not None:
@@ -133,7 +135,8 @@ def overview_page(rows: OverviewRows, ctx: Context) -> str:
                    for k in ("spans_rejected", "pushed_back", "commit_errors")]
         health += [("open_traces", m.get("open_traces")), ("queue_bytes", m.get("bytes_in_flight")),
                    ("uptime", m.get("uptime_seconds"))]
-    return _render("overview.html", ctx, view=view, health=health, has_sessions=rows.has_sessions)
+    return _render("overview.html", ctx, view=view, health=health, has_sessions=rows.has_sessions,
+                   feedback=Markup(feedback))
 
 
 def sessions_page(rows: ListRows, f: SessionFilters, ctx: Context) -> str:
@@ -163,8 +166,9 @@ def sessions_page(rows: ListRows, f: SessionFilters, ctx: Context) -> str:
 
 
 def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None, ui_settings: UISettings | None = None,
-                 prices: PriceTable | None = None) -> str:
-    """``ui_settings`` bound the page's JSON trees; ``prices`` price each model call's tokens."""
+                 prices: PriceTable | None = None, feedback: str = "") -> str:
+    """``ui_settings`` bound the page's JSON trees; ``prices`` price each model call's tokens; ``feedback``: the
+    feedback block's HTML (escaped where it was made)."""
     s = rows.session
     calls = model.call_views(rows.calls, s, rows.steps, ctx.lang, evidence_settings)
     budget = TreeBudget(ui_settings or UISettings())
@@ -183,7 +187,7 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None,
                    proof=model.outcome_proof(s, calls), drop_evidence=drop_evidence,
                    stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
                    has_messages=has_messages, Message=Message, live=s.get("status") == "open",
-                   part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big)
+                   part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big, feedback=Markup(feedback))
 
 
 def experiments_page(rows: list[dict[str, Any]], ctx: Context) -> str:
