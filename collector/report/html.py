@@ -14,7 +14,7 @@ from ...scoring import labels
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
-from ..feedback.render import section_html as feedback_section
+from .feedback import section_html as feedback_section
 from .shapes import shapes_html, tails_html
 from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                    stage_fix, text, variant_name)

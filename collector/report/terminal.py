@@ -32,7 +32,7 @@ from ...scoring import labels
 from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
-from ..feedback.render import terminal_renderables as feedback_renderables
+from .feedback import terminal_renderables as feedback_renderables
 from .experiments import terminal_renderables as experiment_stats
 from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, titled
 from .shapes import shapes_renderables, tails_renderables
