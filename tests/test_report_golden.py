@@ -47,6 +47,8 @@ def _pin_clock(db: Path) -> None:
             con.execute(f'UPDATE "{table}" SET "{column}" = "{column}" + to_microseconds(?)', [shift])
         con.execute("UPDATE case_runs SET updated_at = s.last_seen FROM sessions s"
                     " WHERE s.session_id = case_runs.session_id")
+        # a monitor fires when the demo checks them, after its last session, at no time the data fixes
+        con.execute(f"UPDATE monitor_firings SET fired_at = TIMESTAMP '{PINNED}' + INTERVAL 4 SECOND")
     finally:
         con.close()
 
@@ -73,6 +75,7 @@ def _outputs(db: Path, capsys) -> dict[str, str]:
     for name, filters in (("all", Filters()), ("by-day", Filters.parse(bucket="day")),
                           ("fix-1", Filters.parse(experiment="fix-1"))):
         data = load_report(db, filters, now=NOW)
+        data.firings = [dict(f, firing_id="<the firing's id: a hash of when it fired>") for f in data.firings]
         as_json = json.dumps(_sorted(dataclasses.asdict(data)), default=repr, indent=1, ensure_ascii=False) + "\n"
         out[f"{name}.json"] = SUBSECOND.sub(r"\1", as_json)
         out[f"{name}.en.txt"] = render_terminal(data, "en")

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 from ..config import StoreSettings
-from ..monitors.report import load_firings
 from ..query import QueryError
 from ..ui.links import ui_base
 from .data import load_report
@@ -35,7 +34,6 @@ def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | Non
         return 1
     data.ui_base = ui_base(db)
     data.stage_questions = stage_questions
-    data.firings = load_firings(db)
     if html_path is not None:
         try:
             html_path.write_text(render_html(data, lang), encoding="utf-8")

@@ -18,6 +18,7 @@ from typing import Any
 from ...scoring import labels
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
+from ..monitors.report import load_firings
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
@@ -321,6 +322,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
     if filters.bucket:
         data.buckets = _buckets(_rows(db, sql.buckets()))
     data.feedback = load_feedback(lambda q: _rows(db, q), sql.where)
+    data.firings = load_firings(db)
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)
