@@ -51,4 +51,4 @@ class Dropped:
 
 DROPPED = Dropped()
 
-__all__ = ["DROPPED", "Dropped", "EXTRACT_ERROR", "MESSAGES_ERROR", "REASONS", "UNKNOWN_FIELD"]
+__all__ = ["DROPPED", "EXTRACT_ERROR", "MESSAGES_ERROR", "REASONS", "UNKNOWN_FIELD", "Dropped"]

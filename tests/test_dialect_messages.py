@@ -72,7 +72,7 @@ def _rows(views):
     from agentfunnel.semconv.normalize import normalize
 
     def iso(ns):
-        return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).isoformat()
+        return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
 
     spans = sorted(({"trace_id": v.trace_id, "span_id": v.span_id, "parent_span_id": v.parent_span_id, "name": v.name,
                      "start_time": iso(v.start_ns), "end_time": iso(v.end_ns), "attributes": json.dumps(v.attributes),

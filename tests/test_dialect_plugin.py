@@ -9,7 +9,6 @@ normalization's counts of what it passes over are here too: a dialect that missp
 from __future__ import annotations
 
 import html
-import json
 import logging
 import os
 import re
@@ -18,9 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from agentfunnel.collector.telemetry import Metrics
 from agentfunnel.collector.decode import decode_traces_json
+from agentfunnel.collector.telemetry import Metrics
 from agentfunnel.semconv.dialects import installed, read_messages
 from agentfunnel.semconv.dialects.base import Marks
 from agentfunnel.semconv.dropped import DROPPED
@@ -67,7 +65,7 @@ def test_the_installed_package_is_asked_first_and_reads_every_span_strictly(with
 
 
 def _conversation(page: str) -> str:
-    section = re.search(r'<section class="card" id="conversation".*?</section>', page, re.S)
+    section = re.search(r'<section class="card" id="conversation".*?</section>', page, re.DOTALL)
     assert section, page[:2000]
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section.group(0))))
 
