@@ -19,6 +19,9 @@ EXTRACT_ERROR = "extract_error"  # a dialect's extract raised on a span: its fie
 UNKNOWN_FIELD = "unknown_field"  # a dialect returned a field SpanRecord does not take (a misspelling): dropped
 MESSAGES_ERROR = "messages_error"  # a dialect's messages raised on a span: the next dialect was asked
 REASONS = (EXTRACT_ERROR, UNKNOWN_FIELD, MESSAGES_ERROR)
+# (dialect, reason, field) triples remembered as logged: names from dialect code, so few; the bound holds should
+# a faulty dialect return keys taken from telemetry (past it, drops are still counted, no longer logged).
+MAX_LOGGED = 1024
 
 log = logging.getLogger("agentfunnel.semconv")
 
@@ -36,7 +39,7 @@ class Dropped:
         with self._lock:
             key = (dialect, reason)
             self._counts[key] = self._counts.get(key, 0) + 1
-            first = (dialect, reason, field) not in self._logged
+            first = (dialect, reason, field) not in self._logged and len(self._logged) < MAX_LOGGED
             if first:
                 self._logged.add((dialect, reason, field))
         if first:
@@ -51,4 +54,4 @@ class Dropped:
 
 DROPPED = Dropped()
 
-__all__ = ["DROPPED", "EXTRACT_ERROR", "MESSAGES_ERROR", "REASONS", "UNKNOWN_FIELD", "Dropped"]
+__all__ = ["DROPPED", "EXTRACT_ERROR", "MAX_LOGGED", "MESSAGES_ERROR", "REASONS", "UNKNOWN_FIELD", "Dropped"]

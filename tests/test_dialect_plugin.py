@@ -166,3 +166,16 @@ def test_a_served_dialects_dropped_field_is_counted_in_metrics_and_logged_once(s
     assert counted and int(counted.group(1)) >= 10, metrics[-3000:]  # every span, at least once
     assert srv.logs().count("'agent_nmae'") == 1, srv.logs()[-3000:]
     assert read_db(db, "SELECT outcome FROM sessions")[0]["outcome"] == "purchase_completed"
+
+
+def test_what_is_logged_once_is_remembered_within_a_bound_and_counting_goes_on_past_it(caplog):
+    """A faulty dialect whose returned keys came from telemetry would make every field new: the memory of what was
+    logged stays bounded, and every drop is still counted."""
+    from agentfunnel.semconv.dropped import MAX_LOGGED, UNKNOWN_FIELD, Dropped
+
+    dropped = Dropped()
+    with caplog.at_level(logging.WARNING, logger="agentfunnel.semconv"):
+        for n in range(MAX_LOGGED + 50):
+            dropped.add("leaky", UNKNOWN_FIELD, f"attr_{n}", f"returned the field 'attr_{n}'")
+    assert dropped.counts() == {"leaky:unknown_field": MAX_LOGGED + 50}
+    assert len([r for r in caplog.records if "dialect leaky" in r.getMessage()]) == MAX_LOGGED
