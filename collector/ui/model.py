@@ -14,11 +14,12 @@ from ...scoring import evidence as ev
 from ...scoring import labels
 from ...scoring.config import EvidenceSettings
 from ...scoring.prices import PriceTable
+from ...semconv.dialects import read_messages
+from ...semconv.messages import Message, loads
 from ...semconv.normalize import normalize
-from ...semconv.records import SpanView
 from ..report import OUTCOME_ORDER
 from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
-from .conversation import CallMessage, call_messages, loads
+from .conversation import span_view
 from .filters import SessionFilters
 from .jsontree import Block, TreeBudget
 from .queries import OverviewRows, Row
@@ -166,6 +167,26 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
 # ---------------------------------------------------------------------------- one session
 
 
+@dataclass(frozen=True)
+class CallPart:
+    """A tool call or a tool result of a model call's message, its JSON as the page shows it (a bounded tree)."""
+
+    name: str | None  # the tool called; None for a result
+    id: str | None
+    block: Block
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """One message of a model call as the page shows it: the dialect's reading, its JSON within the tree budget."""
+
+    role: str
+    text: str
+    output: bool
+    tool_calls: list[CallPart]
+    tool_results: list[CallPart]
+
+
 @dataclass
 class SpanBar:
     span_id: str
@@ -202,31 +223,23 @@ class TraceView:
     cost: float | None = None
 
 
-def _span_view(s: Row, attrs: Any) -> SpanView:
-    events = loads(s.get("events"))
-    return SpanView(s.get("trace_id") or "", s["span_id"], s.get("parent_span_id"), s.get("name") or "",
-                    attrs if isinstance(attrs, dict) else {}, {}, events if isinstance(events, list) else [],
-                    s.get("kind") or "INTERNAL", s.get("status_code") or "UNSET")
-
-
 def _usage(bar: SpanBar, s: Row, attrs: Any, prices: PriceTable | None) -> str | None:
     """Fill ``bar``'s tokens, model and cost as the scorer reads them; the span's kind (llm, agent, tool, other)."""
     if not isinstance(attrs, dict) or not attrs:
         return None
-    rec = normalize(_span_view(s, attrs))
+    rec = normalize(span_view(s, attrs))
     bar.input_tokens, bar.output_tokens, bar.model = rec.input_tokens, rec.output_tokens, rec.model
     if prices is not None and (rec.input_tokens is not None or rec.output_tokens is not None):
         bar.cost = prices.cost(rec.model, rec.input_tokens, rec.output_tokens)
     return rec.kind
 
 
-def _blocks(messages: list[CallMessage], budget: TreeBudget) -> list[CallMessage]:
-    for m in messages:
-        for c in m.tool_calls:
-            c.block = budget.block(c.arguments)
-        for r in m.tool_results:
-            r.block = budget.block(r.result)
-    return messages
+def _shown(messages: list[Message], budget: TreeBudget) -> list[CallMessage]:
+    """A model call's messages with their tool calls' arguments and tool results as trees, in message order; a run's
+    input (an agent or chain span's) is the conversation's, not a model call's."""
+    return [CallMessage(m.role, m.text, m.output, [CallPart(c.name, c.id, budget.block(c.arguments)) for c in m.tool_calls],
+                        [CallPart(None, r.id, budget.block(r.result)) for r in m.tool_results])
+            for m in messages if not m.run]
 
 
 def _sum(values: list[Any]) -> Any:
@@ -278,7 +291,7 @@ def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | N
                 if _usage(bar, s, attrs, prices) == "llm":
                     model_calls.append(bar)
                 if isinstance(attrs, dict) and not bar.tool_call:
-                    bar.messages = _blocks(call_messages(attrs, s.get("events")), budget)
+                    bar.messages = _shown(read_messages(span_view(s, attrs)), budget)
             out.append(bar)
             stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
         traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),
