@@ -20,7 +20,12 @@ from typing import Any
 import yaml
 
 from ..scoring import SessionScorer
-from ..scoring.cases import CaseFileError, case_from_session, load_suite, render_case_yaml
+from ..scoring.cases import (
+    CaseFileError,
+    case_from_session,
+    load_suite,
+    render_case_yaml,
+)
 from .sessions import gather_sessions
 
 MAX_ID_CHARS = 200

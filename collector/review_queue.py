@@ -102,7 +102,8 @@ def build_queue(reader: Any, experiments: str, sample: int, firings: int, max_fi
     if items:
         for r in reader.rows(_LABELS_SQL, {"ids": list(items)}):
             items[r["item_id"]].label, items[r["item_id"]].labeler = bool(r["label"]), r["labeler"]
-    return Queue(list(items.values()), unjudged)
+    # the calls nobody has labelled first (a stable sort keeps the sample's order within each part)
+    return Queue(sorted(items.values(), key=lambda it: it.label is not None), unjudged)
 
 
 _ONE_JUDGMENT_SQL = """

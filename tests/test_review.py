@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 
 import pytest
 import yaml
-
 from agentfunnel.collector.case_draft import DraftError, add_to_suite, suite_file
 from agentfunnel.collector.ui.writes import csrf_token
+from agentfunnel.scoring.judge_audit import item_id
 from conftest import FIXTURES, read_db, run_cli
 from test_cases import FX
 from test_judge_audit import _judged_db
@@ -70,6 +70,51 @@ def test_only_a_local_yaml_suite_takes_drafts(tmp_path):
     assert "cases: [" in flow.read_text()
 
 
+# ---------------------------------------------------------------------------- the queue (no server)
+
+
+def test_the_queue_takes_the_audit_sample_and_the_sessions_behind_firings(tmp_path):
+    import datetime as dt
+
+    import duckdb
+    from agentfunnel.collector.review_queue import build_queue, label_row
+    from agentfunnel.collector.ui.queries import Reader
+
+    db = tmp_path / "af.duckdb"
+    _judged_db(db)
+    con = duckdb.connect(str(db))
+    con.execute("INSERT INTO judgments (session_id, input_hash, judge_model, rubric_sha256, prompt_version, status, "
+                "passed, score, criteria, created_at) VALUES ('prod-1', 'hp', 'm', 'r', '2', 'complete', true, 1, "
+                "'[]', now()::TIMESTAMP)")
+    con.execute("INSERT INTO sessions (session_id) VALUES ('prod-1')")  # a production session: no experiment
+    con.execute("INSERT INTO monitor_firings (firing_id, monitor, session_ids, fired_at) VALUES "
+                "('f1', 'conversion-drop', ['prod-1', 'never-judged', 'run-01'], now()::TIMESTAMP)")
+    con.execute("INSERT INTO judge_labels (item_id, session_id, input_hash, criterion, label, labeler, labeled_at, "
+                "imported_at) VALUES (?, 'run-00', 'h0', '(verdict)', false, 'ana', now()::TIMESTAMP, "
+                "now()::TIMESTAMP)", [item_id("run-00", "h0", "(verdict)")])
+    reader = Reader(lambda: con.cursor())
+    queue = build_queue(reader, "exp", sample=4, firings=5, max_firing_sessions=10)
+    sampled = [it for it in queue.items if it.source == "sample"]
+    assert len(sampled) == 4  # the audit's stratified sample of exp
+    behind = [(it.session_id, it.criterion) for it in queue.items if it.source == "conversion-drop"]
+    assert ("prod-1", "(verdict)") in behind  # a firing's judged session outside any experiment joins the queue
+    assert queue.unjudged == [{"session_id": "never-judged", "monitor": "conversion-drop"}]
+    everything = build_queue(reader, "exp", sample=100, firings=0, max_firing_sessions=0)
+    labelled = [it for it in everything.items if it.label is not None]
+    assert [(it.session_id, it.label, it.labeler) for it in labelled] == [("run-00", False, "ana")]
+    assert everything.items[-1] is labelled[0]  # what nobody has labelled comes first
+    now = dt.datetime(2026, 1, 1)
+    row = label_row(reader, {"session_id": "run-01", "input_hash": "h1", "criterion": "states the date",
+                             "label": "met"}, "bo", now)
+    assert (row["label"], row["experiment"], row["labeler"]) == (True, "exp", "bo")
+    with pytest.raises(ValueError, match="no stored verdict"):
+        label_row(reader, {"session_id": "run-01", "input_hash": "nope", "criterion": "(verdict)", "label": "met"},
+                  "bo", now)
+    with pytest.raises(ValueError, match="is not one of met, not_met"):
+        label_row(reader, {"session_id": "run-01", "input_hash": "h1", "criterion": "(verdict)", "label": "?"}, "bo", now)
+    con.close()
+
+
 # ---------------------------------------------------------------------------- writes over HTTP on a real server
 
 
@@ -84,7 +129,7 @@ def _post(url: str, form: dict[str, str], headers: dict[str, str]) -> tuple[int,
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003 - the 303 is the answer under test
+    def redirect_request(self, *args, **kwargs):
         return None
 
 
@@ -176,7 +221,7 @@ class _Attacker(BaseHTTPRequestHandler):
 
     target = ""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         form = (f'<form id="f" method="post" action="{self.target}/ui/review/label">'
                 '<input name="session_id" value="run-00"><input name="input_hash" value="h0">'
                 '<input name="criterion" value="(verdict)"><input name="label" value="not_met">'
@@ -188,7 +233,7 @@ class _Attacker(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args) -> None:  # noqa: ANN002
+    def log_message(self, *args) -> None:
         pass
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...scoring.judge_audit import VERDICT
 from ..judge_audit import audit_report
 from ..review_queue import build_queue, session_items
-from ...scoring.judge_audit import VERDICT
 from .pages import Context, _render
 from .queries import Reader
 

@@ -56,7 +56,7 @@ def _next_url(value: str | None, fallback: str) -> str:
 class Writes:
     """The write routes of one ``UI``; ``ui.write`` runs a job on the store's writer, ``ui.draft`` drafts a case."""
 
-    def __init__(self, ui: "UI") -> None:
+    def __init__(self, ui: UI) -> None:
         self.ui = ui
         self.csrf = csrf_token(ui.token) if ui.token else None
 
@@ -113,7 +113,7 @@ class Writes:
 
     def _label(self, form: dict[str, str], ctx: Any) -> web.Response:
         labeler = form.get("labeler", "")
-        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         try:
             row = label_row(self.ui.reader, form, labeler, now)
         except ValueError as exc:
