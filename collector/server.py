@@ -198,7 +198,8 @@ class Server:
            max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
            count=lambda name, label: self.metrics.inc(name, label=label), ui_settings=self.settings.ui,
            prices=PriceTable(scoring.prices, scoring.use_default_prices),
-           write=lambda job: self.store.submit_job(job, work="other"), suite=self.settings.cases.suite,
+           write=(lambda job: self.store.submit_job(job, work="other")) if self.settings.store.lake is None else None,
+           suite=self.settings.cases.suite,  # on a lake the UI reads only, as judge audit import refuses a lake
            draft=functools.partial(draft_into_suite, self.settings, self.store, self.sessions.tables)).mount(app)
 
     def _check_ports(self) -> None:

@@ -20,7 +20,7 @@ from agentfunnel.scoring.judge_audit import item_id
 from conftest import FIXTURES, read_db, run_cli
 from test_cases import FX
 from test_judge_audit import _judged_db
-from test_ui_browser import CHROMIUM, _page, _shot, browser, shots  # noqa: F401 - fixtures
+from test_ui_browser import CHROMIUM, CONTRAST_JS, _page, _shot, browser, shots  # noqa: F401 - fixtures
 
 TOKEN = "review-admin-token-0123"
 RECORDING = FIXTURES / "stages" / "pydantic-ai" / "fx-lookup--pass.traces.binpb"
@@ -213,6 +213,12 @@ def test_a_review_label_moves_the_judge_audits_agreement(browser, tmp_path, serv
     assert report["criteria"]["(verdict)"]["fp"] == 1  # the judge said met where the person said not met
     _shot(page, shots, "review-queue")
     assert page.evaluate("window.__csp") == [] and page.dialogs == []  # type: ignore[attr-defined]
+    for path in ("review", "sessions/run-00"):  # the queue and a session's review block fit a phone, readably
+        page.set_viewport_size({"width": 375, "height": 800})
+        page.goto(f"{srv.http_url}/ui/{path}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, path
+        assert page.evaluate(CONTRAST_JS) == [], path
+    assert page.locator("#review table.queue tbody tr").count() == 3  # run-00's verdict and its two criteria
     page.close()
 
 
