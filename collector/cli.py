@@ -275,7 +275,7 @@ def _wait_for_judgments(command: str, db: Any, patterns: list[str] | None, secon
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import run_report
+    from .report.command import run_report
 
     settings = _settings(args)
     db = settings.store if settings.store.lake else settings.store.path
@@ -298,7 +298,7 @@ DEMO_QUERIES = (
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on an embedded default: serve, drive demo agents over real OTLP, report."""
     from .demo.run import NotTheDemosDatabase, check_replaceable, run_demo
-    from .report import run_report
+    from .report.command import run_report
 
     settings = _settings(args, check=False)
     if args.db is None and (args.config is None or "path" not in settings.store.model_fields_set):
@@ -398,8 +398,8 @@ def _stored_session(db: Path, session_id: str, session_keys: tuple[str, ...]) ->
 def cmd_cases_add(args: argparse.Namespace) -> int:
     """Turn a (failing) production session into a draft case: every production failure becomes a row."""
     from .query import QueryError
+    from .case_draft import draft_text
     from .store.lake import LakeUnavailable
-    from ..scoring.cases import case_from_session, render_case_yaml
 
     settings = _settings(args)
     lake = settings.store.lake
@@ -413,7 +413,7 @@ def cmd_cases_add(args: argparse.Namespace) -> int:
         print(f"agentfunnel cases add: no session {args.from_session!r} in {where}", file=sys.stderr)
         return 1
     score, records = found
-    text = render_case_yaml(case_from_session(records, score, args.id or f"from-{args.from_session}"), args.from_session)
+    text = draft_text(records, score, args.id or f"from-{args.from_session}", args.from_session)
     if args.out:
         args.out.write_text(text)
         print(f"wrote a draft case to {args.out}: review the task, the criteria and the marked fields")

@@ -41,7 +41,10 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
+def _rows(db: Path | StoreSettings | Any, sql: str) -> list[dict[str, Any]]:
+    """``db``: a file or the store settings (``query``), or a reader with ``rows(sql)`` (the UI's, in the server)."""
+    if hasattr(db, "rows"):
+        return db.rows(sql)
     res = query(db, sql)
     return [dict(zip(res.columns, r)) for r in res.rows]
 

@@ -186,8 +186,10 @@ class Server:
         return site.port
 
     def _mount_ui(self, app: web.Application) -> None:
-        """The read-only UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool."""
+        """The UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool; its
+        writes (review labels, case drafts) go through the store's writer."""
         from ..scoring.prices import PriceTable
+        from .case_draft import draft_into_suite
         from .ui import UI, Reader
 
         scoring = self.settings.scoring
@@ -195,7 +197,10 @@ class Server:
            metrics=self.metrics.snapshot, evidence_settings=scoring.evidence, pool=self._query_pool,
            max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
            count=lambda name, label: self.metrics.inc(name, label=label), ui_settings=self.settings.ui,
-           prices=PriceTable(scoring.prices, scoring.use_default_prices)).mount(app)
+           prices=PriceTable(scoring.prices, scoring.use_default_prices),
+           write=(lambda job: self.store.submit_job(job, work="other")) if self.settings.store.lake is None else None,
+           suite=self.settings.cases.suite,  # on a lake the UI reads only, as judge audit import refuses a lake
+           draft=functools.partial(draft_into_suite, self.settings, self.store, self.sessions.tables)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).

@@ -63,6 +63,9 @@ DESCRIPTIONS = {
     "admin_refused": "Admin endpoint requests refused, by reason (host, origin, content_type, ingest_token, "
                      "bad_token, missing, outside_data_dir).",
     "ui_sign_in": "UI sign-in attempts, by result (ok, wrong, limited: over admin.sign_in_per_minute, answered 429).",
+    "ui_writes": "Writes made from the UI, by kind (label: a review label stored; case: a case drafted into the suite).",
+    "ui_writes_refused": "UI writes refused, by reason (no_admin_token, origin, csrf, too_large, bad_form, no_writer, "
+                         "draft: the suite cannot take the case).",
     "ui_payloads_paged": "UI session pages whose payloads were shown in parts (over sql.page_payload_bytes).",
     "sql_queries": "Read-only SQL queries, by result (ok, refused, timeout, max_rows, max_result_bytes, busy, error).",
     "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,12 @@ from aiohttp import web
 from ..feedback import ui as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of
-from . import monitor_pages, pages, queries
+from . import monitor_pages, pages, queries, review_pages
+from ..config import UISettings
 from .filters import FilterError, SessionFilters
 from .queries import Reader
 from .words import t
+from .writes import REVIEWER_COOKIE, Writes
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ COOKIE = "agentfunnel_ui"
 LANG_COOKIE = "agentfunnel_lang"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+# same-origin, not no-referrer: under no-referrer Chromium sends ``Origin: null`` with the UI's own form posts, so
+# the origin checks of the sign-in and of the writes would refuse them; other sites still get no referrer
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin"}
 STATIC_TYPES = {".css": "text/css", ".js": "text/javascript"}
 
@@ -131,6 +135,11 @@ class UI:
     count: Callable[[str, str], None] | None = None  # (counter, label): the server's metrics
     ui_settings: Any = None  # config.UISettings: the session page's JSON-tree bounds
     prices: Any = None  # scoring.prices.PriceTable: each model call's cost
+    write: Callable[[Callable[[Any], Any]], Any] | None = None  # a job on the store's writer (a Future); None: reads only
+    draft: Callable[[str, str], Any] | None = None  # (session id, case id): the case drafted into the suite
+    suite: str | None = None  # cases.suite, where "add as a case" appends
+    prefix: str = PREFIX
+    headers: dict[str, str] = field(default_factory=lambda: dict(HEADERS))
 
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
@@ -138,6 +147,8 @@ class UI:
         pages.warm()
         self._pool = self.pool or ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="agentfunnel-ui")
         self._busy = asyncio.Semaphore(self.max_concurrent)
+        self.ui_settings = self.ui_settings or UISettings()
+        self._writes = Writes(self)
         self._cookie_value = (hmac.new(self.token.encode(), b"agentfunnel-ui-v1", hashlib.sha256).hexdigest()
                               if self.token else None)
 
@@ -153,6 +164,8 @@ class UI:
         r.add_get(PREFIX + "/compare", self._page(self._compare))
         r.add_get(PREFIX + "/monitors", self._page(self._monitors))
         r.add_get(PREFIX + "/monitors/{firing_id}", self._page(self._firing))
+        r.add_get(PREFIX + "/review", self._page(self._review))
+        self._writes.mount(app, PREFIX)
         r.add_get(PREFIX + "/static/{name}", self._static_file)
         r.add_get(PREFIX + "/login", self._login_form)
         r.add_post(PREFIX + "/login", self._login)
@@ -217,8 +230,12 @@ class UI:
             lang = "ja" if accept.lower().startswith("ja") else "en"
         params = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=False) if k != "lang"]
         path = request.path + ("?" + urlencode(params) if params else "")
+        drafted = request.query.get("drafted")
+        notice = review_pages.WORDS[lang_of(lang)]["drafted"].format(id=drafted[:200]) if drafted else ""
+        extra = {"writes": self._writes.enabled, "csrf": self._writes.csrf or "", "notice": notice,
+                 "reviewer": request.cookies.get(REVIEWER_COOKIE, "")[:200]}
         return pages.Context(lang=lang_of(lang), base=PREFIX + "/", path=path,
-                             metrics=self.metrics() if self.metrics else None)
+                             metrics=self.metrics() if self.metrics else None, extra=extra)
 
     @staticmethod
     def _html(status: int, body: str, extra: dict[str, str] | None = None) -> web.Response:
@@ -289,8 +306,9 @@ class UI:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
         if found.more_parts or found.too_big or found.part:
             self._count("ui_payloads_paged", "")
-        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices,
-                                       feedback_ui.session_block(self.reader, found.session, ctx.lang))
+        blocks = (feedback_ui.session_block(self.reader, found.session, ctx.lang)
+                  + review_pages.session_block(self.reader, found.session, ctx, self.suite))
+        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices, blocks)
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, pages.experiments_page(queries.experiments(self.reader), ctx)
@@ -313,6 +331,9 @@ class UI:
                 raise FilterError("experiment names are at most 300 characters, without NUL")
         rows = queries.compare(self.reader, a, b) if a and b else None
         return 200, pages.compare_page(rows, a, b, names, ctx)
+
+    def _review(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
+        return 200, review_pages.review_page(self.reader, self.ui_settings, ctx)
 
     def _monitors(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, monitor_pages.monitors_page(monitor_pages.firings(self.reader), ctx)

@@ -99,7 +99,7 @@ def _env() -> jinja2.Environment:
 
 ENV = _env()
 TEMPLATES = ("overview.html", "sessions.html", "session.html", "experiments.html", "experiment.html", "compare.html",
-             "error.html", "login.html")
+             "error.html", "login.html", "review.html", "review_block.html")
 
 
 def warm() -> None:
