@@ -49,7 +49,7 @@ static const char *const ROLE_KEYS[NROLES] = {
 typedef struct {
     const uint8_t *tid, *sid, *pid; /* pid NULL: no parent */
     uint64_t start, end;
-    Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result;
+    Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result, user;
     int kind, status_error, has_in, has_out;
     int64_t in, out;
     uint32_t trace;
@@ -72,8 +72,8 @@ typedef struct {
     const char *why; /* the whole body goes back: why */
     uint32_t enabled;
     PyObject *scopes;
-    Str *deny, *deny_prefixes, *mark_keys, *mark_values; /* from the caller's tuples of str */
-    Py_ssize_t ndeny, ndeny_prefixes, nmarks;
+    Str *deny, *deny_prefixes, *mark_keys, *mark_values, *user_keys; /* from the caller's tuples of str */
+    Py_ssize_t ndeny, ndeny_prefixes, nmarks, nuser_keys;
 } Walk;
 
 /* ---- reading the wire ------------------------------------------------------------------------ */
@@ -282,12 +282,12 @@ static int role_of(const uint8_t *s, size_t n) {
     return -1;
 }
 
-/* Resource attributes: service.name read; user.id and our own agentfunnel.* keys read by normalize, so
+/* Resource attributes: service.name and user.id read; our own agentfunnel.* keys (read by normalize)
  * refused; any other scalar passed over. 1: usable, 0: its spans go back. */
-static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service) {
+static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service, Str *user) {
     uint32_t seen = 0;
-    int usable = 1, named = 0;
-    service->n = -1;
+    int usable = 1, named = 0, users = 0;
+    service->n = user->n = -1;
     while (p < end) {
         uint32_t fn;
         int wt;
@@ -328,8 +328,11 @@ static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service)
                 }
             }
         }
-        if (!read || !key || (keyn >= 12 && memcmp(key, "agentfunnel.", 12) == 0) || key_is(key, keyn, "user.id")) {
+        if (!read || !key || (keyn >= 12 && memcmp(key, "agentfunnel.", 12) == 0)) {
             usable = 0;
+        } else if (key_is(key, keyn, "user.id")) { /* the user when no span attribute names one */
+            if (users++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+            else if (val.type == V_STR) *user = val.s;
         } else if (key_is(key, keyn, "service.name")) {
             if (named++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
             else if (val.type == V_STR) *service = val.s;
@@ -412,6 +415,12 @@ static int truthy(Str s) { return s.n > 0; }
 static int same(Str a, const uint8_t *s, size_t n) { return (size_t)a.n == n && memcmp(a.p, s, n) == 0; }
 
 /* A key read by normalize or by another dialect (exactly or by prefix): its span's trace goes back. */
+static Py_ssize_t user_key(const Walk *w, const uint8_t *key, size_t n) {
+    for (Py_ssize_t i = 0; i < w->nuser_keys; i++)
+        if (same(w->user_keys[i], key, n)) return i;
+    return -1;
+}
+
 static int passable(const Walk *w, const uint8_t *key, size_t n) {
     for (Py_ssize_t i = 0; i < w->ndeny; i++)
         if (same(w->deny[i], key, n)) return 0;
@@ -436,11 +445,13 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
     Str tid = {NULL, -1}, sid = {NULL, -1}, pid = {NULL, -1};
     Val vals[NROLES];
     int has[NROLES] = {0}, usable = 1, genai = 0;
+    Py_ssize_t user_at = -1;
+    uint64_t users_seen = 0;
     uint64_t kind = 0, code = 0;
     memset(sp, 0, sizeof *sp);
     Str none = {NULL, -1};
     sp->name = sp->model = sp->tool = sp->agent = sp->workflow = sp->error_type = sp->status_msg = sp->finish = none;
-    sp->arguments = sp->result = none;
+    sp->arguments = sp->result = sp->user = none;
     sp->name.p = (const uint8_t *)"", sp->name.n = 0;
     while (p < end) {
         uint32_t fn;
@@ -501,8 +512,13 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
                 }
             }
             int role = key ? role_of(key, keyn) : -1;
+            Py_ssize_t u = key ? user_key(w, key, keyn) : -1;
             if (!key || !read || marked(w, key, keyn, &val)) {
                 usable = 0;
+            } else if (u >= 0) { /* normalize's user: the first user key with a value, in the keys' order */
+                if (u >= 64 || (users_seen >> u & 1) || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+                else users_seen |= 1ull << u;
+                if (val.type == V_STR && val.s.n > 0 && (user_at < 0 || u < user_at)) user_at = u, sp->user = val.s;
             } else if (role >= 0) { /* read, when enabled */
                 if (!(w->enabled & (1u << role)) || has[role]) usable = 0;
                 has[role] = 1;
@@ -637,7 +653,7 @@ static int add_span(Walk *w, SpanS *sp, int usable) {
     return 0;
 }
 
-static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_usable, Str service) {
+static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_usable, Str service, Str user) {
     const uint8_t *p = p0;
     uint32_t seen = 0;
     int usable = res_usable;
@@ -695,6 +711,7 @@ static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_u
         int r = span(w, s, s + n, &sp);
         if (r < 0) return -1;
         sp.service = service;
+        if (sp.user.n < 0 && user.n > 0) sp.user = user;
         if (add_span(w, &sp, r && usable) < 0) return -1;
     }
     return 0;
@@ -704,7 +721,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
     const uint8_t *p = p0;
     uint32_t seen = 0;
     int usable = 1;
-    Str service = {NULL, -1};
+    Str service = {NULL, -1}, user = {NULL, -1};
     while (p < end) {
         uint32_t fn;
         int wt;
@@ -714,7 +731,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
         if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
         if (fn == 1) {
             if (once(w, &seen, 1) < 0 || expect(w, wt, 2) < 0) return -1;
-            int r = resource(w, s, s + n, &service);
+            int r = resource(w, s, s + n, &service, &user);
             if (r < 0) return -1;
             usable = r;
         } else if (fn == 2 && expect(w, wt, 2) < 0) {
@@ -732,7 +749,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
         size_t n = 0;
         uint64_t v = 0;
         if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
-        if (fn == 2 && scope_spans(w, s, s + n, usable, service) < 0) return -1;
+        if (fn == 2 && scope_spans(w, s, s + n, usable, service, user) < 0) return -1;
     }
     return 0;
 }
@@ -1247,9 +1264,9 @@ static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject
     SET(5, starts(&b));
     SET(6, extent(&b, trace_id));
     SET(7, models(&b));
-    for (int k = 8; k < 12; k++) SET(k, Py_NewRef(Py_None)); /* user, case, experiment, run: not read here */
+    for (int k = 9; k < 12; k++) SET(k, Py_NewRef(Py_None)); /* case, experiment, run: not read here */
     {
-        PyObject **names = calloc(2 * n, sizeof *names);
+        PyObject **names = calloc(3 * n, sizeof *names);
         if (!names) {
             PyErr_NoMemory();
             goto done;
@@ -1258,17 +1275,21 @@ static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject
         for (size_t i = 0; i < n && ok; i++) {
             names[i] = s[i]->kind == K_AGENT && s[i]->agent.n > 0 ? text(s[i]->agent) : Py_NewRef(Py_None);
             names[n + i] = s[i]->kind == K_AGENT && s[i]->workflow.n > 0 ? text(s[i]->workflow) : Py_NewRef(Py_None);
-            ok = names[i] && names[n + i];
+            names[2 * n + i] = s[i]->user.n > 0 ? text(s[i]->user) : Py_NewRef(Py_None);
+            ok = names[i] && names[n + i] && names[2 * n + i];
         }
         PyObject *a = ok ? earliest(&b, names) : NULL, *w = a ? earliest(&b, names + n) : NULL;
-        for (size_t i = 0; i < 2 * n; i++) Py_XDECREF(names[i]);
+        PyObject *u = w ? earliest(&b, names + 2 * n) : NULL;
+        for (size_t i = 0; i < 3 * n; i++) Py_XDECREF(names[i]);
         free(names);
-        if (!a || !w) {
+        if (!a || !w || !u) {
             Py_XDECREF(a);
+            Py_XDECREF(w);
             goto done;
         }
         PyTuple_SET_ITEM(states, 12, a);
         PyTuple_SET_ITEM(states, 13, w);
+        PyTuple_SET_ITEM(states, 8, u);
     }
     SET(14, Py_NewRef(Py_None)); /* the first user message: no messages read here */
     SET(15, refused(&b));
@@ -1297,11 +1318,12 @@ static void walk_free(Walk *w) {
 }
 
 PyDoc_STRVAR(genai_summaries_doc,
-"genai_summaries(body, enabled, deny, deny_prefixes, scopes, value_marks, kit)\n"
+"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, scopes, value_marks, kit)\n"
 "-> (summaries, handed_back, spans_read, spans_handed_back), or (None, why) when the whole body goes to Python.\n\n"
 "summaries maps a trace id (hex) to its facts' states in FACTS order; handed_back lists the trace ids\n"
 "Python summarizes. enabled: the keys read here; deny and deny_prefixes: keys that send their span's\n"
-"trace back (read by normalize or marking another dialect; other keys are passed over); scopes: scope\n"
+"trace back (read by normalize or marking another dialect; other keys are passed over); user_keys: the\n"
+"keys normalize reads the user from, in its order; scopes: scope\n"
 "names that mark another dialect; value_marks: (key, value) pairs that do; kit: scoring.facts' classes\n"
 "and helpers (agentfunnel.collector.compiled_summaries builds it).");
 
@@ -1329,9 +1351,9 @@ static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
 
 PyObject *genai_summaries(PyObject *self, PyObject *args) {
     Py_buffer body;
-    PyObject *enabled, *deny, *prefixes, *scopes, *marks, *kit;
-    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
-                          &PyTuple_Type, &prefixes, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
+    PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
+                          &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
                           &PyTuple_Type, &kit))
         return NULL;
     PyObject *result = NULL, *summaries = NULL, *back = NULL;
@@ -1355,7 +1377,8 @@ PyObject *genai_summaries(PyObject *self, PyObject *args) {
     }
     Py_ssize_t nvalues;
     if (!(w.deny = slices(deny, &w.ndeny, -1)) || !(w.deny_prefixes = slices(prefixes, &w.ndeny_prefixes, -1)) ||
-        !(w.mark_keys = slices(marks, &w.nmarks, 0)) || !(w.mark_values = slices(marks, &nvalues, 1)))
+        !(w.mark_keys = slices(marks, &w.nmarks, 0)) || !(w.mark_values = slices(marks, &nvalues, 1)) ||
+        !(w.user_keys = slices(users, &w.nuser_keys, -1)))
         goto done;
     w.scopes = scopes;
     w.end0 = (const uint8_t *)body.buf + body.len;
@@ -1439,6 +1462,7 @@ done:
     PyMem_Free(w.deny_prefixes);
     PyMem_Free(w.mark_keys);
     PyMem_Free(w.mark_values);
+    PyMem_Free(w.user_keys);
     Py_XDECREF(summaries);
     Py_XDECREF(back);
     free(order);

@@ -10,7 +10,8 @@ handed back and summarized here by the reference, so ``summaries`` always equals
 
 Tool calls' arguments and results (JSON text) are read by the reference's own functions, called from C
 once per call. What the compiled path leaves to Python, by trace: messages, tool definitions, structured
-(not JSON text) arguments and results, events (exceptions, message events), MCP and every other dialect, user and case keys.
+(not JSON text) arguments and results, events (exceptions, message events), MCP and every other dialect,
+case attribution (``agentfunnel.*`` keys).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ OWN_DIALECT = "otel_genai"
 PYTHON_KEYS = (GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES, GEN_AI_SYSTEM_INSTRUCTIONS, GEN_AI_TOOL_DEFINITIONS,
                GEN_AI_AGGREGATED_INPUT_TOKENS,
                GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS,
-               GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE, *USER_KEYS)
+               GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE)
 PYTHON_PREFIXES = (GEN_AI_COMPLETION, GEN_AI_PROMPT, "agentfunnel.")
 
 
@@ -80,6 +81,7 @@ class Marks:
     send a span's trace to Python, the scope names and (key, value) pairs that mark another dialect."""
 
     keys: tuple[str, ...]
+    user_keys: tuple[str, ...]  # normalize's user keys, in its order, that mark no other dialect
     deny: tuple[str, ...]
     deny_prefixes: tuple[str, ...]
     scopes: frozenset[str]
@@ -94,7 +96,8 @@ def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
     values = tuple((k, v) for d in others for k, v in d.marks.values)
     odd_values = {k for k, v in values if not isinstance(k, str) or not isinstance(v, str)}
     keys = tuple(k for k in GENAI_KEYS if k not in taken and not k.startswith(prefixes) and k not in odd_values)
-    return Marks(keys, tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
+    taken |= {k for k in USER_KEYS if k.startswith(prefixes)}  # a user key another dialect is marked by
+    return Marks(keys, tuple(k for k in USER_KEYS if k not in taken), tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
                  (*PYTHON_PREFIXES, *prefixes), frozenset(s for d in others for s in d.marks.scopes if isinstance(s, str)),
                  tuple((k, v) for k, v in values if k not in odd_values))
 
@@ -144,7 +147,7 @@ class CompiledSummaries:
         """The compiled path alone: (states by trace id or None, trace ids handed back, spans read, spans handed
         back, why the whole body was handed back)."""
         m = self.marks
-        found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.scopes, m.values, self._kit)
+        found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values, self._kit)
         if found[0] is None:
             return None, [], 0, 0, found[1]
         states, back, read, handed = found

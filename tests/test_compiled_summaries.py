@@ -195,7 +195,8 @@ OPTIONAL = {
     "gen_ai.task.kind": st.just("step"),  # read by nothing: passed over
     "http.method": st.just("POST"),
     "gen_ai.request.temperature": st.just(0.5),
-    "user.id": st.just("u1"),  # a user key: the trace goes to Python
+    "user.id": st.sampled_from(("u1", "", 7)),  # a user key: an int's trace goes to Python
+    "enduser.id": st.sampled_from(("u2", "")),
     "gen_ai.input.messages": st.just('[{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]'),
     "gen_ai.tool.call.id": st.one_of(st.just("call_1"), st.integers(0, 3)),
     "gen_ai.request.stop_sequences": st.just(["\n"]),
@@ -208,7 +209,7 @@ def genai_requests(draw) -> bytes:
     ids = draw(st.lists(st.integers(1, 14), min_size=n, max_size=n))  # a span id may repeat
     traces = draw(st.lists(st.integers(1, 2), min_size=n, max_size=n))
     python_keys = draw(st.booleans())
-    keys = [k for k in OPTIONAL if python_keys or k not in ("user.id", "gen_ai.input.messages", "gen_ai.system")]
+    keys = [k for k in OPTIONAL if python_keys or k not in ("gen_ai.input.messages", "gen_ai.system")]
     spans = []
     for i in range(n):
         attrs = {k: draw(OPTIONAL[k]) for k in draw(st.lists(st.sampled_from(keys), max_size=6, unique=True))}
@@ -221,7 +222,8 @@ def genai_requests(draw) -> bytes:
     cut = draw(st.integers(0, n))
     services = [draw(st.sampled_from(({"service.name": "shop-agent"}, {"service.name": "other-svc"}, {},
                                       {"service.name": ""}, {"service.name": "Shop", "host.name": "h"},
-                                      *(({"user.id": "u"},) if python_keys else ()))))
+                                      {"user.id": "u"}, {"user.id": ""},
+                                      *(({"user.id": 5}, {"agentfunnel.case.id": "c1"}) if python_keys else ()))))
                 for _ in range(2)]
     scopes = [draw(st.sampled_from(("opentelemetry.instrumentation.openai_v2", "",
                                     *(("strands.telemetry.tracer",) if python_keys else ())))) for _ in range(2)]
@@ -335,14 +337,14 @@ def test_random_bytes_never_crash(body: bytes):
 
 def _args(compiled: CompiledSummaries) -> tuple:
     m = compiled.marks
-    return m.keys, m.deny, m.deny_prefixes, m.scopes, m.values, compiled._kit
+    return m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values, compiled._kit
 
 
 def test_bad_arguments_are_refused_naming_them():
     with pytest.raises(TypeError, match="kit has 0 entries"):
-        _wire.genai_summaries(b"", (), (), (), frozenset(), (), ())
+        _wire.genai_summaries(b"", (), (), (), (), frozenset(), (), ())
     with pytest.raises(TypeError, match="strings"):
-        _wire.genai_summaries(b"", (), (1,), (), frozenset(), (), COMPILED._kit)
+        _wire.genai_summaries(b"", (), (1,), (), (), frozenset(), (), COMPILED._kit)
 
 
 def test_payload_json_is_read_by_the_reference_functions():

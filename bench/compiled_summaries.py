@@ -1,0 +1,96 @@
+"""CPU per span of per-trace summaries: compiled from the bytes (``_wire.genai_summaries``) against
+the Python reference (decode -> ``held.prepare``'s normalize -> the scorer's summarize per trace).
+
+Three kinds of input:
+
+- every recorded fixture, ``tests/fixtures/otlp/*/*.traces.binpb`` (all dialects: most traces go
+  back to Python, which is what mixed traffic costs);
+- the GenAI-semconv recordings the compiled path reads whole (``openai-agents-otel``);
+- synthetic agent traffic from ``sessions_payloads.py``, as ``ingest.py --sessions`` builds it.
+
+For each: spans read in C and handed back, µs per span of the reference, of ``summaries`` (compiled
+where it can, the reference for the rest) and of the compiled walk alone over the spans it read. The
+figure is the best repetition's (the median beside it).
+
+This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
+
+    python bench/compiled_summaries.py
+    python bench/compiled_summaries.py --reps 20 --session-count 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from agentfunnel.collector.compiled_summaries import CompiledSummaries, reference_summaries  # noqa: E402
+from agentfunnel.scoring import SessionScorer  # noqa: E402
+
+SPANS_PER_REQUEST = 512  # as ingest.py sends them
+
+
+def fixture_bodies(pattern: str) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((ROOT / "tests" / "fixtures" / "otlp").glob(pattern))]
+
+
+def session_bodies(session_count: int, turns: int) -> list[bytes]:
+    from sessions_payloads import session_streams
+
+    streams = session_streams(session_count, turns, 4, SPANS_PER_REQUEST, seed=1, prefix="bench")
+    return [body for stream in streams.bodies for body in stream]
+
+
+def _best(reps: int, run: Callable[[], None]) -> tuple[float, float]:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return min(times), statistics.median(times)
+
+
+def measure(label: str, bodies: list[bytes], reps: int, compiled: CompiledSummaries) -> None:
+    scorer = compiled.scorer
+    got = [compiled.summaries(b) for b in bodies]
+    read, handed = sum(g.spans_compiled for g in got), sum(g.spans_python for g in got)
+    spans = read + handed
+    for body, g in zip(bodies, got):  # the figures are of equal results
+        assert g.by_trace == reference_summaries(body, scorer).by_trace, label
+    ref = _best(reps, lambda: [reference_summaries(b, scorer) for b in bodies])
+    both = _best(reps, lambda: [compiled.summaries(b) for b in bodies])
+    walk = _best(reps, lambda: [compiled.compiled(b) for b in bodies])
+    print(f"{label}: {len(bodies)} bodies, {spans} spans, {read} read in C ({100 * read / max(spans, 1):.0f}%), "
+          f"{handed} handed back")
+    print(f"  reference (decode, normalize, summarize)   {1e6 * ref[0] / spans:7.2f} µs/span (median {1e6 * ref[1] / spans:.2f})")
+    print(f"  summaries (compiled + reference for rest)  {1e6 * both[0] / spans:7.2f} µs/span (median {1e6 * both[1] / spans:.2f})")
+    if read:
+        print(f"  compiled walk alone, per span read in C    {1e6 * walk[0] / read:7.2f} µs/span (median {1e6 * walk[1] / read:.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--session-count", type=int, default=128)
+    parser.add_argument("--turns", type=int, default=3)
+    args = parser.parse_args()
+    compiled = CompiledSummaries(SessionScorer())
+    if not compiled.available:
+        sys.exit("the compiled path is not available (is the _wire extension built?)")
+    measure("recorded fixtures, every dialect", fixture_bodies("*/*.traces.binpb"), args.reps, compiled)
+    measure("GenAI-semconv recordings (openai-agents-otel)", fixture_bodies("openai-agents-otel/*.traces.binpb"),
+            args.reps, compiled)
+    measure("synthetic agent traffic (sessions_payloads)", session_bodies(args.session_count, args.turns),
+            args.reps, compiled)
+
+
+if __name__ == "__main__":
+    main()
