@@ -21,7 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from agentfunnel.collector import _wire
 from agentfunnel.collector.compiled_summaries import (COMPILED_FACTS, GENAI_KEYS, PYTHON_KEYS, PYTHON_PREFIXES,
-                                                      CompiledSummaries, reference_summaries, registry_marks)
+                                                      CompiledSummaries, records_by_trace, reference_summaries,
+                                                      registry_marks)
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.scoring import ScoringConfig, SessionScorer
 from agentfunnel.scoring.facts import FACTS
@@ -235,6 +236,25 @@ def genai_requests(draw) -> bytes:
 def test_generated_genai_traffic_summarizes_as_the_reference(body: bytes):
     assert_same(COMPILED, body)
     assert_same(COMPILED_CONFIGURED, body)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genai_requests(), genai_requests())
+def test_summaries_of_two_requests_merge_into_the_reference_of_both(first: bytes, second: bytes):
+    """A trace's spans arrive in several requests: their compiled summaries merge as the reference's, and into
+    the reference of both requests at once unless a span was sent in both (a resend: the store keeps one)."""
+    try:
+        whole = reference_summaries(first + second, SCORER).by_trace  # concatenated requests are one request
+    except PermanentError:
+        return
+    parts = [COMPILED.summaries(first).by_trace, COMPILED.summaries(second).by_trace]
+    ref_parts = [reference_summaries(first, SCORER).by_trace, reference_summaries(second, SCORER).by_trace]
+    ids = [{(r.trace_id, r.span_id) for rs in records_by_trace(b).values() for r in rs} for b in (first, second)]
+    for trace_id, summary in whole.items():
+        merged = SCORER.merge([p[trace_id] for p in parts if trace_id in p])
+        assert merged == SCORER.merge([p[trace_id] for p in ref_parts if trace_id in p])
+        if ids[0].isdisjoint(ids[1]):
+            assert merged == summary
 
 
 def test_generated_traffic_is_mostly_read_in_c():
