@@ -29,14 +29,15 @@ enum { V_NONE, V_STR, V_BOOL, V_INT, V_DOUBLE, V_ARRAY };
 /* What a key is read as. The role's index is its bit in the caller's enabled mask. */
 enum {
     R_OP, R_RESP_MODEL, R_REQ_MODEL, R_PROVIDER, R_SYSTEM, R_IN, R_OUT, R_FINISH, R_TOOL, R_AGENT, R_WORKFLOW,
-    R_ERROR, R_ARGUMENTS, R_RESULT, R_CALL_ID, R_RESPONSE_ID, R_CONVERSATION, R_AGENT_ID, R_AGENT_DESC, R_TOOL_DESC, R_TOOL_TYPE,
+    R_ERROR, R_ARGUMENTS, R_RESULT, R_INPUT, R_OUTPUT, R_DEFINITIONS, R_CALL_ID, R_RESPONSE_ID, R_CONVERSATION, R_AGENT_ID, R_AGENT_DESC, R_TOOL_DESC, R_TOOL_TYPE,
     R_MAX_TOKENS, R_TEMPERATURE, R_TOP_P, R_SERVER_ADDRESS, R_SERVER_PORT, NROLES
 };
 static const char *const ROLE_KEYS[NROLES] = {
     "gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.model", "gen_ai.provider.name",
     "gen_ai.system", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons",
     "gen_ai.tool.name", "gen_ai.agent.name", "gen_ai.workflow.name", "error.type", "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result", "gen_ai.tool.call.id",
+    "gen_ai.tool.call.result", "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions",
+    "gen_ai.tool.call.id",
     "gen_ai.response.id", "gen_ai.conversation.id", "gen_ai.agent.id", "gen_ai.agent.description",
     "gen_ai.tool.description", "gen_ai.tool.type", "gen_ai.request.max_tokens", "gen_ai.request.temperature",
     "gen_ai.request.top_p", "server.address", "server.port",
@@ -50,7 +51,8 @@ typedef struct {
     const uint8_t *tid, *sid, *pid; /* pid NULL: no parent */
     uint64_t start, end;
     Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result, user;
-    int kind, status_error, has_in, has_out;
+    Str input, output, definitions;
+    int kind, extract_kind, status_error, has_in, has_out;
     int64_t in, out;
     uint32_t trace;
 } SpanS;
@@ -451,7 +453,7 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
     memset(sp, 0, sizeof *sp);
     Str none = {NULL, -1};
     sp->name = sp->model = sp->tool = sp->agent = sp->workflow = sp->error_type = sp->status_msg = sp->finish = none;
-    sp->arguments = sp->result = sp->user = none;
+    sp->arguments = sp->result = sp->user = sp->input = sp->output = sp->definitions = none;
     sp->name.p = (const uint8_t *)"", sp->name.n = 0;
     while (p < end) {
         uint32_t fn;
@@ -601,6 +603,10 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
               : has[R_REQ_MODEL] && vals[R_REQ_MODEL].s.n > 0 ? vals[R_REQ_MODEL].s : none;
     if (!str_eq(model, "unknown")) sp->model = model;
     if (has[R_FINISH]) sp->finish = vals[R_FINISH].type == V_ARRAY ? vals[R_FINISH].last : vals[R_FINISH].s;
+    if (has[R_INPUT]) sp->input = vals[R_INPUT].s;
+    if (has[R_OUTPUT]) sp->output = vals[R_OUTPUT].s;
+    if (has[R_DEFINITIONS]) sp->definitions = vals[R_DEFINITIONS].s;
+    sp->extract_kind = sp->kind;
     if (sp->kind == K_TOOL) {
         if (has[R_TOOL] && truthy(vals[R_TOOL].s)) sp->tool = vals[R_TOOL].s;
         else if (after_prefix(sp->name, "execute_tool ", &sp->tool) == -2) return 0;
@@ -775,14 +781,14 @@ static int request(Walk *w, const uint8_t *p, const uint8_t *end) {
 enum {
     X_ACTIVITY, X_ANSWERS, X_CALLFACTS, X_CATALOG, X_STARTS, X_EXTENT, X_MODELS, X_REQUESTS, X_ROOTS, X_ROOTFACTS,
     X_SERVICES, X_TOKENS, X_COST, X_ERROR_FACTS, X_BARE, X_AGENTS, X_NOTHING, X_OK_FLAGS, X_OK_PAYMENT, X_SERVERS,
-    X_FINISH_MAP, X_PAYLOAD, NKIT
+    X_FINISH_MAP, X_PAYLOAD, X_MESSAGES, X_OFFERS, NKIT
 };
 
 typedef struct {
     PyObject **kit;
     const SpanS *const *s; /* the trace's spans in session order */
     size_t n;
-    PyObject **keys, **sids, **finish, **model, **error, **unknown;
+    PyObject **keys, **sids, **finish, **model, **error, **unknown, **answer, **asked, **input;
     int *step_limit, *invalid, *payment;
 } Build;
 
@@ -879,6 +885,10 @@ static PyObject *earliest(Build *b, PyObject **values) {
 
 static int is_kind(const Build *b, size_t i, int kind) { return b->s[i]->kind == kind; }
 
+static int asks_tools(const Build *b, size_t i) {
+    return b->finish[i] != Py_None && PyUnicode_CompareWithASCIIString(b->finish[i], "tool_call") == 0;
+}
+
 static PyObject *activity(Build *b) {
     long llms = 0, finished = 0, tool_finishes = 0, limits = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -897,12 +907,21 @@ static PyObject *answers(Build *b) {
     long latest = -1;
     for (size_t i = 0; i < b->n; i++)
         if (is_kind(b, i, K_LLM) && (latest < 0 || b->s[i]->end > b->s[latest]->end)) latest = (long)i;
-    if (latest < 0) return call(b->kit[X_ANSWERS], "(OO)", Py_None, Py_None);
-    int asked = b->finish[latest] != Py_None && PyUnicode_CompareWithASCIIString(b->finish[latest], "tool_call") == 0;
-    PyObject *at = Py_BuildValue("(KOO)", (unsigned long long)b->s[latest]->end, b->keys[latest], asked ? Py_True : Py_False);
-    if (!at) return NULL;
-    PyObject *r = call(b->kit[X_ANSWERS], "(OO)", at, Py_None);
-    Py_DECREF(at);
+    long said = -1; /* the latest-ending model call with an answer that asks for no tool */
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_LLM) || !b->answer[i] || b->answer[i] == Py_None || asks_tools(b, i)) continue;
+        int t = PyObject_IsTrue(b->answer[i]);
+        if (t < 0) return NULL;
+        if (t && (said < 0 || b->s[i]->end > b->s[said]->end)) said = (long)i;
+    }
+    PyObject *at = latest < 0 ? Py_NewRef(Py_None)
+                 : Py_BuildValue("(KOO)", (unsigned long long)b->s[latest]->end, b->keys[latest],
+                                 asks_tools(b, (size_t)latest) ? Py_True : Py_False);
+    PyObject *ans = !at ? NULL : said < 0 ? Py_NewRef(Py_None)
+                  : Py_BuildValue("(KOO)", (unsigned long long)b->s[said]->end, b->keys[said], b->answer[said]);
+    PyObject *r = at && ans ? call(b->kit[X_ANSWERS], "(OO)", at, ans) : NULL;
+    Py_XDECREF(at);
+    Py_XDECREF(ans);
     return r;
 }
 
@@ -1043,7 +1062,7 @@ static PyObject *bare_and_named(Build *b, PyObject *ran, PyObject *name) {
     return r < 0 ? NULL : ran;
 }
 
-static PyObject *refused(Build *b) {
+static PyObject *refused(Build *b, PyObject *offered) {
     PyObject *ran = PyFrozenSet_New(NULL), *names = PySet_New(NULL), *span_refused = PyList_New(0),
              *unknown = PyList_New(0), *r = NULL, *t1 = NULL, *t2 = NULL, *empty = NULL;
     if (!ran || !names || !span_refused || !unknown) goto done;
@@ -1067,12 +1086,25 @@ static PyObject *refused(Build *b) {
         if (in_ran < 0 || in_refused < 0) goto done;
         if (!in_ran && !in_refused && append_new(unknown, PyTuple_Pack(2, b->keys[i], b->unknown[i])) < 0) goto done;
     }
+    empty = PyList_New(0); /* names model calls asked for, neither run, refused nor offered */
+    if (!empty) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_LLM) || !b->asked[i]) continue;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(b->asked[i]); k++) {
+            PyObject *name = PyTuple_GET_ITEM(b->asked[i], k);
+            int a = PySet_Contains(ran, name), c = a < 0 ? -1 : PySet_Contains(names, name);
+            int o = c < 0 ? -1 : PySet_Contains(offered, name);
+            if (o < 0) goto done;
+            if (!a && !c && !o && append_new(empty, PyTuple_Pack(2, b->keys[i], name)) < 0) goto done;
+        }
+    }
     t1 = PyList_AsTuple(span_refused);
     t2 = t1 ? PyList_AsTuple(unknown) : NULL;
-    empty = t2 ? PyTuple_New(0) : NULL;
-    if (empty)
-        r = PyObject_CallFunctionObjArgs(b->kit[X_REQUESTS], b->kit[X_NOTHING], PySet_GET_SIZE(ran) ? ran : b->kit[X_NOTHING],
-                                         t1, empty, t2, NULL);
+    PyObject *t3 = t2 ? PyList_AsTuple(empty) : NULL;
+    if (t3)
+        r = PyObject_CallFunctionObjArgs(b->kit[X_REQUESTS], offered, PySet_GET_SIZE(ran) ? ran : b->kit[X_NOTHING],
+                                         t1, t3, t2, NULL);
+    Py_XDECREF(t3);
 done:
     Py_XDECREF(ran);
     Py_XDECREF(names);
@@ -1102,10 +1134,10 @@ static PyObject *roots(Build *b) {
                 configured = PySequence_Contains(b->kit[X_AGENTS], name);
                 if (configured < 0) bad = 1;
             }
-            int asked = b->finish[i] != Py_None && PyUnicode_CompareWithASCIIString(b->finish[i], "tool_call") == 0;
+            int asked = asks_tools(b, i);
             if (!bad && name && in && out)
                 bad = append_new(agents, PyObject_CallFunction(
-                    b->kit[X_ROOTFACTS], "OOOOOOOOOiO", b->keys[i], name, configured ? Py_True : Py_False, Py_None,
+                    b->kit[X_ROOTFACTS], "OOOOOOOOOiO", b->keys[i], name, configured ? Py_True : Py_False, b->answer[i],
                     b->error[i] != Py_None ? Py_True : Py_False, in, out, b->model[i], parent, 0,
                     asked ? Py_True : Py_False)) < 0;
             else
@@ -1201,29 +1233,74 @@ static PyObject *error_of(const SpanS *s) {
     Py_RETURN_NONE;
 }
 
+/* A span's finish reason, answer, requested tools and first user message. Spans with messages are read
+ * by the reference's own functions (JSON stays Python's here); the others from the finish reason alone. */
+static int messages(Build *b, size_t i) {
+    const SpanS *s = b->s[i];
+    int reads = s->extract_kind != K_TOOL && (s->input.n >= 0 || s->output.n >= 0);
+    if (!reads) {
+        b->answer[i] = Py_NewRef(Py_None), b->asked[i] = NULL, b->input[i] = Py_NewRef(Py_None);
+        return (b->finish[i] = finish_of(b->kit, s->finish)) ? 0 : -1;
+    }
+    static const char *const KINDS[] = {"other", "llm", "tool", "agent"};
+    PyObject *in = text(s->input), *out = in ? text(s->output) : NULL, *fin = out ? text(s->finish) : NULL, *r = NULL;
+    if (fin) r = PyObject_CallFunction(b->kit[X_MESSAGES], "sOOO", KINDS[s->extract_kind], in, out, fin);
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    Py_XDECREF(fin);
+    if (!r) return -1;
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(r, 2))) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "messages gives (finish reason, answer, requested tools, user text)");
+        return -1;
+    }
+    b->finish[i] = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+    b->answer[i] = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+    b->asked[i] = Py_NewRef(PyTuple_GET_ITEM(r, 2));
+    b->input[i] = Py_NewRef(PyTuple_GET_ITEM(r, 3));
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The earliest (span, value) whose value is a non-empty string (references.EarliestFact, text only). */
+static PyObject *earliest_text(Build *b, PyObject **values) {
+    for (size_t i = 0; i < b->n; i++)
+        if (values[i] && PyUnicode_Check(values[i]) && PyUnicode_GET_LENGTH(values[i]))
+            return PyTuple_Pack(2, b->keys[i], values[i]);
+    Py_RETURN_NONE;
+}
+
 #define NSTATES 20
 
 /* The trace's states in FACTS order; Py_None when the trace goes back. */
 static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject *trace_id) {
     Build b = {kit, s, n};
-    PyObject *states = NULL, *r = NULL;
-    PyObject **objs = calloc(6 * n, sizeof *objs);
+    PyObject *states = NULL, *r = NULL, *offers = NULL, *pairs = NULL;
+    PyObject **objs = calloc(9 * n, sizeof *objs);
     int *flags = calloc(3 * n, sizeof *flags);
     if (!objs || !flags) {
         PyErr_NoMemory();
         goto done;
     }
     b.keys = objs, b.sids = objs + n, b.finish = objs + 2 * n, b.model = objs + 3 * n, b.error = objs + 4 * n;
-    b.unknown = objs + 5 * n;
+    b.unknown = objs + 5 * n, b.answer = objs + 6 * n, b.asked = objs + 7 * n, b.input = objs + 8 * n;
+    if (!(pairs = PyList_New(0))) goto done;
     b.step_limit = flags, b.invalid = flags + n, b.payment = flags + 2 * n;
     for (size_t i = 0; i < n; i++) {
         if (!(b.sids[i] = hex(s[i]->sid, 8))) goto done;
         if (!(b.keys[i] = Py_BuildValue("(KKO)", (unsigned long long)s[i]->start, (unsigned long long)s[i]->end,
                                         b.sids[i])))
             goto done;
-        if (!(b.finish[i] = finish_of(kit, s[i]->finish)) || !(b.model[i] = text(s[i]->model)) ||
-            !(b.error[i] = error_of(s[i])))
+        if (!(b.model[i] = text(s[i]->model)) || !(b.error[i] = error_of(s[i])) || messages(&b, i) < 0)
             goto done;
+        if (s[i]->definitions.n >= 0) {
+            PyObject *d = text(s[i]->definitions);
+            if (!d || append_new(pairs, PyTuple_Pack(2, b.keys[i], d)) < 0) {
+                Py_XDECREF(d);
+                goto done;
+            }
+            Py_DECREF(d);
+        }
         if (b.error[i] == Py_None) {
             b.unknown[i] = Py_NewRef(Py_None);
             continue;
@@ -1259,7 +1336,13 @@ static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject
     SET(0, activity(&b));
     SET(1, answers(&b));
     SET(2, calls(&b, trace_id));
-    SET(3, PyObject_CallNoArgs(kit[X_CATALOG]));
+    offers = PyList_GET_SIZE(pairs) ? PyObject_CallOneArg(kit[X_OFFERS], pairs) : NULL;
+    if (offers && (!PyTuple_Check(offers) || PyTuple_GET_SIZE(offers) != 2 || !PyAnySet_Check(PyTuple_GET_ITEM(offers, 1)))) {
+        PyErr_SetString(PyExc_TypeError, "offers gives (catalog, offered names)");
+        goto done;
+    }
+    if (!offers && PyErr_Occurred()) goto done;
+    SET(3, offers ? Py_NewRef(PyTuple_GET_ITEM(offers, 0)) : PyObject_CallNoArgs(kit[X_CATALOG]));
     SET(4, cost(&b));
     SET(5, starts(&b));
     SET(6, extent(&b, trace_id));
@@ -1291,8 +1374,8 @@ static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject
         PyTuple_SET_ITEM(states, 13, w);
         PyTuple_SET_ITEM(states, 8, u);
     }
-    SET(14, Py_NewRef(Py_None)); /* the first user message: no messages read here */
-    SET(15, refused(&b));
+    SET(14, earliest_text(&b, b.input));
+    SET(15, refused(&b, offers ? PyTuple_GET_ITEM(offers, 1) : kit[X_NOTHING]));
     SET(16, roots(&b));
     SET(17, Py_NewRef(kit[X_SERVERS]));
     SET(18, services(&b));
@@ -1300,8 +1383,10 @@ static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject
     r = Py_NewRef(states);
 done:
     Py_XDECREF(states);
+    Py_XDECREF(offers);
+    Py_XDECREF(pairs);
     if (objs)
-        for (size_t i = 0; i < 6 * n; i++) Py_XDECREF(objs[i]);
+        for (size_t i = 0; i < 9 * n; i++) Py_XDECREF(objs[i]);
     free(objs);
     free(flags);
     return r;

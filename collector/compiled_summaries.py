@@ -8,9 +8,10 @@ it reads (or keys nothing reads), no events, and no scope or value another diale
 handed back and summarized here by the reference, so ``summaries`` always equals
 ``reference_summaries``; how many spans went each way is counted.
 
-Tool calls' arguments and results (JSON text) are read by the reference's own functions, called from C
-once per call. What the compiled path leaves to Python, by trace: messages, tool definitions, structured
-(not JSON text) arguments and results, events (exceptions, message events), MCP and every other dialect,
+JSON text (tool calls' arguments and results, messages, tool definitions) is read by the reference's own
+functions, called from C once per span carrying it (once per trace for definitions). What the compiled
+path leaves to Python, by trace: the legacy prompt and completion keys, structured (not JSON text)
+payloads, events (exceptions, message events), MCP and every other dialect,
 case attribution (``agentfunnel.*`` keys).
 """
 
@@ -28,17 +29,19 @@ from ..scoring.evidence import find
 from ..scoring.facts import FACTS
 from ..scoring.facts.activity import Activity
 from ..scoring.facts.answers import Answers
-from ..scoring.facts.base import NOTHING
+from ..scoring.facts.base import NOTHING, frozen
 from ..scoring.facts.calls import CallFacts, flag_set, reads_as_invalid
 from ..scoring.facts.catalog import Catalog
 from ..scoring.facts.cycles import Starts
 from ..scoring.facts.extent import Extent
 from ..scoring.facts.models import Models
 from ..scoring.facts.refused import Requests
+from ..scoring.facts.refused import _bare_and_named as bare_and_named
 from ..scoring.facts.roots import RootFacts, Roots
 from ..scoring.facts.services import Services
 from ..scoring.facts.tokens import Tokens
 from ..scoring.funnel import ServerFacts, split_tool_name
+from ..scoring.validity import first_offers, shared
 from ..semconv import SpanRecord
 from ..semconv.attributes import (GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_COMPLETION,
                                   GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROMPT, GEN_AI_TOOL_CALL_ARGUMENTS,
@@ -46,8 +49,12 @@ from ..semconv.attributes import (GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGA
                                   GEN_AI_USAGE_COMPLETION_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, PYDANTIC_TOOL_FAILURE_STAGE,
                                   USER_KEYS)
 from ..semconv.dialects import REGISTRY, Dialect
-from ..semconv.dialects.base import FINISH_REASONS, parse_json, step_limit_text, unknown_tool_name
-from ..semconv.dialects.otel_genai import GEN_AI_SYSTEM_INSTRUCTIONS
+from ..semconv.dialects.base import (FINISH_REASONS, finish_reason, last_assistant_text, parse_json, step_limit_text,
+                                     tool_definitions, unknown_tool_name)
+from ..semconv.dialects.otel_genai import _output_finish as output_finish
+from ..semconv.dialects.otel_genai import _requested_tools as requested_tools
+from ..semconv.dialects.otel_genai import requested_tool_names
+from ..semconv.dialects.user_input import first_user_text
 from .decode import decode_traces_protobuf
 from .held import prepare
 from .wire import _wire
@@ -62,14 +69,14 @@ COMPILED_FACTS = ("activity", "answers", "calls", "catalog", "cost", "cycles", "
 GENAI_KEYS = ("gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.model", "gen_ai.provider.name",
               "gen_ai.system", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
               "gen_ai.response.finish_reasons", "gen_ai.tool.name", "gen_ai.agent.name", "gen_ai.workflow.name",
-              "error.type", GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, "gen_ai.tool.call.id", "gen_ai.response.id", "gen_ai.conversation.id", "gen_ai.agent.id",
+              "error.type", GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, GEN_AI_INPUT_MESSAGES,
+              GEN_AI_OUTPUT_MESSAGES, GEN_AI_TOOL_DEFINITIONS, "gen_ai.tool.call.id", "gen_ai.response.id", "gen_ai.conversation.id", "gen_ai.agent.id",
               "gen_ai.agent.description", "gen_ai.tool.description", "gen_ai.tool.type", "gen_ai.request.max_tokens",
               "gen_ai.request.temperature", "gen_ai.request.top_p", "server.address", "server.port")
 OWN_DIALECT = "otel_genai"
 # Keys normalize or the GenAI dialect reads that the compiled path does not: their spans' traces go to
 # Python (a key in neither list, and marking no other dialect, is read by nothing and passed over).
-PYTHON_KEYS = (GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES, GEN_AI_SYSTEM_INSTRUCTIONS, GEN_AI_TOOL_DEFINITIONS,
-               GEN_AI_AGGREGATED_INPUT_TOKENS,
+PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS,
                GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS,
                GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE)
 PYTHON_PREFIXES = (GEN_AI_COMPLETION, GEN_AI_PROMPT, "agentfunnel.")
@@ -117,10 +124,35 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
         return (arguments, json.dumps(arguments, sort_keys=True, default=str),
                 NOTHING if error else flag_set(find(result, evidence)), payment_mentions(error, result, evidence))
 
+    def messages(kind: str, input_messages: str | None, output_messages: str | None,
+                 finish: str | None) -> tuple[str | None, Any, tuple[str, ...], Any]:
+        # (finish reason, answer, requested tools, first user text) as the GenAI dialect reads a span with
+        # messages and no legacy keys nor events (those spans go to Python whole)
+        out = parse_json(output_messages)
+        out = out if isinstance(out, list) else None
+        reason = requested_tools(out) or finish_reason(finish) or output_finish(out, {})
+        answer, asked = None, ()
+        if kind == "llm":
+            answer = last_assistant_text(out)
+            if answer == "None" and reason == "tool_call":
+                answer = None
+            asked = requested_tool_names(out)
+        elif kind == "agent":
+            answer = last_assistant_text(out)
+        return reason, answer, asked, first_user_text(input_messages) if input_messages is not None else None
+
+    def offers(pairs: list[tuple[Any, str]]) -> tuple[Catalog, frozenset[str]]:
+        # the catalog and offered names of the spans offering tools, as the catalog and refused facts read them
+        offered = [(key, found) for key, text in pairs if (found := tool_definitions(text))]
+        firsts = first_offers(offered)
+        catalog = Catalog({name: (o[0], shared(o[1])) for name, o in firsts.items() if o is not None},
+                          frozen(name for name, o in firsts.items() if o is None))
+        return catalog, bare_and_named(name for _, found in offered for name in found)
+
     return (Activity, Answers, CallFacts, lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
             RootFacts, Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],
             agents if isinstance(agents, Mapping) else dict.fromkeys(agents), NOTHING, flag_set(find(None, evidence)),
-            payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload)
+            payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload, messages, offers)
 
 
 @dataclass

@@ -67,7 +67,7 @@ def test_every_recorded_fixture_summarizes_as_the_reference():
         for scorer in (COMPILED, COMPILED_CONFIGURED):
             assert_same(scorer, body, path.name)
         compiled += COMPILED.summaries(body).spans_compiled
-    assert compiled >= 30  # the GenAI-semconv recordings whose spans carry no messages are read in C
+    assert compiled >= 130  # the GenAI-semconv recordings without events are read in C
 
 
 def test_a_plain_genai_trace_is_read_in_c_without_python():
@@ -85,7 +85,7 @@ def test_a_plain_genai_trace_is_read_in_c_without_python():
 
 def test_traces_it_cannot_read_go_to_python_by_trace():
     body = request([[span(1, 1, op="chat")],
-                    [span(2, 1, op="chat", attrs={"gen_ai.input.messages": "[]"})],  # messages: Python's
+                    [span(2, 1, op="chat", attrs={"gen_ai.prompt": "hi"})],  # legacy prompt: Python's
                     [span(3, 1, op="chat", events=True)],  # events: Python's
                     [span(4, 1, op="chat", attrs={"gen_ai.system": "strands-agents"})]])  # marks Strands
     got = COMPILED.summaries(body)
@@ -198,7 +198,23 @@ OPTIONAL = {
     "gen_ai.request.temperature": st.just(0.5),
     "user.id": st.sampled_from(("u1", "", 7)),  # a user key: an int's trace goes to Python
     "enduser.id": st.sampled_from(("u2", "")),
-    "gen_ai.input.messages": st.just('[{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]'),
+    "gen_ai.input.messages": st.sampled_from((
+        '[{"role": "user", "parts": [{"type": "text", "content": "find socks"}]}]',
+        '[{"role": "system", "parts": [{"type": "text", "content": "be brief"}]}, {"role": "user", "parts": []}]',
+        "[]", "not json", "")),
+    "gen_ai.output.messages": st.sampled_from((
+        '[{"role": "assistant", "parts": [{"type": "text", "content": "Ordered."}], "finish_reason": "stop"}]',
+        '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "ghost", "arguments": {}}]}]',
+        '[{"role": "assistant", "parts": [{"type": "text", "content": "None"}, {"type": "tool_call",'
+        ' "name": "search_products"}]}]',
+        '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "final_result"}], "finish_reason": "length"}]',
+        '{"role": "assistant"}', "[]", "[1,")),
+    "gen_ai.tool.definitions": st.sampled_from((
+        '[{"type": "function", "name": "search_products", "parameters": {"type": "object",'
+        ' "properties": {"q": {"type": "string"}}, "required": ["q"]}}]',
+        '[{"type": "function", "name": "Ghost"}, {"type": "function", "name": "mcp__shop__checkout"}]',
+        '[{"type": "function", "function": {"name": "add_to_cart", "parameters": {"type": "object"}}}]',
+        "[]", "{")),
     "gen_ai.tool.call.id": st.one_of(st.just("call_1"), st.integers(0, 3)),
     "gen_ai.request.stop_sequences": st.just(["\n"]),
 }
@@ -210,7 +226,7 @@ def genai_requests(draw) -> bytes:
     ids = draw(st.lists(st.integers(1, 14), min_size=n, max_size=n))  # a span id may repeat
     traces = draw(st.lists(st.integers(1, 2), min_size=n, max_size=n))
     python_keys = draw(st.booleans())
-    keys = [k for k in OPTIONAL if python_keys or k not in ("gen_ai.input.messages", "gen_ai.system")]
+    keys = [k for k in OPTIONAL if python_keys or k != "gen_ai.system"]
     spans = []
     for i in range(n):
         attrs = {k: draw(OPTIONAL[k]) for k in draw(st.lists(st.sampled_from(keys), max_size=6, unique=True))}
@@ -376,4 +392,19 @@ def test_payload_json_is_read_by_the_reference_functions():
     assert got.spans_compiled == 2
     calls = next(iter(got.by_trace.values())).value(next(f for f in FACTS if f.name == "calls"))
     assert calls.wasted.repeats == 1
+    assert_same(COMPILED, body)
+
+
+def test_tools_asked_for_are_read_against_those_offered_and_run():
+    """A model asking for a tool nobody offered or ran (refused), one offered, and one that ran."""
+    asks = ('[{"role": "assistant", "parts": [{"type": "tool_call", "name": "ghost"}, {"type": "tool_call",'
+            ' "name": "search_products"}, {"type": "tool_call", "name": "add_to_cart"}]}]')
+    offers = '[{"type": "function", "name": "search_products", "parameters": {"type": "object"}}]'
+    body = request([[span(1, 1, op="chat", start=1, attrs={"gen_ai.tool.definitions": offers,
+                                                           "gen_ai.output.messages": asks}),
+                     span(1, 2, op="execute_tool", start=2, attrs={"gen_ai.tool.name": "add_to_cart"})]])
+    got = COMPILED.summaries(body)
+    assert got.spans_compiled == 2
+    refused = next(iter(got.by_trace.values())).value(next(f for f in FACTS if f.name == "refused"))
+    assert refused == ("ghost",)
     assert_same(COMPILED, body)
