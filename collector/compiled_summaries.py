@@ -48,7 +48,7 @@ from ..semconv.attributes import (GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGA
                                   GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_DEFINITIONS, GEN_AI_TOOL_STATUS,
                                   GEN_AI_USAGE_COMPLETION_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, PYDANTIC_TOOL_FAILURE_STAGE,
                                   USER_KEYS)
-from ..semconv.dialects import REGISTRY, Dialect
+from ..semconv.dialects import READ_ERRORS, REGISTRY, Dialect
 from ..semconv.dialects.base import (FINISH_REASONS, finish_reason, last_assistant_text, parse_json, step_limit_text,
                                      tool_definitions, unknown_tool_name)
 from ..semconv.dialects.otel_genai import _output_finish as output_finish
@@ -189,7 +189,10 @@ class CompiledSummaries:
         """Every trace's summary, compiled where it can be read exactly, else by the reference."""
         if not self.available:
             return reference_summaries(body, self.scorer)
-        states, back, read, handed, why = self.compiled(body)
+        try:
+            states, back, read, handed, why = self.compiled(body)
+        except READ_ERRORS as exc:  # a reader called from C refused a value: the reference reads the body
+            states, back, read, handed, why = None, [], 0, 0, f"{type(exc).__name__}: {exc}"
         if states is None:
             out = reference_summaries(body, self.scorer)
             out.whole_body_reason = why

@@ -408,3 +408,18 @@ def test_tools_asked_for_are_read_against_those_offered_and_run():
     refused = next(iter(got.by_trace.values())).value(next(f for f in FACTS if f.name == "refused"))
     assert refused == ("ghost",)
     assert_same(COMPILED, body)
+
+
+def test_a_reader_refusing_a_value_hands_the_body_to_the_reference():
+    compiled = CompiledSummaries(SCORER)
+
+    def refuses(*_: object) -> None:
+        raise ValueError("not readable")
+
+    kit = list(compiled._kit)
+    kit[21] = refuses  # the tool-call payload reader
+    compiled._kit = tuple(kit)
+    body = request([[span(1, 1, op="execute_tool", attrs={"gen_ai.tool.name": "t", "gen_ai.tool.call.result": "{}"})]])
+    got = compiled.summaries(body)
+    assert got.whole_body_reason == "ValueError: not readable" and got.spans_python == 1
+    assert got.by_trace == reference_summaries(body, SCORER).by_trace
