@@ -29,31 +29,49 @@ from ..scoring.evidence import find
 from ..scoring.facts import FACTS
 from ..scoring.facts.activity import Activity
 from ..scoring.facts.answers import Answers
-from ..scoring.facts.base import NOTHING, frozen
+from ..scoring.facts.base import NOTHING
 from ..scoring.facts.calls import CallFacts, flag_set, reads_as_invalid
-from ..scoring.facts.catalog import Catalog
+from ..scoring.facts.catalog import Catalog, catalog_of
 from ..scoring.facts.cycles import Starts
 from ..scoring.facts.extent import Extent
 from ..scoring.facts.models import Models
-from ..scoring.facts.refused import Requests
-from ..scoring.facts.refused import _bare_and_named as bare_and_named
+from ..scoring.facts.refused import Requests, bare_and_named
 from ..scoring.facts.roots import RootFacts, Roots
 from ..scoring.facts.services import Services
 from ..scoring.facts.tokens import Tokens
 from ..scoring.funnel import ServerFacts, split_tool_name
-from ..scoring.validity import first_offers, shared
 from ..semconv import SpanRecord
-from ..semconv.attributes import (GEN_AI_AGGREGATED_INPUT_TOKENS, GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_COMPLETION,
-                                  GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROMPT, GEN_AI_TOOL_CALL_ARGUMENTS,
-                                  GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_DEFINITIONS, GEN_AI_TOOL_STATUS,
-                                  GEN_AI_USAGE_COMPLETION_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, PYDANTIC_TOOL_FAILURE_STAGE,
-                                  USER_KEYS)
+from ..semconv.attributes import (
+    GEN_AI_AGGREGATED_INPUT_TOKENS,
+    GEN_AI_AGGREGATED_OUTPUT_TOKENS,
+    GEN_AI_COMPLETION,
+    GEN_AI_INPUT_MESSAGES,
+    GEN_AI_OUTPUT_MESSAGES,
+    GEN_AI_PROMPT,
+    GEN_AI_TOOL_CALL_ARGUMENTS,
+    GEN_AI_TOOL_CALL_RESULT,
+    GEN_AI_TOOL_DEFINITIONS,
+    GEN_AI_TOOL_STATUS,
+    GEN_AI_USAGE_COMPLETION_TOKENS,
+    GEN_AI_USAGE_PROMPT_TOKENS,
+    PYDANTIC_TOOL_FAILURE_STAGE,
+    USER_KEYS,
+)
 from ..semconv.dialects import READ_ERRORS, REGISTRY, Dialect
-from ..semconv.dialects.base import (FINISH_REASONS, finish_reason, last_assistant_text, parse_json, step_limit_text,
-                                     tool_definitions, unknown_tool_name)
-from ..semconv.dialects.otel_genai import _output_finish as output_finish
-from ..semconv.dialects.otel_genai import _requested_tools as requested_tools
-from ..semconv.dialects.otel_genai import requested_tool_names
+from ..semconv.dialects.base import (
+    FINISH_REASONS,
+    finish_reason,
+    last_assistant_text,
+    parse_json,
+    step_limit_text,
+    tool_definitions,
+    unknown_tool_name,
+)
+from ..semconv.dialects.otel_genai import (
+    output_finish,
+    requested_tool_names,
+    tool_call_finish,
+)
 from ..semconv.dialects.user_input import first_user_text
 from .decode import decode_traces_protobuf
 from .held import prepare
@@ -130,7 +148,7 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
         # messages and no legacy keys nor events (those spans go to Python whole)
         out = parse_json(output_messages)
         out = out if isinstance(out, list) else None
-        reason = requested_tools(out) or finish_reason(finish) or output_finish(out, {})
+        reason = tool_call_finish(out) or finish_reason(finish) or output_finish(out, {})
         answer, asked = None, ()
         if kind == "llm":
             answer = last_assistant_text(out)
@@ -144,10 +162,7 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
     def offers(pairs: list[tuple[Any, str]]) -> tuple[Catalog, frozenset[str]]:
         # the catalog and offered names of the spans offering tools, as the catalog and refused facts read them
         offered = [(key, found) for key, text in pairs if (found := tool_definitions(text))]
-        firsts = first_offers(offered)
-        catalog = Catalog({name: (o[0], shared(o[1])) for name, o in firsts.items() if o is not None},
-                          frozen(name for name, o in firsts.items() if o is None))
-        return catalog, bare_and_named(name for _, found in offered for name in found)
+        return catalog_of(offered), bare_and_named(name for _, found in offered for name in found)
 
     return (Activity, Answers, CallFacts, lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
             RootFacts, Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],

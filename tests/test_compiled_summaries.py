@@ -15,19 +15,27 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from agentfunnel.collector import _wire
-from agentfunnel.collector.compiled_summaries import (COMPILED_FACTS, GENAI_KEYS, PYTHON_KEYS, PYTHON_PREFIXES,
-                                                      CompiledSummaries, records_by_trace, reference_summaries,
-                                                      registry_marks)
+from agentfunnel.collector.compiled_summaries import (
+    COMPILED_FACTS,
+    GENAI_KEYS,
+    PYTHON_KEYS,
+    PYTHON_PREFIXES,
+    CompiledSummaries,
+    records_by_trace,
+    reference_summaries,
+    registry_marks,
+)
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.scoring import ScoringConfig, SessionScorer
 from agentfunnel.scoring.facts import FACTS
 from agentfunnel.semconv.dialects import REGISTRY
 from agentfunnel.semconv.dialects.base import Marks
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
 from otlp_build import kvs
 
 OTLP = Path(__file__).parent / "fixtures" / "otlp"
@@ -105,7 +113,7 @@ def test_a_dialect_marking_a_genai_key_sends_its_spans_to_python():
 
 def test_every_key_the_genai_dialect_reads_is_read_in_c_or_sent_to_python():
     """A key the GenAI dialect or normalize reads, passed over in C, would make the paths differ."""
-    import agentfunnel.semconv.attributes as attributes
+    from agentfunnel.semconv import attributes
 
     root = Path(attributes.__file__).parent
     sources = "".join((root / name).read_text() for name in ("normalize.py", "dialects/otel_genai.py",
@@ -205,13 +213,13 @@ OPTIONAL = {
     "gen_ai.output.messages": st.sampled_from((
         '[{"role": "assistant", "parts": [{"type": "text", "content": "Ordered."}], "finish_reason": "stop"}]',
         '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "ghost", "arguments": {}}]}]',
-        '[{"role": "assistant", "parts": [{"type": "text", "content": "None"}, {"type": "tool_call",'
-        ' "name": "search_products"}]}]',
+        ('[{"role": "assistant", "parts": [{"type": "text", "content": "None"}, {"type": "tool_call",'
+         ' "name": "search_products"}]}]'),
         '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "final_result"}], "finish_reason": "length"}]',
         '{"role": "assistant"}', "[]", "[1,")),
     "gen_ai.tool.definitions": st.sampled_from((
-        '[{"type": "function", "name": "search_products", "parameters": {"type": "object",'
-        ' "properties": {"q": {"type": "string"}}, "required": ["q"]}}]',
+        ('[{"type": "function", "name": "search_products", "parameters": {"type": "object",'
+         ' "properties": {"q": {"type": "string"}}, "required": ["q"]}}]'),
         '[{"type": "function", "name": "Ghost"}, {"type": "function", "name": "mcp__shop__checkout"}]',
         '[{"type": "function", "function": {"name": "add_to_cart", "parameters": {"type": "object"}}}]',
         "[]", "{")),
