@@ -73,6 +73,7 @@ from ..semconv.dialects.otel_genai import (
     tool_call_finish,
 )
 from ..semconv.dialects.user_input import first_user_text
+from ..semconv.records import builder
 from .decode import decode_traces_protobuf
 from .held import prepare
 from .wire import _wire
@@ -164,8 +165,9 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
         offered = [(key, found) for key, text in pairs if (found := tool_definitions(text))]
         return catalog_of(offered), bare_and_named(name for _, found in offered for name in found)
 
-    return (Activity, Answers, CallFacts, lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
-            RootFacts, Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],
+    # the per-span states through their slots' descriptors (equal instances, in half the time of __init__)
+    return (Activity, Answers, builder(CallFacts), lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
+            builder(RootFacts), Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],
             agents if isinstance(agents, Mapping) else dict.fromkeys(agents), NOTHING, flag_set(find(None, evidence)),
             payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload, messages, offers)
 
