@@ -64,7 +64,7 @@ typedef struct {
 } TraceS;
 
 typedef struct {
-    const uint8_t *end0;
+    const uint8_t *start0, *end0, *last; /* last: where the field read last begins (named when the body goes back) */
     SpanS *spans;
     size_t nspans, capspans;
     TraceS *traces;
@@ -103,6 +103,7 @@ static int varint(Walk *w, const uint8_t **pp, const uint8_t *end, uint64_t *out
 static int field(Walk *w, const uint8_t **pp, const uint8_t *end, uint32_t *fn, int *wt, const uint8_t **s,
                  size_t *n, uint64_t *v) {
     uint64_t tag;
+    w->last = *pp;
     if (varint(w, pp, end, &tag) < 0) return -1;
     if (tag > 0xffffffffu || (tag >> 3) == 0) {
         w->why = "a field number out of range";
@@ -1466,10 +1467,14 @@ PyObject *genai_summaries(PyObject *self, PyObject *args) {
         !(w.user_keys = slices(users, &w.nuser_keys, -1)))
         goto done;
     w.scopes = scopes;
+    w.start0 = w.last = body.buf;
     w.end0 = (const uint8_t *)body.buf + body.len;
     if (request(&w, body.buf, w.end0) < 0) {
         if (PyErr_Occurred()) goto done;
-        result = Py_BuildValue("(Os)", Py_None, w.why ? w.why : "unreadable");
+        PyObject *why = PyUnicode_FromFormat("%s (the field at byte %zd)", w.why ? w.why : "unreadable",
+                                             (Py_ssize_t)(w.last - w.start0));
+        if (why) result = PyTuple_Pack(2, Py_None, why);
+        Py_XDECREF(why);
         goto done;
     }
     /* the spans of each trace together, in session order */

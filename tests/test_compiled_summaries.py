@@ -330,6 +330,11 @@ def hostile_bodies() -> list[bytes]:
     ]
 
 
+def test_a_body_handed_back_whole_says_why_and_where():
+    assert COMPILED.compiled(b"\x0a\x02\x0b\x00")[4] == "a group or an unknown wire type (the field at byte 2)"
+    assert COMPILED.compiled(b"\x0a\x05ab")[4] == "a field runs past its message (the field at byte 0)"
+
+
 def test_hostile_bodies_never_crash_and_end_as_the_reference():
     for i, body in enumerate(hostile_bodies()):
         started = time.perf_counter()
