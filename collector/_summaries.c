@@ -1,13 +1,15 @@
 /* Per-trace summaries of GenAI-semconv spans, read straight from ExportTraceServiceRequest bytes.
  *
  * The Python path (decode -> semconv.normalize -> scoring.facts' summarize, per trace) is the
- * reference; this walk gives the same states for the spans it can read exactly and hands every
- * other trace back. A span is read here only when each of its attribute keys is one of the
- * GenAI keys below that the caller enabled or a key nothing reads (the caller names those that normalize
- * or another dialect reads), its values have the types read here, it has no events, its scope marks no other dialect and its resource carries no key
- * normalize reads but service.name. Anything else sends its trace back to Python; anything odd in
- * the bytes (a malformed field, a field given twice, an id the decoder would reject) sends the whole
- * body back. Nothing recurses: the message tree has a fixed depth and nested values are refused.
+ * reference; this walk gives the same states for the traces it can read exactly and hands every
+ * other trace back. A span is read here only when each attribute key is one of the GenAI keys
+ * below that the caller enabled, one of normalize's user keys, or a key nothing reads (the caller
+ * names the keys normalize or another dialect reads); its values have the types read here; it has
+ * no events; its scope marks no other dialect; its resource has no agentfunnel.* key. Anything else
+ * sends its trace back; anything odd in the bytes (a malformed field, a field given twice, an id the
+ * decoder would reject) sends the whole body back, saying why and where. JSON text (tool payloads,
+ * messages, tool definitions) is read by the reference's own readers, which the caller passes in.
+ * Nothing recurses: the message tree has a fixed depth and nested values are refused.
  *
  * Compiled into the _wire extension (see pyproject.toml); _wire.c lists genai_summaries.
  */

@@ -2,17 +2,17 @@
 
 The reference is the Python path: decode, ``semconv.normalize`` each span, then the scorer's
 ``summarize`` over each trace's records. ``_wire.genai_summaries`` (collector/_summaries.c) walks the
-bytes once and gives the same facts' states for traces whose every span it can read exactly: a span
-whose attribute keys are all GenAI keys it knows (no other dialect marks them), with the value types
-it reads (or keys nothing reads), no events, and no scope or value another dialect is recognised by. Every other trace is
-handed back and summarized here by the reference, so ``summaries`` always equals
-``reference_summaries``; how many spans went each way is counted.
+bytes once and gives the same facts' states for traces whose every span it can read exactly: GenAI
+keys it knows (no other dialect marks them) or keys nothing reads, with the value types it reads, no
+events, no scope or value another dialect is recognised by. Every other trace is handed back and
+summarized here by the reference, so ``summaries`` always equals ``reference_summaries``; how many
+spans went each way is counted.
 
-JSON text (tool calls' arguments and results, messages, tool definitions) is read by the reference's own
-functions, called from C once per span carrying it (once per trace for definitions). What the compiled
-path leaves to Python, by trace: the legacy prompt and completion keys, structured (not JSON text)
-payloads, events (exceptions, message events), MCP and every other dialect,
-case attribution (``agentfunnel.*`` keys).
+JSON text (tool calls' arguments and results, messages, tool definitions) is read by the reference's
+own functions, called from C once per span carrying it (once per trace for definitions). What the
+compiled path leaves to Python, by trace: events (exceptions, message events), the legacy prompt and
+completion keys, structured (not JSON text) payloads, MCP and every other dialect, case attribution
+(``agentfunnel.*`` keys).
 """
 
 from __future__ import annotations
