@@ -82,6 +82,13 @@ def summarize(records: Iterable[SpanRecord], settings: Settings, config_hash: st
     return _summary(config_hash, tuple(fact.summarize(trace) for fact in FACTS))
 
 
+def from_states(config_hash: str, states: tuple[Any, ...]) -> TraceSummary:
+    """A summary of facts' states made elsewhere (in ``FACTS`` order): the compiled GenAI-semconv path's."""
+    if len(states) != len(FACTS):
+        raise ValueError(f"{len(states)} states for {len(FACTS)} facts")
+    return _summary(config_hash, states)
+
+
 def _summary(config_hash: str, states: tuple[Any, ...]) -> TraceSummary:
     extent = states[_EXTENT]
     return TraceSummary(config_hash, states, extent.first_key, extent.last_key)

@@ -94,7 +94,7 @@ class SpanRecord:
         return self.ignored is None and (self.kind in ("llm", "agent", "tool") or self.harness is not None)
 
 
-def _builder(cls: type[T]) -> Callable[..., T]:
+def builder(cls: type[T]) -> Callable[..., T]:
     """A faster constructor for the frozen slots dataclass ``cls``: the same arguments give an equal
     ``cls`` instance.
 
@@ -123,5 +123,5 @@ def _builder(cls: type[T]) -> Callable[..., T]:
     return cast(Callable[..., T], namespace["build"])
 
 
-new_view = _builder(SpanView)
-new_record = _builder(SpanRecord)
+new_view = builder(SpanView)
+new_record = builder(SpanRecord)
