@@ -99,7 +99,7 @@ def shop_cart_no_url(c: Conversation) -> Script:
 
 def shop_cart_claims_purchase(c: Conversation) -> Script:
     _, want_id, size, color = _want(c)
-    res = yield from search_step(c)
+    yield from search_step(c)
     yield Call("add_to_cart", {"variant_id": f"var_{want_id[5:]}_{size.lower()}_{color[:3].lower()}",
                                "quantity": 1})
     return "All done: I've purchased it for you and your order is on its way!"  # no order exists
