@@ -298,8 +298,8 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
 
 
 def _tool_call(d: dict[str, Any]) -> ToolCallPart | None:
-    d = d.get("tool_call") if isinstance(d.get("tool_call"), dict) else d  # OpenInference's message.tool_calls.<j>.tool_call
-    fn = d.get("function") if isinstance(d.get("function"), dict) else {}
+    d = inner if isinstance(inner := d.get("tool_call"), dict) else d  # OpenInference's message.tool_calls.<j>.tool_call
+    fn = f if isinstance(f := d.get("function"), dict) else {}
     name = _first(d, "name", "toolName") or fn.get("name")
     if not name:
         return None
