@@ -109,7 +109,7 @@ class SpanBatch:
     @classmethod
     def from_columns(cls, columns: tuple[list[Any], ...], payload_bytes: int = 0) -> "SpanBatch":
         """A batch over ready-made columns in ``SPAN_COLUMNS`` order (the compiled decoder's output)."""
-        return cls(*columns, payload_bytes=payload_bytes, _attrs=None, _resource_attrs=None, _event_list=None)
+        return cls(*columns, payload_bytes=payload_bytes, _attrs=None, _resource_attrs=None, _event_list=None)  # type: ignore[misc,arg-type]  # columns: every column, in SPAN_COLUMNS order
 
     @property
     def attrs(self) -> list[dict[str, Any]]:

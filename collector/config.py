@@ -478,7 +478,7 @@ class RetentionSettings(_Model):
         """Each table's time-to-live in days, for the tables that have one."""
         out = {t: self.raw_days for t in RAW_TABLES if self.raw_days is not None}
         out.update({t: self.derived_days for t in DERIVED_TABLES if self.derived_days is not None})
-        out.update(self.tables)
+        out.update(self.tables)  # type: ignore[arg-type]  # a table's name is a str
         return out
 
 

@@ -65,7 +65,7 @@ class _StoredJudgments:
             return None
         cur = self.store.reader()
         try:
-            found = self.tables.cached_judgment(cur, input_hash)
+            found = self.tables.cached_judgment(cur, input_hash)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         finally:
             cur.close()
         return Judgment.model_validate_json(found).model_copy(update={"cached": True}) if found else None
@@ -218,7 +218,7 @@ class Evaluator:
             if self._judge is None:
                 from ..scoring.judge import AnthropicJudge
 
-                extra = {"rubric": self.rubric} if self.rubric is not None else {}
+                extra: dict[str, Any] = {"rubric": self.rubric} if self.rubric is not None else {}
                 self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables), **extra)
             return self._judge
 
@@ -282,7 +282,7 @@ class Evaluator:
         status_and_score = ((judgment.status if judgment else "pending" if waiting else "missing"),
                             (judgment.score if judgment else None)) if wanted or judgment is not None \
             else (None, None)
-        return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result),
+        return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result),  # type: ignore[misc]  # status_and_score: two fields
                          judgment=judgment)
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
@@ -370,7 +370,7 @@ class Evaluator:
     def _rescore_verdicts(self, stored: Future, done: Future) -> None:
         """(As the storing job ends.) Re-score the judged sessions, then let their judges go."""
         if stored.cancelled() or stored.exception() is not None:
-            self._give_up_verdicts(done, stored.exception() if not stored.cancelled()
+            self._give_up_verdicts(done, stored.exception() if not stored.cancelled()  # type: ignore[arg-type]  # not cancelled: it raised
                                    else RuntimeError("the store stopped before the judgments were stored"))
             return
         try:
@@ -412,7 +412,7 @@ class Evaluator:
                 continue
             judgment = self.judge.judge(judge_input(case, records, score))
             row = judgment_row(sid, judgment)
-            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r), work="judgments").result()
+            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r), work="judgments").result()  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
             done += 1
         return done
 

@@ -330,6 +330,7 @@ class HeldTraces:
     def _read(self, spans: list[tuple[HeldRow, SpanRecord, int]], logs: dict[str, list[dict]]
               ) -> tuple[LazyViews, list[SpanRecord]]:
         held = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
+        rows: list[Any]
         rows, records, costs, made = [], [], [], {}
         for row, record, cost in held:
             extra = logs.get(row[1])

@@ -238,7 +238,7 @@ class Retention:
         future = self.settings.retention.max_future_seconds
         removed: dict[str, int] = {}
         steps: list[tuple[str, Callable[[duckdb.DuckDBPyConnection], int]]] = [
-            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit, future))
+            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit, future))  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
             for t in OLDER_THAN if t in cutoffs]
         if "spans" in cutoffs:
             steps.append(("trace_index", lambda con: sweep_index(con, limit)))
@@ -340,6 +340,6 @@ class Retention:
         with self._snapshot_lock:
             cursor = self.store.reader()
             try:
-                return write_snapshot(cursor, out)
+                return write_snapshot(cursor, out)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
             finally:
                 cursor.close()

@@ -116,7 +116,7 @@ class Server:
             log.warning("%s", warning)
         self.store.open()
         if self.settings.store.lake is None:
-            self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()
+            self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         if self.forwarder is not None:
             self.forwarder.start()
         reopened = self.sessions.recover()

@@ -58,7 +58,7 @@ def variant_views(parts: Sequence[TraceSummary], variant: str, matcher: StepMatc
         steps = {c.span_id: matcher.step(c.tool_name, variant) for c in calls}
         reached = frozenset(steps[c.span_id] for c in calls if not c.error and steps[c.span_id])
         order = matcher.funnel.variant_steps(variant) if variant != "generic" else ()
-        return VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in calls),
+        return VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in calls),  # type: ignore[arg-type]  # reached: steps set
                            walk_backs(calls, steps, order))
     return memos(parts, ("variant", variant), read)
 
@@ -68,7 +68,7 @@ def annotated_view(summary: TraceSummary, view: VariantView, matcher: StepMatche
     """A generic session's view of one summary's calls with the tools' MCP annotations read first."""
     calls = summary.value(CALLS).calls
     steps = {c.span_id: matcher.step(c.tool_name, "generic", annotations) for c in calls}
-    return VariantView(steps, frozenset(steps[c.span_id] for c in calls if not c.error), view.dropoff)
+    return VariantView(steps, frozenset(steps[c.span_id] for c in calls if not c.error), view.dropoff)  # type: ignore[misc]  # generic: every call has a step
 
 
 def validity(parts: Sequence[TraceSummary], catalog: ToolCatalog) -> list[tuple[dict[str, bool | None], int]]:

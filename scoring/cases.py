@@ -345,11 +345,12 @@ class _TimedConnection:
         return http.client.HTTPResponse(_TimedSocket(sock, self._deadline), **kwargs)  # type: ignore[arg-type]
 
 
-class _TimedHTTPConnection(_TimedConnection, http.client.HTTPConnection):
+# (response_class is a method here, an attribute holding a class in typeshed: both are called the same way)
+class _TimedHTTPConnection(_TimedConnection, http.client.HTTPConnection):  # type: ignore[misc]
     pass
 
 
-class _TimedHTTPSConnection(_TimedConnection, http.client.HTTPSConnection):
+class _TimedHTTPSConnection(_TimedConnection, http.client.HTTPSConnection):  # type: ignore[misc]
     pass
 
 
@@ -369,7 +370,7 @@ class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(functools.partial(_TimedHTTPSConnection, deadline=self._deadline), req,
-                            context=self._context)
+                            context=self._context)  # type: ignore[attr-defined]  # HTTPSHandler's, not in typeshed
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -48,13 +48,19 @@ def payment_mentions(error: str | None, result: Any, settings: EvidenceSettings)
     return ev.mentions(result, PAYMENT_STATUSES)
 
 
-class Call(Protocol):
-    tool_name: str | None
-    error: str | None
-    span_id: str
-    end_ns: int
-    flags: frozenset[str]  # the evidence in its result (when it succeeded)
-    mentions_payment: bool  # ``payment_mentions`` of the call
+class Call(Protocol):  # read-only members, so that a frozen dataclass meets it
+    @property
+    def tool_name(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def span_id(self) -> str: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def flags(self) -> frozenset[str]: ...  # the evidence in its result (when it succeeded)
+    @property
+    def mentions_payment(self) -> bool: ...  # ``payment_mentions`` of the call
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +208,7 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     tried = [last] if final else beyond
 
     # 1. a step it tried beyond where it stopped failed (at the last step: after its latest success)
-    failed = _failed_ahead(tried, facts)
+    failed = _failed_ahead(tried, facts)  # type: ignore[arg-type]  # final: last is set
     if failed is not None:
         return failed
     if last is None:

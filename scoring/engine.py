@@ -199,9 +199,9 @@ def _merge_overlapping(parts: list[TraceSummary]) -> list[TraceSummary]:
     run: list[TraceSummary] = []
     reach: Key | None = None
     for p in parts:
-        if run and p.first_key <= reach:
+        if run and p.first_key <= reach:  # type: ignore[operator]  # parts have spans; reach is set with run
             run.append(p)
-            reach = max(reach, p.last_key)
+            reach = max(reach, p.last_key)  # type: ignore[type-var]
             continue
         if run:
             out.append(run[0] if len(run) == 1 else merge(run))

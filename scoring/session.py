@@ -39,7 +39,7 @@ from .validity import ToolCatalog
 def _latest_ending(facts: Sequence[tuple[int, object, object] | None]) -> tuple[int, object, object] | None:
     """Of (end, span, ...) facts in session order, the one ending last; on a tie the earlier (``max``
     keeps the first of equals)."""
-    return max(filter(present, facts), key=itemgetter(0), default=None)
+    return max(filter(present, facts), key=itemgetter(0), default=None)  # type: ignore[arg-type]  # Nones filtered
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,7 @@ class SessionScorer:
         calls_col = col[calls.FACT]
         n_llms, n_calls = sum(col.each(activity.FACT, "llms")), sum(map(len, col.each(calls.FACT, "calls")))
         final_answer = self._final_answer(col)
-        refused_names = tuple(chain.from_iterable(col[refused.FACT]))
+        refused_names = tuple(chain.from_iterable(col[refused.FACT]))  # type: ignore[index]  # mypy reads V from chain's argument
         hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused_names))
         last_call_failed = bool(col.last(calls.FACT, "last_failed"))
         stopped_by_error = any(col.each(roots.FACT, "failed")) or last_call_failed or hit_cap
@@ -270,7 +270,7 @@ class SessionScorer:
             return True
         if not n_llms:
             return False
-        end, _, asked_tools = _latest_ending(col.each(answers.FACT, "latest_llm"))
+        end, _, asked_tools = _latest_ending(col.each(answers.FACT, "latest_llm"))  # type: ignore[misc]  # n_llms: one ended
         return bool(asked_tools) and max(filter(present, col.each(calls.FACT, "last_end")), default=-1) <= end
 
     @staticmethod
@@ -287,7 +287,7 @@ class SessionScorer:
         for i, value in enumerate(values):
             if value.event_span is None:
                 continue
-            if runs and value.event_span[0] <= values[runs[-1][-1]].event_span[1]:
+            if runs and value.event_span[0] <= values[runs[-1][-1]].event_span[1]:  # type: ignore[index]  # runs: with spans
                 runs[-1].append(i)
             else:
                 runs.append([i])

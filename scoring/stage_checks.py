@@ -119,7 +119,7 @@ def _discover(ctx: Context) -> tuple[str, dict[str, Any]]:
             value = _argument_of(call, spec.argument)
             if value is MISSING:
                 continue
-            ev = {"source": "tool_argument", "tool": call.name, "argument": spec.argument}
+            ev: dict[str, Any] = {"source": "tool_argument", "tool": call.name, "argument": spec.argument}
             listing = _listing(view.texts, everyone)
             if listing is not None:
                 ev["message_candidates"] = [c["name"] for c in listing[0]]
@@ -372,8 +372,8 @@ def invocation(ctx: Context) -> tuple[str, dict[str, Any]]:
     for call in ctx.plan_calls:
         try:
             found = call_schema_errors(case, call, ctx.schema_limits)
-        except Unchecked as e:
-            unchecked.append({"tool": call.name, "call": call.index, "reason": e.reason, "detail": e.detail})
+        except Unchecked as refusal:
+            unchecked.append({"tool": call.name, "call": call.index, "reason": refusal.reason, "detail": refusal.detail})
             continue
         if found is None and schema_for(case, call) is not None:
             uncaptured.append(call.name)

@@ -105,7 +105,7 @@ def builder(cls: type[T]) -> Callable[..., T]:
     """
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
     params, body = [], []
-    for f in fields(cls):
+    for f in fields(cls):  # type: ignore[arg-type]  # T is a dataclass: _builder is given record classes only
         namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
         value = f.name
         if f.default is not MISSING:

@@ -163,6 +163,13 @@ def test_an_integer_card_number_is_redacted_and_other_integers_stay():
     assert Redactor(PrivacySettings(detectors=["email"])).redact(_one_span_batch({"card": 4111111111111111})) == 0
 
 
+def test_a_json_value_redacted_without_naming_detectors_uses_the_redactors_own():
+    """``value`` with no ``active`` detectors reads an integer card number as it reads a string, with all of its own."""
+    redactor = Redactor(PrivacySettings(detectors=["payment_card"]))
+    assert redactor.value({"n": 4111111111111111, "s": "card 4111 1111 1111 1111", "k": 10**13}, Counter()) == {
+        "n": "[redacted:payment_card]", "s": "card [redacted:payment_card]", "k": 10**13}
+
+
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_a_bytes_value_holding_a_key_is_redacted_and_stays_bytes(decoder):
     key = b"token sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345 for bob@example.com"

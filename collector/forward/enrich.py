@@ -251,7 +251,7 @@ def summary_attributes(scored: ScoredSession) -> dict[str, Any]:
         SESSION_VARIANT: s.variant, SESSION_STEPS: list(s.steps), TRACE_COUNT: len(s.trace_ids),
         SPAN_COUNT: s.span_count, STOPPED_BY_ERROR: bool(s.stopped_by_error),
     }
-    optional = {DROP_REASON: s.drop.reason if s.drop else None, CASE_ID: s.case_id, EXPERIMENT: s.experiment,
+    optional: dict[str, Any] = {DROP_REASON: s.drop.reason if s.drop else None, CASE_ID: s.case_id, EXPERIMENT: s.experiment,
                 RUN_ID: s.run_id}
     value, status, _ = _judge(scored)
     optional.update({JUDGE_SCORE: value, JUDGE_STATUS: status})

@@ -4,7 +4,6 @@ unchanged)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.console import RenderableType

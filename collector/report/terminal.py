@@ -238,7 +238,7 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
         for s in e.stages:
             failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
             parts = [(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")]
-            cells = [Bar(lambda w, parts=parts, runs=s.runs: stacked_bar(parts, runs, w), 16)] if with_bar else []
+            cells = [Bar(lambda w, parts=parts, runs=s.runs: stacked_bar(parts, runs, w), 16)] if with_bar else []  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
             t.add_row(data_text(s.name(lang)), str(s.reached), str(s.passed), failed, str(s.missing),
                       pct(s.cumulative), "—" if s.conditional is None else pct(s.conditional), *cells)
         return t
@@ -322,7 +322,7 @@ def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
 
     t, last = build(True), (4,)
     if room(t, width, 0) < CRITERION_MIN:
-        t, last = build(False), ()
+        t, last = build(False), ()  # type: ignore[assignment]  # last: the columns kept, none here
         if room(t, width, 0) < CRITERION_MIN:
             return miss_blocks(e, lang, width)
     return t if fit_table(t, width, measurer(width), last) else miss_blocks(e, lang, width)

@@ -507,6 +507,7 @@ def short_time(iso: str | None) -> str:
 
 def clip_width(s: str | None, units: int) -> str:
     """One line clipped to a display width (CJK characters count double), so cells and labels fit."""
+    out: list[str]
     out, used = [], 0
     s = " ".join((s or "").split())
     for ch in s:

@@ -153,7 +153,7 @@ class LocalSessionTables:
         if not sessions:
             return []
         found = self.index_of(con, [r["session_id"] for r in sessions]) if index is None else index
-        out = []
+        out: list[Row] = []
         for row in sessions:
             traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
             versions = [version for _, _, version, _, _ in traces if version]

@@ -363,7 +363,7 @@ async def serve_file(reader: Reader, host: str, port: int, announce: Callable[[s
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port  # type: ignore[union-attr]
+    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port  # type: ignore[union-attr,attr-defined]
     shown = f"[{host}]" if ":" in host else host
     announce(f"http://{shown}:{bound}{PREFIX}/")
     stop = stop or asyncio.Event()

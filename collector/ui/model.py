@@ -109,7 +109,7 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
     for g in groups:
         per_variant[g["variant"]] += int(g["n"])
     total = sum(per_variant.values())
-    order = {s["variant"]: [] for s in rows.steps}
+    order: dict[str, list[str]] = {s["variant"]: [] for s in rows.steps}
     for s in rows.steps:
         order[s["variant"]].append(s["step"])
     variants = []
@@ -149,8 +149,8 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
             continue
         key = (g["variant"], g["drop_reason"], g["drop_step"])
         cur = drops.setdefault(key, [0, None, 0])
-        cur[0] += int(g["n"])
-        if int(g["n"]) > cur[2]:
+        cur[0] += int(g["n"])  # type: ignore[operator]  # cur: [sessions, the fix most of them show, its sessions]
+        if int(g["n"]) > cur[2]:  # type: ignore[operator]
             cur[1], cur[2] = g["fix"], int(g["n"])
     drop_views = [DropView(v, reason, drop_reason_name(reason, lang), step, step_label(rows.steps, v, step, lang),
                            count, drop_fix(reason, fix, lang), base.link(variant=v, drop_reason=reason, drop_step=step))
@@ -277,8 +277,8 @@ def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | N
         stack = [(s, 0) for s in reversed(children[None])]
         while stack:
             s, depth = stack.pop()
-            start = s.get("start_us") if s.get("start_us") is not None else t0
-            end = s.get("end_us") if s.get("end_us") is not None else start
+            start = v if (v := s.get("start_us")) is not None else t0
+            end = v if (v := s.get("end_us")) is not None else start
             bar = SpanBar(s["span_id"], s.get("name") or "", s.get("kind"), min(depth, 12),
                           100.0 * (start - t0) / scale, max(0.3, 100.0 * (end - start) / scale),
                           (start - t0) / 1000.0, (end - start) / 1000.0 if s.get("end_us") else None,
@@ -294,7 +294,7 @@ def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | N
                     bar.messages = _shown(read_messages(span_view(s, attrs)), budget)
             out.append(bar)
             stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
-        traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),
+        traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),  # type: ignore[type-var]  # the spans' start times, Nones left out
                                 (t1 - t0) / 1000.0, out, _sum([b.input_tokens for b in model_calls]),
                                 _sum([b.output_tokens for b in model_calls]), _sum([b.cost for b in model_calls])))
     return traces

@@ -141,7 +141,7 @@ def overview_page(rows: OverviewRows, ctx: Context, feedback: str = "") -> str:
 
 def sessions_page(rows: ListRows, f: SessionFilters, ctx: Context) -> str:
     steps = sorted({(s["variant"], s["step"], s["step_index"]) for s in rows.steps}, key=lambda x: (x[0], x[2]))
-    step_choices = []
+    step_choices: list[tuple[str, str]] = []
     for variant, step, _ in steps:
         if f.variant and variant != f.variant:
             continue

@@ -340,7 +340,7 @@ def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | N
         "start_time, span_id"), {**bounds, **paging, "n": MAX_SPANS}) if trace_ids else []
     total = len(spans)
     if total >= MAX_SPANS:
-        total = int(r.one(f"SELECT count(*) AS n FROM spans WHERE {span_where}", bounds)["n"])
+        total = int(r.one(f"SELECT count(*) AS n FROM spans WHERE {span_where}", bounds)["n"])  # type: ignore[index]  # count(*) gives a row
     first, last = s.get("first_seen"), s.get("last_seen")
     calls = r.rows(_paged(
         f"SELECT span_id, trace_id, tool_name, call_id, arguments, result, {_clipped('error')}, status_code, step,"
@@ -490,8 +490,8 @@ def compare(r: Reader, a: str, b: str) -> CompareRows:
                        " WHERE start_time >= $lo::TIMESTAMP - INTERVAL 1 DAY AND start_time <= $hi::TIMESTAMP"
                        f" AND session_id IN ({in_list('s', ids, ip)}) GROUP BY session_id", ip)
         by_id = {c["session_id"]: c for c in calls}
-        for pair in examples.values():
-            for row in pair:
+        for pair in examples.values():  # type: ignore[assignment]  # pair and row: names used above for lists
+            for row in pair:  # type: ignore[assignment]
                 if row:
                     row["tools"] = (by_id.get(row["session_id"]) or {}).get("tools") or []
     return CompareRows(a, b, cases_a, cases_b, totals_a, totals_b, examples)

@@ -40,9 +40,10 @@ def bare_and_named(names: Iterable[str]) -> frozenset[str]:
 def summarize_requests(keyed: Iterable[tuple[tuple, SpanRecord]]) -> Requests:
     pairs = list(keyed)
     offered = bare_and_named(name for _, r in pairs for name in r.tool_definitions)
-    ran = bare_and_named(r.tool_name for _, r in pairs if r.is_tool_call and not r.unknown_tool)
+    # a tool call's span is named (is_tool_call), so its tool_name is a str
+    ran = bare_and_named(r.tool_name for _, r in pairs if r.is_tool_call and not r.unknown_tool)  # type: ignore[misc]
     span_refused = tuple((key, r.tool_name) for key, r in pairs if r.is_tool_call and r.unknown_tool)
-    refused = frozenset(n for _, n in span_refused)
+    refused: frozenset[str] = frozenset(n for _, n in span_refused)  # type: ignore[misc]
     asked = _keep(((key, name) for key, r in pairs if r.kind == "llm" and not r.ignored
                    for name in r.requested_tools), ran, refused, offered)
     unknown = _keep(((key, r.unknown_tool) for key, r in pairs if r.unknown_tool and not r.is_tool_call),

@@ -252,7 +252,7 @@ def _content_text(content: object) -> str | None:
     if isinstance(content, str):
         return content or None
     if isinstance(content, list):
-        texts = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
+        texts: list[Any] = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
                  if isinstance(p, dict) and p.get("type", "text") == "text"]
         texts = [t for t in texts if isinstance(t, str)]
         return "".join(texts) or None

@@ -289,7 +289,7 @@ def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def local_catalog(con: duckdb.DuckDBPyConnection) -> str:
     """The replica's own file as SQL names it (its catalog, quoted)."""
-    return '"' + str(con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""') + '"'
+    return '"' + str(con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""') + '"'  # type: ignore[index]  # an aggregate gives a row
 
 
 def open_replica(con: duckdb.DuckDBPyConnection, lake: LakeSettings) -> None:
@@ -335,7 +335,7 @@ def open_reader(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
 
 
 def snapshot(con: duckdb.DuckDBPyConnection) -> int:
-    return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])
+    return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])  # type: ignore[index]  # an aggregate gives a row
 
 
 def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, after: int, upto: int,
@@ -348,7 +348,7 @@ def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, afte
     if upto <= after:
         return []
     if maybe_expired:
-        oldest = con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{CATALOG}')").fetchone()[0]
+        oldest = con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{CATALOG}')").fetchone()[0]  # type: ignore[index]  # an aggregate gives a row
         if oldest is not None and oldest > after + 1:
             if after > 0:
                 return None
@@ -459,5 +459,5 @@ def _maintain(con: duckdb.DuckDBPyConnection, call: str) -> None:
 
 def file_count(con: duckdb.DuckDBPyConnection) -> int:
     """Parquet data files the lake's current snapshot reads (every schema)."""
-    return int(con.execute(f"SELECT count(*) FROM {META}.ducklake_data_file "
+    return int(con.execute(f"SELECT count(*) FROM {META}.ducklake_data_file "  # type: ignore[index]  # an aggregate gives a row
                            "WHERE end_snapshot IS NULL").fetchone()[0])
