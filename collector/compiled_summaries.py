@@ -150,7 +150,8 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
         out = parse_json(output_messages)
         out = out if isinstance(out, list) else None
         reason = tool_call_finish(out) or finish_reason(finish) or output_finish(out, {})
-        answer, asked = None, ()
+        answer: str | None = None
+        asked: tuple[str, ...] = ()
         if kind == "llm":
             answer = last_assistant_text(out)
             if answer == "None" and reason == "tool_call":

@@ -253,7 +253,7 @@ class AuditReport:
     judges: tuple[str, ...]
 
 
-def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
+def labelled_pairs(db: Path | StoreSettings | Any, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
     out = []
     for r in _rows(db, _LABELLED_SQL.format(where=where)):
         met = judge_met(r)
@@ -262,7 +262,7 @@ def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[
     return out
 
 
-def audit_report(db: Path | StoreSettings, pattern: str | None = None) -> AuditReport:
+def audit_report(db: Path | StoreSettings | Any, pattern: str | None = None) -> AuditReport:
     where = "TRUE" if pattern is None else f"s.experiment GLOB {_literal(pattern)}"
     pairs = labelled_pairs(db, where)
     by: dict[str, list[tuple[bool, bool]]] = {}

@@ -173,7 +173,7 @@ class CallPart:
 
     name: str | None  # the tool called; None for a result
     id: str | None
-    block: Block
+    block: Block | None  # None: nothing sent
 
 
 @dataclass(frozen=True)
