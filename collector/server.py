@@ -188,6 +188,7 @@ class Server:
     def _mount_ui(self, app: web.Application) -> None:
         """The read-only UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool."""
         from ..scoring.prices import PriceTable
+        from ..scoring.variants.registry import Registry
         from .ui import UI, Reader
 
         scoring = self.settings.scoring
@@ -195,7 +196,7 @@ class Server:
            metrics=self.metrics.snapshot, evidence_settings=scoring.evidence, pool=self._query_pool,
            max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
            count=lambda name, label: self.metrics.inc(name, label=label), ui_settings=self.settings.ui,
-           prices=PriceTable(scoring.prices, scoring.use_default_prices)).mount(app)
+           prices=PriceTable(scoring.prices, scoring.use_default_prices), variants=Registry(scoring.funnel)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).

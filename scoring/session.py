@@ -242,9 +242,8 @@ class SessionScorer:
 
     @staticmethod
     def _reads_as(variant: Variant, outcome: str) -> str:
-        if variant.reads_as is not None:
-            return variant.reads_as(outcome) or "unknown"
-        return OUTCOME_READS_AS.get(outcome, "unknown")
+        own = variant.reads_as(outcome) if variant.reads_as is not None else None
+        return own or OUTCOME_READS_AS.get(outcome, "unknown")
 
     @staticmethod
     def _hit_cap(col: Columns, final_answer: str | None, n_llms: int, refused: bool = False) -> bool:

@@ -9,11 +9,11 @@ Japanese (the UI's too). :mod:`.command` is the command itself. import-linter ho
 """
 
 from .command import run_report
-from .data import (OUTCOME_ORDER, TERMINAL_OUTCOME, BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
+from .data import (OUTCOME_ORDER, BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
                    FunnelStep, OutcomeCount, OutvotedRun, ReportData, SessionRow, StageRow, Summary, Tails,
                    load_report)
 from .sql import BUCKETS, Filters, ReportSQL, sql_string
 
-__all__ = ["BUCKETS", "OUTCOME_ORDER", "TERMINAL_OUTCOME", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
+__all__ = ["BUCKETS", "OUTCOME_ORDER", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
            "FailureShape", "Filters", "FunnelStep", "OutcomeCount", "OutvotedRun", "ReportData", "ReportSQL",
            "SessionRow", "StageRow", "Summary", "Tails", "load_report", "run_report", "sql_string"]

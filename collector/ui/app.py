@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..feedback import ui as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of
@@ -131,6 +132,7 @@ class UI:
     count: Callable[[str, str], None] | None = None  # (counter, label): the server's metrics
     ui_settings: Any = None  # config.UISettings: the session page's JSON-tree bounds
     prices: Any = None  # scoring.prices.PriceTable: each model call's cost
+    variants: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)  # the configuration's funnel variants
 
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
@@ -218,7 +220,7 @@ class UI:
         params = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=False) if k != "lang"]
         path = request.path + ("?" + urlencode(params) if params else "")
         return pages.Context(lang=lang_of(lang), base=PREFIX + "/", path=path,
-                             metrics=self.metrics() if self.metrics else None)
+                             metrics=self.metrics() if self.metrics else None, variants=self.variants)
 
     @staticmethod
     def _html(status: int, body: str, extra: dict[str, str] | None = None) -> web.Response:

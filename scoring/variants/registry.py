@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
+from .. import labels
 from ..config import FunnelSettings, UserVariant
 from . import BUILTINS, merged, step_order
 from .base import Clues, Proof, Reading, Step, Variant
@@ -71,6 +72,12 @@ class Registry(Mapping[str, Variant]):
             return "—"
         v = self._by_key.get(key)
         return v.name(lang) if v is not None else key
+
+    def outcome_label(self, key: str | None, outcome: str, lang: str) -> str:
+        """What a person reads for ``outcome`` in a session of ``key``: the variant's own word for it, else the shared one."""
+        v = self._by_key.get(key or "")
+        own = v.outcome_labels.get(lang, {}).get(outcome) if v is not None else None
+        return own or labels.outcome_label(outcome, key, lang)
 
     def proof(self, key: str | None, outcome: str) -> Proof:
         """What proves ``outcome`` in a session of ``key``; of a variant not known here, the first
