@@ -100,7 +100,7 @@ def outcome_label(outcome: str | None, variant: str | None, lang: str) -> str:
     return labels.outcome_label(outcome, variant, lang_of(lang))
 
 
-def overview_view(rows: OverviewRows, lang: str, variants: Registry = BUILTIN_REGISTRY) -> OverviewView:
+def overview_view(rows: OverviewRows, lang: str, registry: Registry = BUILTIN_REGISTRY) -> OverviewView:
     """Funnels ("reached this step or a later one", as ``funnel_conversion`` counts), outcome mixes and
     drop-off reasons, all summed from one grouped scan; each links to the list it counts."""
     groups = rows.groups
@@ -116,7 +116,7 @@ def overview_view(rows: OverviewRows, lang: str, variants: Registry = BUILTIN_RE
     variants = []
     for variant in sorted(per_variant, key=lambda v: (-per_variant[v], v or "~")):
         n = per_variant[variant]
-        view = VariantView(variant, variant_name(variant, lang, variants), n)
+        view = VariantView(variant, variant_name(variant, lang, registry), n)
         steps = order.get(variant or "", [])
         if steps:
             at = [0] * len(steps)
@@ -315,19 +315,19 @@ def _evidence_steps(variant: Variant | None) -> Callable[[frozenset[str]], froze
 
 
 def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: str,
-               settings: EvidenceSettings | None = None, variants: Registry = BUILTIN_REGISTRY) -> list[CallView]:
+               settings: EvidenceSettings | None = None, registry: Registry = BUILTIN_REGISTRY) -> list[CallView]:
     """Each tool call with its funnel step, whether it counted there, and what its result proves.
 
     A call reaches its step only when it did not error, and repeats do not stack (SPEC §5), so
     the first successful call of a step is the one that counted. What proves the outcome is the
-    session's variant's rule (``Variant.proofs``, from ``variants``).
+    session's variant's rule (``Variant.proofs``, from ``registry``).
     """
     settings = settings or EvidenceSettings()
     variant = session.get("variant")
     reached = set(session.get("steps") or [])
     outcome = session.get("outcome") or ""
-    proof = variants.proof(variant, outcome)
-    reach = _evidence_steps(variants.get(variant or ""))
+    proof = registry.proof(variant, outcome)
+    reach = _evidence_steps(registry.get(variant or ""))
     flags_wanted, step_set = proof.flags, set(proof.steps)
     counted_steps: set[str] = set()
     variant_steps = {x["step"] for x in steps}
@@ -365,10 +365,10 @@ def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: s
     return views
 
 
-def outcome_proof(session: Row, views: Sequence[CallView], variants: Registry = BUILTIN_REGISTRY) -> str:
+def outcome_proof(session: Row, views: Sequence[CallView], registry: Registry = BUILTIN_REGISTRY) -> str:
     """Which kind of evidence the outcome rests on: a word key for the evidence panel."""
     outcome = session.get("outcome") or ""
-    flags_wanted = variants.proof(session.get("variant"), outcome).flags
+    flags_wanted = registry.proof(session.get("variant"), outcome).flags
     if any(set(v.proves) & flags_wanted for v in views if v.evidence):
         return "proof"
     if any(v.evidence for v in views):
