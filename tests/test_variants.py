@@ -9,6 +9,7 @@ import datetime as dt
 import importlib.util
 import itertools
 import json
+import urllib.request
 from pathlib import Path
 
 from agentfunnel.collector.report import Filters, load_report
@@ -24,6 +25,7 @@ from agentfunnel.scoring.labels import VARIANT_OUTCOME_LABELS
 from agentfunnel.scoring.variants import BUILTINS, STEP_KEYS
 from agentfunnel.scoring.variants.registry import BUILTIN_REGISTRY
 from agentfunnel.semconv import SpanRecord
+from conftest import run_cli
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "rental_variant.py"
 _ids = itertools.count(1)
@@ -95,12 +97,15 @@ def test_a_variant_defined_in_one_file_is_read_like_a_built_in_one(tmp_path):
     assert SessionScorer().score("rent-3", records).variant != "rental"  # only where it is registered
 
 
-def test_a_variant_of_the_configuration_gets_a_drop_off_a_name_and_a_proof(tmp_path):
-    config = ScoringConfig.model_validate({"funnel": {"variants": {"support": {
-        "name": "Support Desk", "name_ja": "サポート窓口",
-        "steps": [{"key": "triage", "patterns": ["classify_*"], "label": "Triage"},
-                  {"key": "resolve", "patterns": ["close_ticket"], "label": "Resolve"}],
-        "outcomes": {"resolve": "resolved"}}}}})
+SUPPORT = {"name": "Support Desk", "name_ja": "サポート窓口",
+           "steps": [{"key": "triage", "patterns": ["classify_*"], "label": "Triage"},
+                     {"key": "resolve", "patterns": ["close_ticket"], "label": "Resolve"}],
+           "outcomes": {"resolve": "resolved"}}
+SUPPORT_YAML = "scoring:\n  funnel:\n    variants:\n      support: " + json.dumps(SUPPORT, ensure_ascii=False) + "\n"
+
+
+def test_a_variant_of_the_configuration_gets_a_drop_off_a_name_and_a_proof(tmp_path, server_factory):
+    config = ScoringConfig.model_validate({"funnel": {"variants": {"support": SUPPORT}}})
     scorer = SessionScorer(config)
     records = [call("classify_ticket", {"t": 1}), call("close_ticket", error="ticket locked")]
     s, steps = _store(tmp_path / "support.duckdb", scorer, "sup-1", records)
@@ -111,6 +116,15 @@ def test_a_variant_of_the_configuration_gets_a_drop_off_a_name_and_a_proof(tmp_p
     data = load_report(tmp_path / "support.duckdb", Filters(), registry=scorer.variants)
     assert "Support Desk" in render_terminal(data, "en", width=160)
     assert "サポート窓口" in render_terminal(data, "ja", width=160)
+    # the command reads the variants of the configuration it is given
+    cfg = tmp_path / "agentfunnel.yaml"
+    cfg.write_text(SUPPORT_YAML, encoding="utf-8")
+    out = run_cli("report", "--config", str(cfg), "--db", str(tmp_path / "support.duckdb")).stdout
+    assert "Support Desk" in out and "Support Desk" not in run_cli("report", "--db", str(tmp_path / "support.duckdb")).stdout
+    # ... and so does the UI of a server run with it
+    srv = server_factory(["--config", str(cfg)], db=tmp_path / "support.duckdb")
+    with urllib.request.urlopen(srv.http_url + "/ui/", timeout=30) as resp:
+        assert "Support Desk" in resp.read().decode()
 
     views, proof = _proof(scorer, s, records, steps)
     assert proof == "steps_proof" and [v.evidence for v in views] == [True, False]
