@@ -275,13 +275,14 @@ def _wait_for_judgments(command: str, db: Any, patterns: list[str] | None, secon
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..scoring.variants.registry import Registry
     from .report.command import run_report
 
     settings = _settings(args)
     db = settings.store if settings.store.lake else settings.store.path
     _wait_for_judgments("report", db, None, args.wait)
     return run_report(db, args.lang, args.html, args.variant, args.agent, args.since,
-                      stage_questions=args.stage_questions, model=args.model,
+                      stage_questions=args.stage_questions, registry=Registry(settings.scoring.funnel), model=args.model,
                       agent_version=args.agent_version, provider=args.provider, server=args.server,
                       experiment=args.experiment, until=args.until, bucket=args.bucket)
 

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from ..scoring import SessionScore, SessionScorer
 from ..scoring.assembled import Session
-from ..scoring.config import BUILTIN_VARIANTS
 from ..scoring.judge import Judgment
 from ..semconv import SpanRecord
 from .batches import _truncated
@@ -187,8 +186,6 @@ def pass_rows(scoring: ScoringPass, now: datetime, max_input_bytes: int = INPUT_
 
 def funnel_step_rows(scorer: SessionScorer) -> list[dict[str, Any]]:
     """The variants' ordered steps and display names, for the funnel_conversion view."""
-    funnel = scorer.config.funnel
-    return [{"variant": variant, "step": step, "step_index": i, "display_en": funnel.step_label(variant, step, "en"),
-             "display_ja": funnel.step_label(variant, step, "ja")}
-            for variant in (*BUILTIN_VARIANTS, *funnel.variants)
-            for i, step in enumerate(funnel.variant_steps(variant), 1)]
+    return [{"variant": v.key, "step": step.key, "step_index": i, "display_en": step.label("en"),
+             "display_ja": step.label("ja")}
+            for v in scorer.variants.values() for i, step in enumerate(v.steps, 1)]

@@ -8,6 +8,8 @@ funnel, 「予約完了」 in Japanese).
 
 from __future__ import annotations
 
+from .variants import outcome_labels as variant_outcome_labels
+
 LANGUAGES = ("en", "ja")
 
 OUTCOME_READS_AS = {
@@ -59,13 +61,9 @@ OUTCOME_LABELS: dict[str, dict[str, str]] = {
     },
 }
 
-# Lodging reads the shopping ladder in booking terms.
-VARIANT_OUTCOME_LABELS: dict[str, dict[str, dict[str, str]]] = {
-    "lodging": {
-        "en": {"purchase_completed": "Booked", "checkout_reached": "Booking Attempted", "cart_created": "Room Held"},
-        "ja": {"purchase_completed": "予約完了", "checkout_reached": "予約手続き到達", "cart_created": "部屋確保"},
-    },
-}
+# Where a variant names an outcome its own way (lodging reads the shopping ladder in booking terms):
+# from the variants' registry.
+VARIANT_OUTCOME_LABELS: dict[str, dict[str, dict[str, str]]] = variant_outcome_labels()
 
 READS_AS_LABELS = {
     "en": {"pass": "pass", "partial": "partial", "info": "info", "fail": "fail", "unknown": "unknown",

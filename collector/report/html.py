@@ -177,7 +177,7 @@ def variant_section(data: ReportData, variant: str | None, lang: str, note: bool
     rows = data.outcomes.get(variant, [])
     note_html = (f'<p class="note">{esc(text("funnel_note", lang))} {esc(text("counting_note", lang))}</p>'
                  if note and steps else "")
-    return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang))}'
+    return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang, data.registry))}'
             f'<span class="badge">{esc(text("n_sessions", lang, n=n))}</span></h2>'
             f'<div class="grid"><div><h3>{esc(text("funnel", lang))}</h3>{funnel}{note_html}</div>'
             f'<div><h3>{esc(text("outcome_mix", lang))}</h3>{outcome_block(rows, n, lang)}</div></div></section>')
@@ -217,7 +217,7 @@ def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
     note = data.drop_note(d, lang)
     return (f'<tr><td><div>{esc(drop_reason_name(d.reason, lang))}</div><code>{esc(d.reason)}</code></td>'
             f'<td class="stopped"><div>{esc(data.step_name(d.variant, d.stopped_at, lang))}</div>'
-            f'<div class="muted small">{esc(variant_name(d.variant, lang))}</div></td>'
+            f'<div class="muted small">{esc(variant_name(d.variant, lang, data.registry))}</div></td>'
             f'<td class="dropped"><div>{esc(data.step_name(d.variant, d.step, lang))}</div>'
             + (f'<div class="muted small">{esc(note)}</div>' if note else "") + '</td>'
             f'<td class="num"><div>{d.sessions}</div>'
@@ -329,7 +329,7 @@ def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
         or '<span class="muted">—</span>'
     live = f' <span class="live">{esc(text("open", lang))}</span>' if r.status == "open" else ""
     return (f'<tr><td>{_session_ref(data, r.session_id, 26)}{live}</td>'
-            f'<td>{esc(variant_name(r.variant, lang))}</td><td>{pill(r.outcome_label(lang), reads)}</td>'
+            f'<td>{esc(variant_name(r.variant, lang, data.registry))}</td><td>{pill(r.outcome_label(lang), reads)}</td>'
             f'<td class="num">{esc(pct(rate))}{bar}</td><td>{steps}</td>'
             f'<td class="nw">{esc(clip_width(r.agent, 32)) or "—"}</td>'
             f'<td class="nw">{esc(clip_width(r.model, 32)) or "—"}</td>'

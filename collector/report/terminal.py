@@ -148,7 +148,7 @@ def _reason(d: DropReason, lang: str, sep: str) -> Text:
 def _stopped_at(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
     """The last step the sessions reached, and their variant."""
     step = data_text(data.step_name(d.variant, d.stopped_at, lang) if d.stopped_at else "—")
-    step.append(sep + visible_controls(variant_name(d.variant, lang)), style="dim")
+    step.append(sep + visible_controls(variant_name(d.variant, lang, data.registry)), style="dim")
     return step
 
 
@@ -381,7 +381,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
         out.append(Text(text("empty_filtered" if data.filters.describe() else "empty", lang), style="yellow"))
         return out
     for v in data.variants():
-        title = data_text(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}")
+        title = data_text(f"{variant_name(v, lang, data.registry)} · {text('n_sessions', lang, n=data.variant_sessions[v])}")
         out.append(_rule(title, "blue", width))
         steps = data.funnels.get(v or "")
         out += [funnel_table(steps, lang, width) if steps else Text(text("no_funnel", lang), style="dim"), Text()]

@@ -11,6 +11,8 @@ from typing import Any
 from ...scoring import labels
 from ...scoring.dropoff import FIXES
 from ...scoring.stages import STAGE_FIX
+from ...scoring.variants import BUILTINS
+from ...scoring.variants.registry import Registry
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
 TEXT: dict[str, dict[str, str]] = {
@@ -308,10 +310,8 @@ TEXT: dict[str, dict[str, str]] = {
     },
 }
 
-VARIANT_NAMES = {
-    "en": {"shopping": "Shopping", "procurement": "Procurement", "lodging": "Lodging", "generic": "Generic"},
-    "ja": {"shopping": "ショッピング", "procurement": "調達", "lodging": "宿泊", "generic": "汎用"},
-}
+# The built-in variants' display names, from their registry (``scoring.variants``).
+VARIANT_NAMES = {lang: {v.key: v.name(lang) for v in BUILTINS} for lang in ("en", "ja")}
 
 DROP_REASON_NAMES = {
     "en": {"search_no_ids": "Search results carry no ids", "variant_unmapped": "Options not mapped to a variant",
@@ -426,9 +426,12 @@ def fixed(x: float, digits: int = 2) -> str:
     return out[1:] if out.startswith("-") and not out.strip("-0.") else out
 
 
-def variant_name(variant: str | None, lang: str) -> str:
+def variant_name(variant: str | None, lang: str, registry: Registry | None = None) -> str:
+    """A variant's display name: of ``registry`` (a configuration's variants), else of the built-in ones."""
     if not variant:
         return "—"
+    if registry is not None:
+        return registry.name(variant, lang_of(lang))
     return VARIANT_NAMES[lang_of(lang)].get(variant, variant)
 
 

@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..feedback import ui as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of
@@ -140,6 +141,7 @@ class UI:
     suite: str | None = None  # cases.suite, where "add as a case" appends
     prefix: str = PREFIX
     headers: dict[str, str] = field(default_factory=lambda: dict(HEADERS))
+    variants: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)  # the configuration's funnel variants
 
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
@@ -235,7 +237,8 @@ class UI:
         extra = {"writes": self._writes.enabled, "csrf": self._writes.csrf or "", "notice": notice,
                  "reviewer": request.cookies.get(REVIEWER_COOKIE, "")[:200]}
         return pages.Context(lang=lang_of(lang), base=PREFIX + "/", path=path,
-                             metrics=self.metrics() if self.metrics else None, extra=extra)
+                             metrics=self.metrics() if self.metrics else None, extra=extra,
+                             variants=self.variants)
 
     @staticmethod
     def _html(status: int, body: str, extra: dict[str, str] | None = None) -> web.Response:

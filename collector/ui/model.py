@@ -6,7 +6,7 @@ outcome. Pure functions, so a page's numbers are tested without a server or a br
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,8 @@ from ...scoring.config import EvidenceSettings
 from ...scoring.prices import PriceTable
 from ...semconv.dialects import read_messages
 from ...semconv.messages import Message, loads
+from ...scoring.variants import Activity, Variant
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ...semconv.normalize import normalize
 from ..report import OUTCOME_ORDER
 from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
@@ -99,7 +101,7 @@ def outcome_label(outcome: str | None, variant: str | None, lang: str) -> str:
     return labels.outcome_label(outcome, variant, lang_of(lang))
 
 
-def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
+def overview_view(rows: OverviewRows, lang: str, registry: Registry = BUILTIN_REGISTRY) -> OverviewView:
     """Funnels ("reached this step or a later one", as ``funnel_conversion`` counts), outcome mixes and
     drop-off reasons, all summed from one grouped scan; each links to the list it counts."""
     groups = rows.groups
@@ -115,7 +117,7 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
     variants = []
     for variant in sorted(per_variant, key=lambda v: (-per_variant[v], v or "~")):
         n = per_variant[variant]
-        view = VariantView(variant, variant_name(variant, lang), n)
+        view = VariantView(variant, variant_name(variant, lang, registry), n)
         steps = order.get(variant or "", [])
         if steps:
             at = [0] * len(steps)
@@ -314,33 +316,32 @@ class CallView:
     result_block: Block | None = None
 
 
-# outcome -> the result flags that prove it (scoring.funnel.ladder_outcome), and the step that does without results
-PROOF = {
-    "purchase_completed": ({ev.ORDER_CONFIRMED}, None),
-    "checkout_reached": ({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING, ev.CHECKOUT_PAGE}, "checkout"),
-    "cart_created": ({ev.CART}, "cart"),
-    "po_submitted": ({ev.PO}, "po"), "quote_received": ({ev.QUOTE}, "quote"), "rfq_submitted": ({ev.RFQ}, "rfq"),
-    "search_only": (set(), "search|details"), "action_taken": (set(), "action"), "read_only": (set(), "read|discover"),
-}
-
-
 def _errored(c: Row) -> bool:
     return bool(c.get("error")) or c.get("status_code") == "ERROR"
 
 
+def _evidence_steps(variant: Variant | None) -> Callable[[frozenset[str]], frozenset[str]]:
+    """The steps one call's result evidence reaches in ``variant`` (``Variant.reach``), none for a variant not known here."""
+    if variant is None:
+        return lambda _: frozenset()
+    return lambda flags: variant.reach(Activity(flags, store_page=False, listed=False, worked=False))
+
+
 def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: str,
-               settings: EvidenceSettings | None = None) -> list[CallView]:
+               settings: EvidenceSettings | None = None, registry: Registry = BUILTIN_REGISTRY) -> list[CallView]:
     """Each tool call with its funnel step, whether it counted there, and what its result proves.
 
     A call reaches its step only when it did not error, and repeats do not stack (SPEC §5), so
-    the first successful call of a step is the one that counted.
+    the first successful call of a step is the one that counted. What proves the outcome is the
+    session's variant's rule (``Variant.proofs``, from ``registry``).
     """
     settings = settings or EvidenceSettings()
     variant = session.get("variant")
     reached = set(session.get("steps") or [])
     outcome = session.get("outcome") or ""
-    flags_wanted, step_wanted = PROOF.get(outcome, (set(), None))
-    step_set = set((step_wanted or "").split("|")) - {""}
+    proof = registry.proof(variant, outcome)
+    reach = _evidence_steps(registry.get(variant or ""))
+    flags_wanted, step_set = proof.flags, set(proof.steps)
     counted_steps: set[str] = set()
     variant_steps = {x["step"] for x in steps}
     views = []
@@ -363,10 +364,10 @@ def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: s
         proves = sorted(ev.find(result, settings)) if result is not None and not _errored(c) else []
         labelled = [{"variant": variant, **s} for s in steps]
         also = None
-        if ev.ORDER_CONFIRMED in proves and "purchase" in reached and "purchase" in variant_steps \
-                and "purchase" not in counted_steps:  # SPEC §5: lodging's purchase is reached by the confirmation
-            counted_steps.add("purchase")
-            also = step_label(labelled, variant, "purchase", lang)
+        # a step its result reached besides its own (lodging's purchase: a confirmation, SPEC §5)
+        for extra in sorted(reach(frozenset(proves)) & reached & variant_steps - counted_steps)[:1]:
+            counted_steps.add(extra)
+            also = step_label(labelled, variant, extra, lang)
         views.append(CallView(c, args, result, step_label(labelled, variant, step, lang) if step else "—", counted,
                               proves, False, also))
     proving = [v for v in views if set(v.proves) & flags_wanted]
@@ -377,10 +378,10 @@ def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: s
     return views
 
 
-def outcome_proof(session: Row, views: Sequence[CallView]) -> str:
+def outcome_proof(session: Row, views: Sequence[CallView], registry: Registry = BUILTIN_REGISTRY) -> str:
     """Which kind of evidence the outcome rests on: a word key for the evidence panel."""
     outcome = session.get("outcome") or ""
-    flags_wanted, _ = PROOF.get(outcome, (set(), None))
+    flags_wanted = registry.proof(session.get("variant"), outcome).flags
     if any(set(v.proves) & flags_wanted for v in views if v.evidence):
         return "proof"
     if any(v.evidence for v in views):
