@@ -201,8 +201,8 @@ class Server:
            prices=PriceTable(scoring.prices, scoring.use_default_prices),
            write=(lambda job: self.store.submit_job(job, work="other")) if self.settings.store.lake is None else None,
            suite=self.settings.cases.suite,  # on a lake the UI reads only, as judge audit import refuses a lake
-           draft=functools.partial(draft_into_suite, self.settings, self.store, self.sessions.tables)).mount(app)
-           prices=PriceTable(scoring.prices, scoring.use_default_prices), variants=Registry(scoring.funnel)).mount(app)
+           draft=functools.partial(draft_into_suite, self.settings, self.store, self.sessions.tables),
+           variants=Registry(scoring.funnel)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).

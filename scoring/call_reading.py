@@ -59,7 +59,7 @@ def variant_views(parts: Sequence[TraceSummary], variant: Variant, matcher: Step
     def read(summary: TraceSummary) -> VariantView:
         calls = summary.value(CALLS).calls
         steps = {c.span_id: matcher.step(c.tool_name, key) for c in calls}
-        reached = frozenset(steps[c.span_id] for c in calls if not c.error and steps[c.span_id])
+        reached = frozenset(step for c in calls if not c.error and (step := steps[c.span_id]))
         return VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in calls),
                            walk_backs(calls, steps, order))
     return memos(parts, ("variant", key), read)
@@ -71,7 +71,8 @@ def annotated_view(summary: TraceSummary, view: VariantView, matcher: StepMatche
     tools' MCP annotations read first."""
     calls = summary.value(CALLS).calls
     steps = {c.span_id: matcher.step(c.tool_name, variant.key, annotations) for c in calls}
-    return VariantView(steps, frozenset(steps[c.span_id] for c in calls if not c.error), view.dropoff)
+    # a kind of activity names every call's step
+    return VariantView(steps, frozenset(step for c in calls if not c.error and (step := steps[c.span_id])), view.dropoff)
 
 
 def validity(parts: Sequence[TraceSummary], catalog: ToolCatalog) -> list[tuple[dict[str, bool | None], int]]:

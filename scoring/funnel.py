@@ -174,7 +174,7 @@ class StepMatcher:
             server, _ = split_tool_name(tool)
             if server and server in self.funnel.servers:
                 return VariantChoice(self.funnel.servers[server], "config")
-        steps = frozenset({self.commerce_step(t) for t in tools} - {None})
+        steps = frozenset(step for t in tools if (step := self.commerce_step(t)) is not None)
         clues = Clues(steps, self.variants.named_steps, tuple(split_tool_name(t)[1] for t in tools if self.commerce_step(t) is not None))
         for services, source in ((declared, "declared"), (announced, "mcp_initialize")):
             for service in services:
