@@ -32,9 +32,11 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from ..feedback import ui as feedback_ui
+# the report package before the feedback pages: report.html reads feedback.render, which reads report.text, so
+# the report must be whole first (imported the other way round, the server cannot start)
+from ..report.text import lang_of  # isort: skip
+from ..feedback import ui as feedback_ui  # isort: skip
 from ..query import QueryError
-from ..report.text import lang_of
 from . import monitor_pages, pages, queries
 from .filters import FilterError, SessionFilters
 from .queries import Reader
