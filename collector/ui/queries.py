@@ -359,8 +359,9 @@ def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | N
         f" AND trace_id IN ({traces}) ORDER BY time LIMIT $n", ("body", "attributes"), "time"),
         {**tp, **paging, "since": bounds["since"], "until": bounds["until"], "n": MAX_LOGS}
     ) if trace_ids and "logs" in have else []
-    case_run = (r.one("SELECT * FROM case_runs WHERE session_id = $id", {"id": session_id})
-                if "case_runs" in have and s.get("case_id") else None)
+    # the run's own row and its stages' rows, read apart: the case_runs view pivots every run's stages first
+    case_run = (r.one("SELECT * FROM case_run_results WHERE session_id = $id", {"id": session_id})
+                if "case_run_results" in have and s.get("case_id") else None)
     stage_rows = (r.rows("SELECT stage, state, evidence FROM stage_results WHERE session_id = $id"
                          " ORDER BY stage_order, stage", {"id": session_id}) if case_run is not None else [])
     judgments = (r.rows("SELECT * EXCLUDE (judgment) FROM judgments WHERE session_id = $id"
