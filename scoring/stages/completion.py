@@ -12,6 +12,7 @@ from .base import Context, StageSpec
 
 BAD_ASSESSMENTS = ("missing", "contradicted", "unsupported")
 
+
 def _criterion(c: Any, case_texts: dict[str, str]) -> dict[str, Any]:
     """One assessment, named by the case's own criterion text (the judge may echo it escaped or quoted)."""
     get = (lambda k: c.get(k)) if isinstance(c, dict) else (lambda k: getattr(c, k, None))
@@ -57,7 +58,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     if status == "complete" and getattr(j, "passed", False) and (score is None or score >= case.judge_threshold):
         return "passed", ev
     return "failed", ev
-
 
 
 STAGE = StageSpec(

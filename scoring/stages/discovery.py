@@ -69,8 +69,6 @@ def _discover(ctx: Context) -> tuple[str, dict[str, Any]]:
                       **({"note": note} if note else {})}
 
 
-
-
 def _ranked(items: list[Any], everyone) -> list[dict[str, Any]]:
     """Candidate entries (strings or ``{rank, name, ...}``), each named as a party or kept as given."""
     candidates = []
@@ -102,8 +100,6 @@ def _verdict(candidates: list[dict[str, Any]], ev: dict[str, Any]) -> tuple[str,
     target = next((c for c in candidates if c["role"] == "target"), None)
     ev.update(candidates=candidates, present=target is not None, rank=target["rank"] if target else None)
     return ("passed" if target else "failed"), ev
-
-
 
 
 STAGE = StageSpec(

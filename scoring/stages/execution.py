@@ -34,8 +34,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     return ("failed" if failed else "passed"), ev
 
 
-
-
 STAGE = StageSpec(
     key="execution", order=50,
     label={"en": "Execution", "ja": "実行"},

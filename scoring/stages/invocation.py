@@ -22,7 +22,6 @@ def invalid_calls(ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
-
 def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     case = ctx.case
     effective = ctx.judged_calls
@@ -60,8 +59,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     if not checked:
         return "not_applicable", {**ev, "reason": "no schema or argument expectation applies to the calls made"}
     return "passed", ev
-
-
 
 
 STAGE = StageSpec(

@@ -31,8 +31,6 @@ def structured(view: RunView, path: str) -> tuple[Any, str | None]:
     return first_json, None
 
 
-
-
 def argument_of(call: Call, argument: str) -> Any:
     """An argument's value by name or JSON pointer (a JSON string holding data is parsed)."""
     args = call.arguments
@@ -40,7 +38,6 @@ def argument_of(call: Call, argument: str) -> Any:
         return MISSING
     value = resolve_pointer(args, argument) if argument.startswith("/") else args.get(argument, MISSING)
     return value if value is MISSING else parse_json_text(value)
-
 
 
 def schema_for(case: Case, call: Call) -> dict[str, Any] | None:
@@ -64,7 +61,6 @@ def call_schema_errors(case: Case, call: Call, limits: SchemaLimits = DEFAULT_SC
         return [{"tool": call.name, "call": call.index, "pointer": "", "message": "arguments are not JSON"}]
     return [{"tool": call.name, "call": call.index, "pointer": p, "message": m}
             for p, m in schema_errors(schema, args, limits, f"case {case.id}, the arguments of a call to {call.name}")]
-
 
 
 def expectation_problems(case: Case, call: Call) -> list[dict[str, Any]] | None:

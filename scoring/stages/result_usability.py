@@ -13,6 +13,7 @@ from .reading import short
 _JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
                "object": (dict,), "array": (list,), "null": (type(None),)}
 
+
 def _is_type(value: Any, json_type: str) -> bool:
     """JSON types: a boolean is not a number, and 2.0 is an integer (as in JSON Schema)."""
     if isinstance(value, bool):
@@ -64,8 +65,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     if any_failed:
         return "failed", {"fields": fields}
     return ("missing" if any_uncaptured else "passed"), {"fields": fields}
-
-
 
 
 STAGE = StageSpec(

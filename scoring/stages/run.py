@@ -30,6 +30,7 @@ from .registry import REGISTRY, StageRegistry
 FAILURE_CLASSES = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable",
                    "judge_pending")
 
+
 class JudgmentLike(Protocol):
     """What scoring needs from a judgment (the judge itself lives in ``scoring.judge``).
 

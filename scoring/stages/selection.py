@@ -73,8 +73,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     return ("failed" if role == "target" else "passed"), ev
 
 
-
-
 STAGE = StageSpec(
     key="selection", order=20,
     label={"en": "Selection", "ja": "選択"},

@@ -42,8 +42,6 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     return "passed", ev
 
 
-
-
 STAGE = StageSpec(
     key="tool_resolution", order=30,
     label={"en": "Tool Resolution", "ja": "操作の特定"},
