@@ -1,4 +1,4 @@
-"""Case runs: sessions tagged with a case id scored through the seven stages, judged off the ingest path.
+"""Case runs: sessions tagged with a case id scored through the stages, judged off the ingest path.
 
 Scoring a session (on the writer thread) evaluates its case run with the latest stored judgment.
 A closed session whose case needs a judge and has none is queued for the judge on its own thread
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
-STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
-                 "completion")
 
 
 class NotConfigured(Exception):
@@ -434,21 +432,17 @@ def archive_name(experiment: str | None, case_id: str, run: str) -> str:
 
 
 def case_run_row(score: SessionScore, r: CaseRunResult) -> dict[str, Any]:
-    """The ``case_runs`` row of one evaluated run (``updated_at`` is stamped when it is written)."""
-    row: dict[str, Any] = {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
-                           "run_id": score.run_id, "fit": r.fit, "probe": r.probe,
-                           "controlled_exposure": r.controlled_exposure}
-    for stage in STAGE_COLUMNS:
-        s = r.stages.get(stage)
-        row[stage] = s.state if s else None
-        row[f"{stage}_evidence"] = json.dumps(s.evidence, default=str) if s else None
-    row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
-               failure_class=r.failure_class,
-               layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
-               failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256,
-               scored_stages=[k for k, v in r.stages.items() if v.scored]
-               if not all(v.scored for v in r.stages.values()) else None)
-    return row
+    """The ``case_run_results`` row of one evaluated run, with its ``stage_results`` rows, one per stage in
+    funnel order, under ``stages`` (``updated_at`` is stamped on both when they are written)."""
+    stages = [{"session_id": score.session_id, "stage": key, "stage_order": s.order, "state": s.state,
+               "evidence": json.dumps(s.evidence, default=str), "scored": s.scored} for key, s in r.stages.items()]
+    return {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
+            "run_id": score.run_id, "fit": r.fit, "probe": r.probe, "controlled_exposure": r.controlled_exposure,
+            "first_failed_stage": r.first_failed_stage, "passed": r.passed, "correct_abstention": r.correct_abstention,
+            "failure_class": r.failure_class,
+            "layers": json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
+            "failed_assertions": list(r.failed_assertions), "fix_hint": r.fix_hint, "case_sha256": r.case_sha256,
+            "stages": stages}
 
 
 def judgment_row(session_id: str, j: Judgment) -> dict[str, Any]:

@@ -45,8 +45,9 @@ def _pin_clock(db: Path) -> None:
                               " AND NOT starts_with(c.table_name, '_')").fetchall()
         for table, column in columns:
             con.execute(f'UPDATE "{table}" SET "{column}" = "{column}" + to_microseconds(?)', [shift])
-        con.execute("UPDATE case_runs SET updated_at = s.last_seen FROM sessions s"
-                    " WHERE s.session_id = case_runs.session_id")
+        for table in ("case_run_results", "stage_results"):  # case_runs' rows
+            con.execute(f"UPDATE {table} SET updated_at = s.last_seen FROM sessions s"
+                        f" WHERE s.session_id = {table}.session_id")
         # a monitor fires when the demo checks them, after its last session, at no time the data fixes
         con.execute(f"UPDATE monitor_firings SET fired_at = TIMESTAMP '{PINNED}' + INTERVAL 4 SECOND")
     finally:

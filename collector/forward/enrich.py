@@ -175,12 +175,14 @@ def judge_identity(judgment: Judgment) -> dict[str, Any]:
 
 
 def judge_explanation(case_run: Mapping[str, Any] | None) -> str | None:
-    """The judge's explanation as the case run recorded it: Completion's evidence, else the artifact's judge layer."""
+    """The judge's explanation as the case run recorded it (``evaluation.case_run_row``): Completion's evidence,
+    else the artifact's judge layer."""
     if not case_run:
         return None
-    for column, path in (("completion_evidence", ("explanation",)), ("layers", ("judge", "evidence", "explanation"))):
+    completion = next((s.get("evidence") for s in case_run.get("stages") or () if s.get("stage") == "completion"), None)
+    for text, path in ((completion, ("explanation",)), (case_run.get("layers"), ("judge", "evidence", "explanation"))):
         try:
-            node: Any = json.loads(case_run.get(column) or "null")
+            node: Any = json.loads(text or "null")
         except (TypeError, ValueError):
             continue
         for key in path:

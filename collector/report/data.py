@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
 from ..monitors.report import load_firings
@@ -47,7 +47,7 @@ class FailureShape:
     example: str | None  # its latest run's session
 
     def stage_name(self, lang: str) -> str:
-        return labels.stage_label(self.stage, lang_of(lang)) if self.stage else "—"
+        return stages.stage_label(self.stage, lang_of(lang)) if self.stage else "—"
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class StageRow:
     conditional: float | None  # None for Discovery and after a stage nobody passed
 
     def name(self, lang: str) -> str:
-        return labels.stage_label(self.stage, lang_of(lang))
+        return stages.stage_label(self.stage, lang_of(lang))
 
 
 @dataclass(frozen=True)

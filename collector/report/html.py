@@ -10,7 +10,7 @@ import html
 import math
 import re
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
@@ -244,8 +244,8 @@ def _stage_row(s, worst: bool, lang: str) -> str:
             f'{esc(text("failed_first", lang))} {s.failed} · {esc(text("missing_runs", lang))} {s.missing}">'
             f'{segments}</div></td>'
             f'<td class="fix">{esc(stage_fix(s.stage, lang)) if s.failed else ""}</td>'
-            f'<td class="ask">{esc(labels.stage_question(s.stage, lang))}</td>'
-            f'<td class="ask muted">{esc(labels.stage_check(s.stage, lang))}</td></tr>')
+            f'<td class="ask">{esc(stages.stage_question(s.stage, lang))}</td>'
+            f'<td class="ask muted">{esc(stages.stage_check(s.stage, lang))}</td></tr>')
 
 
 def _miss_row(m: CriterionMiss, lang: str) -> str:

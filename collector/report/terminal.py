@@ -28,7 +28,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
@@ -247,23 +247,23 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
 
 
 def stage_questions_table(lang: str, width: int = WIDE) -> RenderableType:
-    """``--stage-questions``: the seven stages with the question each asks and the evidence that answers it, once
+    """``--stage-questions``: the stages with the question each asks and the evidence that answers it, once
     above the experiments' stage tables (the HTML report has them as columns of each). Where the table does not
     fit, a block per stage: its name, then the question and the evidence, each wrapped beside its header."""
     t = titled(text("stage_questions_title", lang))
     t.add_column(text("stage", lang), no_wrap=True)
     t.add_column(text("stage_question", lang), overflow="fold", ratio=1)
     t.add_column(text("stage_check", lang), overflow="fold", ratio=1)
-    for stage in labels.STAGES:
-        t.add_row(labels.stage_label(stage, lang), labels.stage_question(stage, lang), labels.stage_check(stage, lang))
+    for stage in stages.REGISTRY.keys():
+        t.add_row(stages.stage_label(stage, lang), stages.stage_question(stage, lang), stages.stage_check(stage, lang))
     if fit_table(t, width, measurer(width)):
         return t
     out: list[RenderableType] = [Text(text("stage_questions_title", lang), style="bold")]
     keys = [text("stage_question", lang), text("stage_check", lang)]
-    for stage in labels.STAGES:
-        values = [Text(labels.stage_question(stage, lang), overflow="fold"),
-                  Text(labels.stage_check(stage, lang), overflow="fold")]
-        out += [Text(labels.stage_label(stage, lang), style="bold"), _details(list(zip(keys, values)), width)]
+    for stage in stages.REGISTRY.keys():
+        values = [Text(stages.stage_question(stage, lang), overflow="fold"),
+                  Text(stages.stage_check(stage, lang), overflow="fold")]
+        out += [Text(stages.stage_label(stage, lang), style="bold"), _details(list(zip(keys, values)), width)]
     return Group(*out)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...scoring import labels
 from ...scoring.dropoff import FIXES
-from ...scoring.stages import STAGE_FIX
+from ...scoring.stages import stage_fix as _stage_fix
 from ...scoring.variants import BUILTINS
 from ...scoring.variants.registry import Registry
 
@@ -370,16 +370,6 @@ FAILURE_KIND_NAMES = {
            "failed": "失敗"},
 }
 
-# What to look at when runs fail first at a stage (English is the text stored in case_runs.fix_hint).
-STAGE_FIX_TEXT = {
-    "en": STAGE_FIX,
-    "ja": {"discovery": "エージェントが候補を探す場所での製品の名称と説明",
-           "selection": "エージェントが代わりに選んだ競合と比べた製品の説明",
-           "tool_resolution": "ツール名、説明、操作カタログ", "invocation": "パラメーターの意味と使用例",
-           "execution": "ツールのエラーと呼び出しが実行されたサーバー",
-           "result_usability": "結果が返すフィールド: 有無、型、値", "completion": "欠落した情報や裏付けのない主張"},
-}
-
 # The fix for a drop-off reason (English is the text stored in sessions.drop_fix). A reason without
 # a fixed text here (tool_error: the failed call and its error) shows the stored text as it is.
 DROP_FIX_TEXT = {
@@ -452,7 +442,9 @@ def failure_kind_name(kind: str, lang: str) -> str:
 
 
 def stage_fix(stage: str, lang: str) -> str:
-    return STAGE_FIX_TEXT[lang_of(lang)].get(stage, "")
+    """What to look at when runs fail first at a stage: the stage's own words (English is what
+    ``case_runs.fix_hint`` stores)."""
+    return _stage_fix(stage, lang_of(lang))
 
 
 def drop_fix(reason: str, stored: str | None, lang: str) -> str | None:

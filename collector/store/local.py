@@ -14,7 +14,8 @@ import duckdb
 import pyarrow as pa
 
 from ...semconv import SpanView
-from .rows import IN_LIST, Row, insert_rows, json_strings, relation, span_views, table_columns, LOG_QUERY, SPAN_QUERY
+from .rows import (CASE_RUN_TABLES, IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings,
+                   relation, span_views, table_columns)
 from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
@@ -133,7 +134,8 @@ class LocalSessionTables:
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
-        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``. ``stored``: those
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (stored as
+        ``case_run_results`` and ``stage_results``). ``stored``: those
         of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
         ``index_of``, when the job has read it already."""
         ids = list(replaced)
@@ -143,8 +145,11 @@ class LocalSessionTables:
         self._insert(con, "sessions", self._with_slices(con, sessions, index))
         self._write_call_steps(con, ids, call_steps)
         if cased:
-            con.execute(f"DELETE FROM case_runs WHERE session_id {IN_LIST}", [json_strings(cased)])
-        self._insert(con, "case_runs", case_runs)
+            for table in CASE_RUN_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE session_id {IN_LIST}", [json_strings(cased)])
+        runs, stages = case_run_tables(case_runs)
+        self._insert(con, "case_run_results", runs)
+        self._insert(con, "stage_results", stages)
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
                      index: SessionIndex | None = None) -> list[Row]:

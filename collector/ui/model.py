@@ -397,12 +397,13 @@ STAGE_STATE_CLASS = {"passed": "pass", "failed": "fail", "missing": "partial", "
                      "not_applicable": "neutral", "pending": "info"}
 
 
-def stages_view(case_run: Row | None) -> list[dict[str, Any]]:
+def stages_view(case_run: Row | None, stage_rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """A case run's stages as its page lists them: every stage it has a row of (``stage_results``), in order."""
     if not case_run:
         return []
-    return [{"stage": s, "state": case_run.get(s), "cls": STAGE_STATE_CLASS.get(case_run.get(s) or "", "unknown"),
-             "evidence": loads(case_run.get(f"{s}_evidence")), "first": case_run.get("first_failed_stage") == s}
-            for s in labels.STAGES]
+    return [{"stage": r["stage"], "state": r["state"], "cls": STAGE_STATE_CLASS.get(r["state"] or "", "unknown"),
+             "evidence": loads(r["evidence"]), "first": case_run.get("first_failed_stage") == r["stage"]}
+            for r in stage_rows]
 
 
 CRITERION_CLASS = {"satisfied": "pass", "missing": "fail", "contradicted": "fail", "unsupported": "partial"}

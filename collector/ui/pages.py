@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import jinja2
 from markupsafe import Markup
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ...scoring.prices import PriceTable
 from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..config import UISettings
@@ -116,8 +116,10 @@ def _render(name: str, ctx: Context, **data: Any) -> str:
     sep = "&" if "?" in ctx.path else "?"
     return ENV.get_template(name).render(
         ctx=ctx, lang=lang, w=lambda key, **kw: t(key, lang, **kw), base=ctx.base,
-        lang_link=f"{ctx.path}{sep}lang={other}", labels=labels, variant_name=lambda v: variant_name(v, lang, ctx.variants),
-        outcome_label=lambda o, v=None: model.outcome_label(o, v, lang), stage_label=lambda s: labels.stage_label(s, lang),
+        lang_link=f"{ctx.path}{sep}lang={other}", labels=labels, stage_keys=stages.REGISTRY.keys(),
+        variant_name=lambda v: variant_name(v, lang, ctx.variants),
+        outcome_label=lambda o, v=None: model.outcome_label(o, v, lang),
+        stage_label=lambda s: stages.stage_label(s, lang),
         reason_label=lambda r: drop_reason_name(r, lang), stage_fix=lambda s: stage_fix(s, lang),
         reads_label=lambda r: labels.READS_AS_LABELS[lang].get(r or "unknown", r or ""),
         reads_of=lambda o, r=None: r or labels.OUTCOME_READS_AS.get(o or "", "unknown"), **data)
@@ -187,7 +189,7 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None,
                    steps=steps,
                    step_label=lambda st: model.step_label(steps, s.get("variant"), st, ctx.lang),
                    proof=model.outcome_proof(s, calls, ctx.variants), drop_evidence=drop_evidence,
-                   stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
+                   stages=model.stages_view(rows.case_run, rows.stage_rows), case_run=rows.case_run, judgments=judgments,
                    has_messages=has_messages, Message=Message, live=s.get("status") == "open",
                    part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big, feedback=Markup(feedback))
 

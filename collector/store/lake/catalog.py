@@ -176,28 +176,39 @@ _DEDUPE: dict[str, str] = {
     "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
     "sessions": f"PARTITION BY session_id {_LATEST}",
-    "case_runs": f"PARTITION BY session_id {_LATEST}",
+    "case_run_results": f"PARTITION BY session_id {_LATEST}",
+    "stage_results": f"PARTITION BY session_id, stage {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
+_DROPPED = re.compile(r"^\s*(?:--[^\n]*\n\s*)*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)", re.IGNORECASE)
 _PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces"}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
-    """Table names, and the view and macro statements, of the migrations in order."""
+    """Table names, and the view and macro statements, of the migrations in order. A table a later migration
+    dropped is no table; a view made in its place goes first, since the views before it read it by name."""
     tables: list[str] = []
-    derived: list[str] = []
+    dropped: set[str] = set()
+    derived: list[tuple[str, str]] = []
     parser = duckdb.connect(":memory:")
     for _, sql in migrations:
         for statement in parser.extract_statements(sql):
+            gone = _DROPPED.match(statement.query)
+            if gone is not None:
+                tables = [t for t in tables if t != gone.group(1)]
+                dropped.add(gone.group(1))
+                continue
             m = _OBJECT.match(statement.query)
             if m is None:
                 continue
             if m.group(1).upper() == "TABLE":
                 tables.append(m.group(2))
             else:
-                derived.append(re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?", r"\1CREATE OR REPLACE ",
-                                      statement.query, count=1, flags=re.IGNORECASE))
-    return tables, derived
+                derived.append((m.group(2), re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?",
+                                                   r"\1CREATE OR REPLACE ", statement.query, count=1,
+                                                   flags=re.IGNORECASE)))
+    return tables, [sql for name, sql in derived if name in dropped] + [sql for name, sql in derived
+                                                                        if name not in dropped]
 
 
 def union_sql(table: str, schemas: list[str]) -> str:

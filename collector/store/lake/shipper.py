@@ -11,7 +11,7 @@ session jobs the batch holds. A batch holds
 - the spans, tool calls and ``trace_index`` rows of the traces assembled since, and those kept
   assembled for another replica (``lake_assembled_traces``): spans travel stamped with their
   session, so the lake never updates a span, and a trace assembled again replaces its rows there;
-- the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_runs``,
+- the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_run_results``, ``stage_results``,
   ``judgments``), replaced by session id, and ``funnel_steps`` when they were rewritten.
 
 The keys come from ``lake_outbox``, which the session stage fills in the local transaction that
@@ -50,6 +50,7 @@ from typing import Any
 import duckdb
 
 from ...telemetry import Metrics
+from ..rows import CASE_RUN_TABLES
 from ..schema import transaction
 from .placement import retry_conflicts
 
@@ -345,7 +346,7 @@ class Shipper:
             insert("tool_calls", f"SELECT * FROM tool_calls WHERE trace_id IN {traced}")
             insert("trace_index", f"SELECT * FROM trace_index WHERE trace_id IN {traced}")
             insert("lake_assembled_traces", f"SELECT * FROM lake_assembled_traces WHERE trace_id IN {traced}")
-        for kind, tables in (("session", ("sessions", "call_scores")), ("case_run", ("case_runs",)),
+        for kind, tables in (("session", ("sessions", "call_scores")), ("case_run", CASE_RUN_TABLES),
                              ("judgment", ("judgments",))):
             if kind not in counts:
                 continue

@@ -21,7 +21,7 @@ from ....semconv import SpanView
 from ...config import LakeSettings
 from ..clock import utcnow
 from ..local import LocalSessionTables
-from ..rows import IN_LIST, Row, json_strings, relation
+from ..rows import CASE_RUN_TABLES, IN_LIST, Row, json_strings, relation
 from ..tables import LOCAL, SessionIndex, Sources
 from . import catalog
 from .placement import CATALOG, lake_placement, schema_of
@@ -197,7 +197,7 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
-        for table in ("sessions", "case_runs", "call_scores"):
+        for table in ("sessions", *CASE_RUN_TABLES, "call_scores"):
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.placement.owns(s)]
             if dropped:
