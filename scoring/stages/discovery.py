@@ -44,7 +44,7 @@ def _discover(ctx: Context) -> tuple[str, dict[str, Any]]:
             value = argument_of(call, spec.argument)
             if value is MISSING:
                 continue
-            ev = {"source": "tool_argument", "tool": call.name, "argument": spec.argument}
+            ev: dict[str, Any] = {"source": "tool_argument", "tool": call.name, "argument": spec.argument}
             listing = _listing(view.texts, everyone)
             if listing is not None:
                 ev["message_candidates"] = [c["name"] for c in listing[0]]

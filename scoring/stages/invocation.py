@@ -30,8 +30,8 @@ def check(ctx: Context) -> tuple[str, dict[str, Any]]:
     for call in ctx.plan_calls:
         try:
             found = call_schema_errors(case, call, ctx.schema_limits)
-        except Unchecked as e:
-            unchecked.append({"tool": call.name, "call": call.index, "reason": e.reason, "detail": e.detail})
+        except Unchecked as refusal:
+            unchecked.append({"tool": call.name, "call": call.index, "reason": refusal.reason, "detail": refusal.detail})
             continue
         if found is None and schema_for(case, call) is not None:
             uncaptured.append(call.name)
