@@ -56,14 +56,15 @@ VOCABULARY = (
     }, "flights-mcp 0.1.0 (PyPI, Duffel: search_flights, search_multi_city, get_offer_details), "
        "google-flights-mcp 0.1.0 (PyPI: get_cheapest_flights, get_best_flights), mcp-amadeus 0.0.2 "
        "(get_flight_offers_price), Kiwi.com's MCP server (search-flight), mcp-fliggy-travel (search_flight); "
-       "get_flight_details, hold_seat, create_flight_booking and book_flight as issue 16 names them"),
+       "get_flight_details, hold_seat, create_flight_booking and book_flight as travel-booking agents commonly "
+       "name them"),
     Vocabulary("trains", "shopping", {
         "search": ("search_trains", "search_train"),
-    }, "mcp-fliggy-travel 6.0.1 (PyPI: search_train); search_trains as issue 16 names it"),
+    }, "mcp-fliggy-travel 6.0.1 (PyPI: search_train); search_trains as travel-booking agents commonly name it"),
     Vocabulary("car_rental", "shopping", {
         "search": ("search_cars", "search_car_hire"), "checkout": ("rent_car",),
-    }, "AgentWeb's MCP server (search_cars), EconomyBookings' MCP server (search-car-hire); rent_car as issue 16 "
-       "names it"),
+    }, "AgentWeb's MCP server (search_cars), EconomyBookings' MCP server (search-car-hire); rent_car as "
+       "travel-booking agents commonly name it"),
 )
 
 
