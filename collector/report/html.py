@@ -14,6 +14,7 @@ from ...scoring import labels, stages
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
+from ..monitors.report import html_section as firings_section
 from .feedback import section_html as feedback_section
 from .shapes import shapes_html, tails_html
 from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
@@ -432,7 +433,8 @@ def render_html(data: ReportData, lang: str = "en") -> str:
         body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
                 + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid),
                                    step_name=lambda v, s: data.step_name(v, s, lang))
-                + evaluation_sections(data, lang) + sessions_section(data, lang))
+                + evaluation_sections(data, lang) + sessions_section(data, lang)
+                + firings_section(data.firings, lang, lambda sid: _session_ref(data, sid)))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'
             '<meta http-equiv="Content-Security-Policy" '
