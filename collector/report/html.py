@@ -14,7 +14,7 @@ from ...scoring import labels
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
-from ..feedback.render import section_html as feedback_section
+from ..feedback import render as feedback_render  # the module: feedback's drawing reads the report's words (text)
 from .shapes import shapes_html, tails_html
 from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                    stage_fix, text, variant_name)
@@ -430,7 +430,7 @@ def render_html(data: ReportData, lang: str = "en") -> str:
     else:
         sections = [variant_section(data, v, lang, note=i == 0) for i, v in enumerate(data.variants())]
         body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
-                + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid),
+                + feedback_render.section_html(data.feedback, lang, lambda sid: _session_ref(data, sid),
                                    step_name=lambda v, s: data.step_name(v, s, lang))
                 + evaluation_sections(data, lang) + sessions_section(data, lang))
     return ("<!DOCTYPE html>\n"

@@ -32,7 +32,7 @@ from ...scoring import labels
 from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
-from ..feedback.render import terminal_renderables as feedback_renderables
+from ..feedback import render as feedback_render  # the module: feedback's drawing reads the report's words (text)
 from .experiments import terminal_renderables as experiment_stats
 from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, titled
 from .shapes import shapes_renderables, tails_renderables
@@ -393,7 +393,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     if data.ui_base:  # the example sessions, where the UI shows them (a URL is never cut)
         examples = list(dict.fromkeys(d.example for d in data.drops if d.example))
         out += [Text(text("example", lang) + " · UI", style="dim"), *(_url(session_url(data.ui_base, x)) for x in examples)]
-    out += feedback_renderables(data.feedback, lang, width, lambda v, s: data.step_name(v, s, lang))
+    out += feedback_render.terminal_renderables(data.feedback, lang, width, lambda v, s: data.step_name(v, s, lang))
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
