@@ -7,15 +7,10 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from rich.table import Table
-from rich.text import Text
-
 from ...scoring.judge_audit import VERDICT, Agreement
 from ..judge_audit import (audit_report, default_labeler, export_rows, family_warnings, latest_judgments,
                            read_labels, store_labels, write_sample)
 from ..query import QueryError
-from ..report_text import fixed
-from ..terminal import data_text, output_console
 from .common import database, database_options, fail, settings_for
 
 
@@ -78,12 +73,20 @@ def import_labels(args: argparse.Namespace) -> int:
 
 
 def _row(name: str, a: Agreement) -> list[str]:
+    from ..report.text import fixed  # start-up time: rich
+
     pct = "—" if a.percent is None else f"{a.percent * 100:.0f}%"
     kappa = "—" if a.kappa is None else fixed(a.kappa)
     return [name, str(a.n), pct, kappa, str(a.tp), str(a.fp), str(a.fn), str(a.tn)]
 
 
 def report(args: argparse.Namespace) -> int:
+    # start-up time: rich
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..terminal import data_text, output_console
+
     try:
         rep = audit_report(database(settings_for(args)), args.experiment)
     except (QueryError, ValueError) as exc:

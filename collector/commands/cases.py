@@ -12,10 +12,9 @@ from ...scoring.cases import CaseFileError, case_from_session, load_suite, rende
 from ..assembly import assemble, sessions_of
 from ..config import Settings
 from ..query import QueryError, query
-from ..report_text import plural
 from ..sessions import gather_sessions
 from ..store.lake import LakeUnavailable, ReaderTables, open_reader
-from ..store.session_tables import LOG_COLUMNS, SPAN_COLUMNS, span_views
+from ..store.rows import LOG_COLUMNS, SPAN_COLUMNS, span_views
 from .common import database_options, settings_for
 
 
@@ -39,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
+    from ..report.text import plural  # start-up time: rich
+
     try:
         loaded = load_suite(args.file, args.fallback)
     except (CaseFileError, OSError, ValueError) as exc:

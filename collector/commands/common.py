@@ -2,7 +2,8 @@
 
 Every command reads its settings the same way (``--config``, then ``--db``, then the environment),
 checks the database path before DuckDB could fail on it with a traceback, and says what went
-wrong on one line of stderr that starts with the command's name.
+wrong on one line of stderr that starts with the command's name. Imported by every command to build
+the parser, so it imports nothing slow (see the package's docstring).
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import compare
 from ..config import Settings, load_settings
 from ..query import QueryError
-from ..terminal import visible_controls
 
 DEFAULT_DB = Path("agentfunnel.duckdb")
 DEMO_DB = Path("agentfunnel-demo.duckdb")  # the demo's own file: never the one `serve` fills
@@ -100,23 +99,32 @@ def database(settings: Settings) -> Any:
 
 def fail(command: str, message: object, status: int = 1, escape: bool = False) -> int:
     """``agentfunnel COMMAND: message`` on stderr, and the exit status; ``escape`` shows control characters."""
-    text = visible_controls(message, keep_line_breaks=True) if escape else message
+    if escape:
+        from ..terminal import visible_controls  # start-up time: rich
+
+        message = visible_controls(message, keep_line_breaks=True)
+    text = message
     print(f"agentfunnel {command}: {text}", file=sys.stderr)
     return status
 
 
-def wait_for_judgments(command: str, db: Any, patterns: list[str] | None, seconds: float) -> None:
-    """``--wait``: wait for pending judgments, saying on stderr what is waited for and what is left."""
+def wait_for_judgments(command: str, db: Any, patterns: list[str] | None, seconds: float,
+                       tell_wait: bool = True) -> None:
+    """``--wait``: wait for pending judgments, saying on stderr what is waited for and what is left.
+
+    ``tell_wait`` adds how long was waited, or that ``--wait`` would wait, to the line about what is left.
+    """
+    from ..compare import wait_for_judgments as wait  # start-up time: rich
 
     def waiting(n: int) -> None:
         print(f"agentfunnel {command}: waiting up to {seconds:g} s for {n} pending judgment(s)", file=sys.stderr,
               flush=True)
 
     try:
-        left = compare.wait_for_judgments(db, patterns, seconds, waiting)
+        left = wait(db, patterns, seconds, waiting)
     except QueryError:
         return  # the command itself says what is wrong with the database
     if left:
-        print(f"agentfunnel {command}: {left} run(s) still wait for a judgment (pending)"
-              + (f" after {seconds:g} s" if seconds > 0 else "; --wait SECONDS waits for them"),
-              file=sys.stderr, flush=True)
+        how = (f" after {seconds:g} s" if seconds > 0 else "; --wait SECONDS waits for them") if tell_wait else ""
+        print(f"agentfunnel {command}: {left} run(s) still wait for a judgment (pending){how}", file=sys.stderr,
+              flush=True)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import html
-import sys
 from pathlib import Path
 
-from .. import compare as comparison
 from ..judge_audit import judge_warnings, kappa_gate
 from ..query import QueryError
 from ..regression import explain_regressions
-from ..terminal import visible_controls
 from ..ui.links import compare_url, experiment_url, ui_base
-from .common import database, database_options, seconds, settings_for, wait_for_judgments
+from .common import database, database_options, fail, seconds, settings_for, wait_for_judgments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Two experiments case by case; exit 1 when a gate fails, so CI can gate on it."""
+    # start-up time: rich
+    from .. import compare as comparison
+    from ..terminal import visible_controls
+
     db = database(settings_for(args))
     try:
         if args.wait > 0:
@@ -48,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
         warnings = judge_warnings(db, args.b)
         result.why = explain_regressions(db, args.a, args.b, result.rows)  # a failing run of B by a passing one of A
     except (QueryError, ValueError) as exc:
-        print(f"agentfunnel compare: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
-        return 2
+        return fail("compare", exc, 2, escape=True)
     base = ui_base(db)
     urls = [compare_url(base, args.a, args.b), experiment_url(base, args.a), experiment_url(base, args.b)] if base else []
     if args.format == "json":

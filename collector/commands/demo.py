@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..report import run_report
 from .common import DEMO_DB, checked, database_options, otlp_ports, settings_for
 
 DEMO_QUERIES = (
@@ -29,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The main job on an embedded default: serve, drive demo agents over real OTLP, report."""
-    from ..demo.run import NotTheDemosDatabase, check_replaceable, run_demo  # start-up time: the server's gRPC, aiohttp
+    # start-up time: the server's gRPC and aiohttp, the report's rich
+    from ..demo.run import NotTheDemosDatabase, check_replaceable, run_demo
+    from ..report import run_report
 
     settings = settings_for(args, check=False)
     if args.db is None and (args.config is None or "path" not in settings.store.model_fields_set):

@@ -6,10 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-from ..terminal import visible_controls
 from .common import database_options, settings_for
 
 
@@ -23,7 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..ingest import ingest_files  # start-up time: the decoder, the store and DuckDB (see __init__)
+    # start-up time: rich, and the ingest path's gRPC and aiohttp
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    from ..ingest import ingest_files
+    from ..terminal import visible_controls
 
     settings = settings_for(args)
     paths = [Path(p) for p in args.files]

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Judge evaluation runs now (a session, or an experiment), then re-score them; through the running server
     when one owns the file (with its configuration), else on the file."""
-    from ..wiring import build_session_stage  # start-up time: the forwarder's gRPC exporter (see __init__)
+    from ..wiring import build_session_stage  # start-up time: the forwarder's gRPC exporter
 
     settings = settings_for(args)
     lake = settings.store.lake

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..report import run_report
 from .common import database, database_options, seconds, settings_for, wait_for_judgments
 
 
@@ -33,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report import run_report  # start-up time: rich
+
     db = database(settings_for(args))
     wait_for_judgments("report", db, None, args.wait)
     return run_report(db, args.lang, args.html, args.variant, args.agent, args.since,

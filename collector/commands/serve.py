@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..server import Endpoints, ListenError, serve_forever  # start-up time: gRPC, aiohttp, DuckDB (see __init__)
+    from ..server import Endpoints, ListenError, serve_forever  # start-up time: gRPC and aiohttp
 
     settings = settings_for(args, {
         ("receivers", "host"): args.host,

@@ -9,10 +9,8 @@ import json
 import sys
 from typing import Any
 
-from rich.table import Table
-
-from ..terminal import as_records, data_text, fit_table, json_for_terminal, output_console, visible_controls
-from .common import database_options, settings_for
+from ..query import QueryError, query
+from .common import database_options, fail, settings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,14 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..query import QueryError, query  # start-up time: DuckDB (see __init__)
+    from ..terminal import json_for_terminal  # start-up time: rich
 
     settings = settings_for(args)
     try:
         result = query(settings.store, args.query, limits=settings.sql)
     except QueryError as exc:
-        print(f"agentfunnel sql: {visible_controls(exc, keep_line_breaks=True)}", file=sys.stderr)
-        return 1
+        return fail("sql", exc, escape=True)
     # json: exact values, terminal controls as \u escapes; csv: exact values (quoted by the csv module), for files
     if args.format == "json":
         print(json_for_terminal([dict(zip(result.columns, r)) for r in result.rows]))
@@ -52,6 +49,10 @@ def print_table(columns: list[str], rows: list[list[Any]]) -> None:
     """Cells are data: shown as typed, never as markup, with control characters (line breaks too) escaped.
     The table fits the terminal (a pipe: 120 columns): cells wrap at their words, a token longer than 12 cells
     may be folded; a table whose columns cannot fit side by side is printed record by record."""
+    from rich.table import Table  # start-up time: rich
+
+    from ..terminal import as_records, data_text, fit_table, output_console
+
     table = Table(show_lines=False)
     for c in columns:
         table.add_column(data_text(c), overflow="fold")

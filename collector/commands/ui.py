@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The read-only UI over a database file, offline; a file a server owns is already served by it."""
-    from ..ui import Reader, serve_file  # start-up time: aiohttp and Jinja2 (see __init__)
+    from ..ui import Reader, serve_file  # start-up time: aiohttp and Jinja2
 
     settings = settings_for(args)
     info = running_server(settings.store.path) if settings.store.lake is None else None
