@@ -7,12 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...scoring import SessionScorer
-from ...scoring.cases import CaseFileError, case_from_session, load_suite, render_case_yaml
-from ..assembly import assemble, sessions_of
 from ..config import Settings
 from ..query import QueryError, query
-from ..sessions import gather_sessions
 from ..store.lake import LakeUnavailable, ReaderTables, open_reader
 from ..store.rows import LOG_COLUMNS, SPAN_COLUMNS, span_views
 from .common import database_options, settings_for
@@ -38,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
-    from ..report.text import plural  # start-up time: rich
+    # start-up time: the case models, rich
+    from ...scoring.cases import CaseFileError, load_suite
+    from ..report.text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)
@@ -58,6 +56,7 @@ def check(args: argparse.Namespace) -> int:
 
 def add(args: argparse.Namespace) -> int:
     """Turn a (failing) production session into a draft case: every production failure becomes a row."""
+    from ...scoring.cases import case_from_session, render_case_yaml  # start-up time: the case models
     settings = settings_for(args)
     lake = settings.store.lake
     try:
@@ -81,6 +80,9 @@ def add(args: argparse.Namespace) -> int:
 
 def session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
+    # start-up time: the session stage and the scorer
+    from ...scoring import SessionScorer
+    from ..sessions import gather_sessions
     keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         con = open_reader(settings.store.lake)
@@ -100,6 +102,7 @@ def session_records(settings: Settings, session_id: str):
 def stored_session(db: Path, session_id: str, session_keys: tuple[str, ...]) -> dict[str, Any]:
     """A session's traces read back with read-only SQL (``query``): through the server that owns the file, or
     from the file itself; assembled as the session stage assembles them."""
+    from ..assembly import assemble, sessions_of  # start-up time: the session stage
     literal = "'" + session_id.replace("'", "''") + "'"
     traces = ("SELECT DISTINCT trace_id FROM (SELECT unnest(session_ids) AS s, trace_id FROM trace_index) "
               f"WHERE s = {literal}")

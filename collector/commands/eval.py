@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...scoring.cases import CaseFileError, load_suite
 from ..config import Settings
 from ..eval_run import Endpoint, Runner, RunRecord, _Interrupted, new_batch, plan_runs, run_traces, select_cases
 from ..judge_audit import judge_warnings, kappa_gate
@@ -126,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    from ...scoring.cases import CaseFileError, load_suite
     from ..terminal import data_text
 
     settings = settings_for(args)

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from ..evaluation import NotConfigured
 from ..query import QueryError, admin_post, running_server
 from ..store.lake import owner_of
 from ..store.writer import Store
@@ -27,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Judge evaluation runs now (a session, or an experiment), then re-score them; through the running server
     when one owns the file (with its configuration), else on the file."""
-    from ..wiring import build_session_stage  # start-up time: the forwarder's gRPC exporter
+    # start-up time: the forwarder's gRPC exporter, the evaluation stage
+    from ..evaluation import NotConfigured
+    from ..wiring import build_session_stage
 
     settings = settings_for(args)
     lake = settings.store.lake

@@ -14,8 +14,6 @@ from typing import Any
 import duckdb
 
 from ..config import Settings
-from ..monitors.service import MonitorService
-from ..monitors.table import insert
 from ..query import QueryError, admin_post, run_query, running_server
 from ..store.guard import StoreUnusable, held_elsewhere
 from ..store.schema import migrate, transaction
@@ -35,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check_file(settings: Settings) -> list[dict[str, Any]]:
     """Open the file (migrating it), evaluate with this process's configuration, store the firings."""
+    from ..monitors.service import MonitorService  # start-up time: the monitors' engine and webhook
+    from ..monitors.table import insert
+
     db: Path = settings.store.path
     try:
         con = connect(db)
