@@ -24,7 +24,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from .batches import MAX_REJECT_MESSAGES, SPAN_KINDS, STATUS_CODES, LogBatch, SpanBatch
+from .batches import SPAN_KINDS, STATUS_CODES, LogBatch, SpanBatch
+from .decoded import MAX_REJECT_MESSAGES
 from .errors import PermanentError
 from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, UINT32_MAX, InValue, JsonShapeError,
                           counts_bytes_values,

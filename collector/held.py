@@ -31,7 +31,8 @@ from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
 from .assembly import AssembledTrace, assemble_records
-from .batches import LogBatch, SpanBatch, decoded_cost
+from .batches import LogBatch, SpanBatch
+from .decoded import decoded_cost
 from .telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, get_args
 
-from .batches import LogBatch, SpanBatch, to_json
+from .batches import LogBatch, SpanBatch
+from .decoded import to_json
 from ..scoring.regex import linear
 from .config import DetectorName, PrivacySettings
 from .metric_batches import MetricBatch

@@ -20,7 +20,7 @@ from ..scoring import SessionScore, SessionScorer
 from ..scoring.assembled import Session
 from ..scoring.judge import Judgment
 from ..semconv import SpanRecord
-from .batches import _truncated
+from .decoded import truncated
 
 INPUT_MAX_BYTES = 4 * 1024  # the default bound on sessions.input, in UTF-8 bytes
 
@@ -117,7 +117,7 @@ def score_sessions(sessions: Mapping[str, Session], asked: Collection[str], scor
 
 def bounded_input(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> str | None:
     """``text`` cut to ``max_bytes`` UTF-8 bytes (never inside a character), with the truncation mark."""
-    return None if text is None else _truncated(text, max_bytes, [0])
+    return None if text is None else truncated(text, max_bytes, [0])
 
 
 def input_cut(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> bool:

@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from agentfunnel.collector.batches import ResourceContext, SpanBatch, to_json
+from agentfunnel.collector.batches import SpanBatch
+from agentfunnel.collector.decoded import ResourceContext, to_json
 from agentfunnel.collector.config import ConfigError, PrivacySettings, load_settings
 from agentfunnel.collector.decode import decode_logs_json, decode_traces_protobuf_reference, decode_traces_protobuf_wire
 from agentfunnel.collector.decode_metrics import decode_metrics_json

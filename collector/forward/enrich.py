@@ -24,7 +24,7 @@ from ...scoring.judge import Judgment
 from ...semconv import SpanRecord, SpanView
 from ...semconv.trace_rules import JUDGE_CALL_SCOPE  # a downstream agentfunnel ignores these
 from ..assembly import assemble, assemble_records
-from ..batches import to_json
+from ..decoded import to_json
 from ..scoring_stage import ScoredSession
 from .encode import OutLog, OutSpan
 

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, Saturated, UnsupportedMedia
-from ..batches import decoded_cost
+from ..decoded import decoded_cost
 from ..pipeline import Encoding, ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
