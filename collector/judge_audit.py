@@ -64,7 +64,7 @@ def _criteria(value: Any) -> list[dict[str, Any]]:
     return [c for c in parsed or [] if isinstance(c, dict)]
 
 
-def latest_judgments(db: Path | StoreSettings, pattern: str) -> list[dict[str, Any]]:
+def latest_judgments(db: Path | StoreSettings | Any, pattern: str) -> list[dict[str, Any]]:
     """Each session's latest real verdict (complete or incomplete) in the experiments ``pattern`` matches."""
     return _rows(db, _JUDGMENTS_SQL.format(pattern=_literal(pattern)))
 

@@ -14,6 +14,7 @@ from ..monitors.settings import MonitorSettings
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
 from .judge import DemoJudge
+from .review import review_demo_judgments
 
 DEMO_SUITE = Path(__file__).with_name("cases.yaml")
 # The demo's two monitors (when the configuration names none): more shopping sessions stop at a cart without
@@ -158,6 +159,7 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120, ports: tupl
         closed = len(background.server.sessions.flush())
         send_demo_feedback(background.server, f"http://{endpoints.http}", seed)  # some users say what they thought
         background.server.evaluator.drain()  # judgments are asked for as sessions close: the report waits for them
+        review_demo_judgments(background.server, seed)  # a reviewer labels some of the judge's calls
         background.server.monitors.check()  # on every session and judgment, so what fires does not depend on timing
     _mark(db, finished=True)  # the server has closed the file
     return DemoRun(db, endpoints, summary, closed, judge.url if judge else None)

@@ -18,6 +18,7 @@ from typing import Any
 from ...scoring import labels, stages
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
+from ..judge_audit import audit_report
 from ..monitors.report import load_firings
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
@@ -238,6 +239,16 @@ class ExperimentRuns:
         return worst if worst is not None and worst.failed else None
 
 
+@dataclass(frozen=True)
+class ReviewAgreement:
+    """The judge's calls people labelled (``judge audit import`` or the UI's review queue), and how often they agree."""
+
+    labels: int  # the judge's calls (a verdict or a criterion) with a label
+    percent: float | None
+    kappa: float | None
+    labelers: int
+
+
 @dataclass
 class ReportData:
     """Everything a renderer needs; built by :func:`load_report` or by hand in tests."""
@@ -258,6 +269,7 @@ class ReportData:
     stage_questions: bool = False  # --stage-questions: the terminal also shows what each stage asks and checks
     stats: dict[str, ExperimentStats] = field(default_factory=dict)  # experiment -> its numbers over all its runs
     firings: list[dict[str, Any]] = field(default_factory=list)  # the latest monitor firings (collector/monitors)
+    review: ReviewAgreement | None = None  # the judge against reviewers' labels; None when nobody labelled
     feedback: FeedbackView | None = None  # user feedback beside the proven outcome; None when none is stored
     # the variants of the configuration the report is read under: display names, terminal rungs
     registry: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)
@@ -330,12 +342,21 @@ def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | 
         data.buckets = _buckets(_rows(db, sql.buckets()))
     data.feedback = load_feedback(lambda q: _rows(db, q), sql.where)
     data.firings = load_firings(db)
+    if have["has_judge_labels"]:
+        data.review = _review(db, filters.experiment)
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)
         else:
             data.needs_upgrade = bool(_rows(db, "SELECT count(*) AS n FROM case_runs")[0]["n"])
     return data
+
+
+def _review(db: Path | StoreSettings, experiment: str | None) -> ReviewAgreement | None:
+    audit = audit_report(db, experiment)
+    if not audit.labels:
+        return None
+    return ReviewAgreement(audit.labels, audit.overall.percent, audit.overall.kappa, len(audit.labelers))
 
 
 def _buckets(rows: list[dict[str, Any]]) -> list[BucketRow]:

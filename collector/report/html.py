@@ -17,8 +17,8 @@ from .experiments import html_body, trends_html
 from ..monitors.report import html_section as firings_section
 from .feedback import section_html as feedback_section
 from .shapes import shapes_html, tails_html
-from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
-                   stage_fix, text, variant_name)
+from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, review_line,
+                   short_time, stage_fix, text, variant_name)
 
 FUNNEL_FILL = "#4338CA"  # only the funnel bars use this colour (the screenshot test looks for it)
 SKIPPED_FILL = "#C7D2FE"  # the strip of a bar that passed the step without a call to it
@@ -308,6 +308,14 @@ def experiment_section(e: ExperimentRuns, lang: str, ui_base: str | None = None,
     return "".join(parts) + "</section>"
 
 
+def review_section(data: ReportData, lang: str) -> str:
+    """The judge against the labels people gave its calls; nothing when nobody labelled."""
+    if data.review is None:
+        return ""
+    return (f'<section class="card" id="review" aria-labelledby="review-h"><h2 id="review-h">'
+            f'{esc(text("review_title", lang))}</h2><p>{esc(review_line(data.review, lang))}</p></section>')
+
+
 def evaluation_sections(data: ReportData, lang: str) -> str:
     """Per experiment: where runs fail first and the criteria missed most; nothing without case runs."""
     if data.needs_upgrade:
@@ -433,7 +441,7 @@ def render_html(data: ReportData, lang: str = "en") -> str:
         body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
                 + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid),
                                    step_name=lambda v, s: data.step_name(v, s, lang))
-                + evaluation_sections(data, lang) + sessions_section(data, lang)
+                + evaluation_sections(data, lang) + review_section(data, lang) + sessions_section(data, lang)
                 + firings_section(data.firings, lang, lambda sid: _session_ref(data, sid)))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'

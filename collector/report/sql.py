@@ -114,7 +114,8 @@ class ReportSQL:
     tables = ("SELECT count(*) FILTER (WHERE table_name = 'sessions') AS has_sessions, "
               "count(*) FILTER (WHERE table_name = 'funnel_steps') AS has_steps, "
               "count(*) FILTER (WHERE table_name = 'case_runs') AS has_case_runs, "
-              "count(*) FILTER (WHERE table_name = 'criterion_results') AS has_criterion_results "
+              "count(*) FILTER (WHERE table_name = 'criterion_results') AS has_criterion_results, "
+              "count(*) FILTER (WHERE table_name = 'judge_labels') AS has_judge_labels "
               "FROM information_schema.tables")
 
     def summary(self) -> str:

@@ -36,8 +36,8 @@ from .feedback import terminal_renderables as feedback_renderables
 from .experiments import terminal_renderables as experiment_stats
 from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, titled
 from .shapes import shapes_renderables, tails_renderables
-from .text import (drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time, stage_fix, text,
-                   variant_name)
+from .text import (drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, review_line, short_time,
+                   stage_fix, text, variant_name)
 from ..monitors.report import terminal_renderables as firings_renderables
 
 FIX_MIN = 30  # cells the suggested fix needs for the drop-offs to stay a table
@@ -397,6 +397,8 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
     evaluation = evaluation_renderables(data, lang, width)
     if evaluation:
         out += [Text(), Text(text("evaluations", lang), style="bold underline"), *evaluation]
+    if data.review is not None:
+        out += [Text(), Text(text("review_title", lang), style="bold underline"), Text(review_line(data.review, lang))]
     out += firings_renderables(data.firings, lang, data.ui_base)
     return out
 

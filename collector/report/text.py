@@ -66,6 +66,11 @@ TEXT: dict[str, dict[str, str]] = {
         "wrote": "wrote HTML report to {path} ({n} sessions)",
         "wrote_one": "wrote HTML report to {path} ({n} session)",
         "evaluations": "Evaluation runs",
+        "review_title": "The judge against reviewers",
+        "review_line": "Reviewers labelled {n} of the judge's calls and agree with {pct} of them "
+                       "(Cohen's kappa {kappa}).",
+        "review_line_one": "Reviewers labelled 1 of the judge's calls: {pct} agreement "
+                           "(Cohen's kappa {kappa}).",
         "experiment": "Experiment",
         "no_experiment": "(no experiment)",
         "experiment_runs": "{runs} target-fit runs, {passes} passed ({rate})",
@@ -211,6 +216,9 @@ TEXT: dict[str, dict[str, str]] = {
         "footer": "agentfunnel により生成 · 単一ファイル、オフラインで表示可能",
         "wrote": "HTML レポートを {path} に書き出しました ({n} セッション)",
         "evaluations": "評価ラン",
+        "review_title": "ジャッジとレビュー担当者",
+        "review_line": "レビュー担当者がジャッジの判定 {n} 件にラベルを付けました。ジャッジとの一致率は {pct} "
+                       "(コーエンの κ {kappa}) です。",
         "experiment": "実験",
         "no_experiment": "(実験名なし)",
         "experiment_runs": "対象適合ラン {runs} 件、合格 {passes} 件 ({rate})",
@@ -396,6 +404,12 @@ DROP_FIX_TEXT = {
 
 def lang_of(lang: str | None) -> str:
     return lang if lang in labels.LANGUAGES else "en"
+
+
+def review_line(review: Any, lang: str) -> str:
+    """The judge's agreement with reviewers in one sentence (``review``: report.data.ReviewAgreement)."""
+    kappa = "—" if review.kappa is None else f"{review.kappa:.2f}".replace("-0.00", "0.00")
+    return text("review_line", lang, n=review.labels, pct=pct(review.percent), kappa=kappa)
 
 
 def text(key: str, lang: str, **kw: Any) -> str:
