@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from agentfunnel.collector.store.schema import migrate
-from agentfunnel.collector.store.session_tables import SessionTables
+from agentfunnel.collector.store.local import LocalSessionTables
+from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.store.writer import connect
 
 
@@ -50,11 +51,11 @@ def main() -> None:
                     "'s-' || (i // 8) FROM range(? * 4) t(i)", [args.traces])
         con.execute("CHECKPOINT")
         print(f"index of {args.traces:,} traces built in {time.perf_counter() - t0:.1f}s")
-        tables = SessionTables()
+        tables = LocalSessionTables()
         middle = args.traces // 4
         ids = [f"s-{middle + i}" for i in range(args.sessions - 1)] + ["s-shared-1000"]
         rows = [{"session_id": s} for s in ids]
-        found = tables.traces_of(con, ids)
+        found = traces_in(tables.index_of(con, ids))
         sliced = tables._with_slices(con, rows, tables.index_of(con, ids))
         assert len(found) == 2 * (args.sessions - 1) + 1, len(found)
         assert all(r["agent_version"] for r in sliced)

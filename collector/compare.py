@@ -20,8 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rich.table import Table
+from rich.text import Text
+
 from .config import StoreSettings
 from .query import query
+from .regression import render_html as why_html
+from .regression import terminal_renderables as why_tables
+from .terminal import data_text, output_console
 
 _CASES_SQL = """
 WITH runs AS (
@@ -174,7 +180,7 @@ def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float |
     gates = []
     regressed = [r["case_id"] for r in rows if r["change"] == "regressed"]
     if len(regressed) > max_regressions:
-        gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
+        gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")  # type: ignore[arg-type]  # case ids are text
     gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost,
                         max_p99_cost=max_p99_cost)
     gates += judgment_gates(side_a, "A") + judgment_gates(side_b, "B")
@@ -234,11 +240,6 @@ def _tail(side: Side, keys: Sequence[str], kind: str) -> str:
 def print_terminal(cmp: Comparison) -> None:
     """Case ids, experiment names and gate messages come from telemetry: printed as inert text. As wide as
     ``report``'s output: the terminal's width, a pipe's at least ``WIDE`` (CI logs)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from .terminal import data_text, output_console
-
     console = output_console(markup=False, emoji=False, highlight=False)
     head = Table(title="Experiments", title_justify="left")
     for col in ("", "runs", "reliable (pass^k)", "recoverable (pass@k)", "gap"):
@@ -264,8 +265,6 @@ def print_terminal(cmp: Comparison) -> None:
                       _fmt(r["b_pass_hat_k"]), _fmt(r["b_pass_at_k"]), Text(r["change"], style=styles.get(r["change"], "")))
     console.print(table)
     if cmp.why:
-        from .regression import terminal_renderables as why_tables
-
         for t in why_tables(cmp.why, cmp.a.pattern, cmp.b.pattern):
             console.print(t)
     if cmp.gates:
@@ -304,8 +303,6 @@ li.ok{{color:#15803d}}</style></head><body>
 
 
 def _why_html(cmp: Comparison) -> str:
-    from .regression import render_html as why_html
-
     return why_html(cmp.why, cmp.a.pattern, cmp.b.pattern)
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from ..scoring import ScoringConfig
 from ..scoring.judge import JudgeSettings
 from ..scoring.regex import linear
+from .monitors.settings import MonitorSettings
 
 MiB = 1024 * 1024
 
@@ -443,15 +444,15 @@ class PrivacySettings(_Model):
 
 # Tables by what they hold: raw telemetry, and rows derived from it (re-derivable while the raw rows last).
 # The trace index goes with the spans of its traces.
-RAW_TABLES = ("spans", "logs", "metrics")
+RAW_TABLES = ("spans", "logs", "metrics", "feedback")
 DERIVED_TABLES = ("tool_calls", "sessions", "case_runs", "judgments")
-TableName = Literal["spans", "logs", "metrics", "tool_calls", "sessions", "case_runs", "judgments"]
+TableName = Literal["spans", "logs", "metrics", "feedback", "tool_calls", "sessions", "case_runs", "judgments"]
 
 
 class RetentionSettings(_Model):
     """How long rows are kept; pruned by bounded store jobs off the ingest path. Nothing is pruned by default."""
 
-    raw_days: float | None = Field(None, gt=0, description="Spans, log records and metric points older than this "
+    raw_days: float | None = Field(None, gt=0, description="Spans, log records, metric points and user feedback older than this "
                                    "(by their own time) are removed; a trace's index row goes with its last span.")
     derived_days: float | None = Field(None, gt=0, description="Tool calls and sessions older than this are removed "
                                        "(by their start and last span), case runs and judgments with their sessions.")
@@ -477,7 +478,7 @@ class RetentionSettings(_Model):
         """Each table's time-to-live in days, for the tables that have one."""
         out = {t: self.raw_days for t in RAW_TABLES if self.raw_days is not None}
         out.update({t: self.derived_days for t in DERIVED_TABLES if self.derived_days is not None})
-        out.update(self.tables)
+        out.update(self.tables)  # type: ignore[arg-type]  # a table's name is a str
         return out
 
 
@@ -524,6 +525,53 @@ class UISettings(_Model):
                                      "deeper values are shown as compact JSON text.")
     max_json_tree_page_bytes: int = Field(1 * MiB, gt=0, description="JSON bytes one page shows as trees; values "
                                           "past this are shown as plain text.")
+    review_experiments: str = Field("*", min_length=1, description="The review queue samples the judge's calls on "
+                                    "the experiments this glob names (as `judge audit export --experiment`).")
+    review_sample: int = Field(40, gt=0, le=10_000, description="Judge calls the review queue samples, stratified by "
+                               "criterion and the judge's call (as `judge audit export --sample`).")
+    review_firings: int = Field(20, ge=0, le=1_000, description="The latest monitor firings whose sessions enter the "
+                                "review queue.")
+    review_firing_sessions: int = Field(100, ge=0, le=10_000, description="Most sessions the firings bring into the "
+                                        "review queue (newest firings first).")
+    max_write_bytes: int = Field(16 * 1024, gt=0, le=1 * MiB, description="Largest form a UI write (a review label, "
+                                 "a case draft) may post; a larger one is answered 413 unread (counted in "
+                                 "ui_writes_refused as too_large).")
+
+
+class FeedbackSettings(_Model):
+    """User feedback (thumbs, scores, comments) over OTLP and ``POST /v1/feedback``: what counts as feedback, how
+    it reads as positive or negative, and what one item or request may hold."""
+
+    evaluation_names: list[str] = Field(["user_feedback"], description="`gen_ai.evaluation.result` events (span "
+                                        "events or log records) whose `gen_ai.evaluation.name` is one of these "
+                                        "(case-insensitive) are user feedback; an event with "
+                                        "`agentfunnel.feedback.source` is feedback whatever its name.")
+    max_comment_chars: int = Field(2000, gt=0, description="A comment (`gen_ai.evaluation.explanation`) longer than "
+                                   "this is cut (counted in feedback_truncated).")
+    max_field_chars: int = Field(256, gt=0, description="Ids, names and labels longer than this are cut (counted in "
+                                 "feedback_truncated).")
+    max_body_bytes: int = Field(256 * 1024, gt=0, description="Largest body POST /v1/feedback reads; a larger one is "
+                                "answered 413 unread.")
+    max_items_per_request: int = Field(100, gt=0, description="Most items one POST /v1/feedback may hold; more is "
+                                       "answered 400 (counted in feedback_rejected as too_many).")
+    positive_at: float = Field(0.7, ge=0, le=1, description="A score with no known label reads positive at this "
+                               "share of its scale or above (4 of 5 stars, a thumbs up of 1).")
+    negative_at: float = Field(0.4, ge=0, le=1, description="A score with no known label reads negative at this "
+                               "share of its scale or below (2 of 5 stars, a thumbs down of 0 or -1); between the "
+                               "two it is neutral.")
+    positive_labels: list[str] = Field(["up", "thumbs_up", "positive", "good", "helpful", "like", "yes", "pass"],
+                                       description="Labels (`gen_ai.evaluation.score.label`, case-insensitive) that "
+                                       "read positive, whatever the score.")
+    negative_labels: list[str] = Field(["down", "thumbs_down", "negative", "bad", "unhelpful", "dislike", "no",
+                                        "fail"], description="Labels that read negative, whatever the score.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "FeedbackSettings":
+        if self.negative_at >= self.positive_at:
+            raise ValueError(f"negative_at ({self.negative_at}) must be below positive_at ({self.positive_at})")
+        if not self.evaluation_names:
+            raise ValueError("evaluation_names is empty: name at least one evaluation that is user feedback")
+        return self
 
 
 class Settings(_Model):
@@ -541,6 +589,8 @@ class Settings(_Model):
     retention: RetentionSettings = RetentionSettings()
     admin: AdminSettings = AdminSettings()
     ui: UISettings = UISettings()
+    monitors: MonitorSettings = MonitorSettings()
+    feedback: FeedbackSettings = FeedbackSettings()
 
     @model_validator(mode="after")
     def _two_credentials(self) -> "Settings":

@@ -32,13 +32,16 @@ EXPORT_TIME: dict[str, str] = {
     "spans": "start_time",
     "logs": "coalesce(time, observed_time, received_at)",
     "metrics": "coalesce(time, start_time, received_at)",
+    "feedback": "coalesce(time, received_at)",
     "tool_calls": "start_time",
     "sessions": "coalesce(first_seen, updated_at)",
     "case_runs": "updated_at",
+    "stage_results": "updated_at",
     "judgments": "created_at",
     "trace_index": "first_received",
 }
-DEFAULT_EXPORT = ("spans", "logs", "metrics", "tool_calls", "sessions", "case_runs", "judgments")
+DEFAULT_EXPORT = ("spans", "logs", "metrics", "feedback", "tool_calls", "sessions", "case_runs", "stage_results",
+                  "judgments")
 BATCH_ROWS = 65_536
 
 

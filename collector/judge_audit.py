@@ -41,7 +41,10 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
+def _rows(db: Path | StoreSettings | Any, sql: str) -> list[dict[str, Any]]:
+    """``db``: a file or the store settings (``query``), or a reader with ``rows(sql)`` (the UI's, in the server)."""
+    if hasattr(db, "rows"):
+        return db.rows(sql)
     res = query(db, sql)
     return [dict(zip(res.columns, r)) for r in res.rows]
 
@@ -61,7 +64,7 @@ def _criteria(value: Any) -> list[dict[str, Any]]:
     return [c for c in parsed or [] if isinstance(c, dict)]
 
 
-def latest_judgments(db: Path | StoreSettings, pattern: str) -> list[dict[str, Any]]:
+def latest_judgments(db: Path | StoreSettings | Any, pattern: str) -> list[dict[str, Any]]:
     """Each session's latest real verdict (complete or incomplete) in the experiments ``pattern`` matches."""
     return _rows(db, _JUDGMENTS_SQL.format(pattern=_literal(pattern)))
 
@@ -250,7 +253,7 @@ class AuditReport:
     judges: tuple[str, ...]
 
 
-def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
+def labelled_pairs(db: Path | StoreSettings | Any, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
     out = []
     for r in _rows(db, _LABELLED_SQL.format(where=where)):
         met = judge_met(r)
@@ -259,7 +262,7 @@ def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[
     return out
 
 
-def audit_report(db: Path | StoreSettings, pattern: str | None = None) -> AuditReport:
+def audit_report(db: Path | StoreSettings | Any, pattern: str | None = None) -> AuditReport:
     where = "TRUE" if pattern is None else f"s.experiment GLOB {_literal(pattern)}"
     pairs = labelled_pairs(db, where)
     by: dict[str, list[tuple[bool, bool]]] = {}
@@ -317,7 +320,7 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        from .report_text import fixed, plural
+        from .report.text import fixed, plural
 
         shown = "undefined" if kappa is None else fixed(kappa)
         return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "

@@ -7,8 +7,8 @@ none). The server prunes every ``retention.interval_seconds`` with the configure
 ``agentfunnel prune --before`` and ``delete`` go through the running server as ``rescore`` does,
 or open the file when no server owns it.
 
-How old a row is: spans by their start time, log records and metric points by their time (else
-when they were received), tool calls by their start, sessions by their last span; a trace's index
+How old a row is: spans by their start time, log records, metric points and user feedback by their time
+(else when they were received), tool calls by their start, sessions by their last span; a trace's index
 row goes with its last span, case runs and judgments with their session.
 
 A deletion finds a user's sessions by ``sessions.user_id`` (and spans not yet assembled by the
@@ -36,6 +36,7 @@ import duckdb
 
 from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
 from .config import DERIVED_TABLES, RAW_TABLES, Settings
+from .store.rows import CASE_RUN_TABLES
 from .privacy import Redactor
 from .telemetry import Metrics
 
@@ -53,17 +54,22 @@ _OF_OLD_SESSIONS = ("(session_id IN (SELECT session_id FROM sessions WHERE coale
 # its arrival instead: received_at for raw rows, the session row's updated_at for a session and its tool calls.
 _FUTURE_SESSION = "(last_seen > updated_at + {future} AND updated_at < ?)"
 OLDER_THAN: dict[str, str] = {
-    "case_runs": _OF_OLD_SESSIONS,
+    "stage_results": _OF_OLD_SESSIONS,
+    "case_run_results": _OF_OLD_SESSIONS,
     "judgments": _OF_OLD_SESSIONS,
     "tool_calls": f"start_time < ? OR session_id IN (SELECT session_id FROM sessions WHERE {_FUTURE_SESSION})",
     "sessions": f"coalesce(last_seen, updated_at) < ? OR {_FUTURE_SESSION}",
     "spans": "start_time < ? OR (start_time > received_at + {future} AND received_at < ?)",
     "logs": "coalesce(time, observed_time, received_at) < ? "
             "OR (coalesce(time, observed_time) > received_at + {future} AND received_at < ?)",
+    "feedback": "coalesce(time, received_at) < ? OR (time > received_at + {future} AND received_at < ?)",
     "metrics": "coalesce(time, start_time, received_at) < ? "
                "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
-assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
+# A table as the settings name it (``retention.tables``) and the tables it is stored in: a case run is a view
+# over its run's row and its stages' rows.
+STORED_IN: dict[str, tuple[str, ...]] = {"case_runs": CASE_RUN_TABLES}
+assert set(OLDER_THAN) == {s for t in (*RAW_TABLES, *DERIVED_TABLES) for s in STORED_IN.get(t, (t,))}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
 
 
@@ -196,9 +202,10 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     delete("logs", " OR ".join([f"trace_id {_IN}", *naming]), [tids, *naming_args])
     if naming:
         delete("metrics", " OR ".join(naming), naming_args)
+    delete("feedback", f"user_id {_IN} OR session_id {_IN} OR trace_id {_IN}", [users, ids, tids])
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
-    for table in ("case_runs", "judgments", "judge_labels", "sessions"):
+    for table in (*CASE_RUN_TABLES, "judgments", "judge_labels", "sessions"):
         delete(table, f"session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
@@ -236,8 +243,9 @@ class Retention:
         future = self.settings.retention.max_future_seconds
         removed: dict[str, int] = {}
         steps: list[tuple[str, Callable[[duckdb.DuckDBPyConnection], int]]] = [
-            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit, future))
-            for t in OLDER_THAN if t in cutoffs]
+            (s, lambda con, s=s, c=cutoffs[t]: prune_chunk(con, s, c, limit, future))  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
+            for t in cutoffs for s in STORED_IN.get(t, (t,)) if s in OLDER_THAN]
+        steps.sort(key=lambda step: list(OLDER_THAN).index(step[0]))
         if "spans" in cutoffs:
             steps.append(("trace_index", lambda con: sweep_index(con, limit)))
         for table, step in steps:
@@ -338,6 +346,6 @@ class Retention:
         with self._snapshot_lock:
             cursor = self.store.reader()
             try:
-                return write_snapshot(cursor, out)
+                return write_snapshot(cursor, out)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
             finally:
                 cursor.close()

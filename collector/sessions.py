@@ -31,10 +31,10 @@ from .held import AssembledTraces, HeldTraces, Preparer, assemble_held, log_even
 from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
-from .store.session_tables import SessionIndex, SessionTables
+from .store.clock import utcnow
+from .store.tables import SessionIndex, SessionTables, traces_in
 from .errors import StoreClosing
 from .store.writer import Store, handed_over
-from .store.writer import _utcnow as utcnow
 from .telemetry import Metrics
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
     """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say are still
     whole, and the rest read back. ``index``: their ``index_of``, when the job has read it already."""
     traces = {t.trace_id: t for t in fresh}
-    older = {tid: since for tid, since in tables.traces_of(con, session_ids, index).items() if tid not in traces}
+    older = {tid: since for tid, since in traces_in(tables.index_of(con, session_ids) if index is None else index).items() if tid not in traces}
     kept = {tid: t for tid in older if (t := cache.get(tid)) is not None} if cache is not None else {}
     for tid in tables.kept_whole(con, kept) if kept else ():
         traces[tid] = kept[tid]
@@ -108,7 +108,7 @@ class SessionService:
     def job_wait_seconds(self) -> float:
         """How long idle traces wait for ``min_traces_per_job`` others: the setting, else the tables' default."""
         wait = self.settings.max_job_wait_seconds
-        return self.tables.job_wait_seconds if wait is None else wait
+        return self.tables.placement.job_wait_seconds if wait is None else wait
 
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled, and re-score the sessions
@@ -191,7 +191,7 @@ class SessionService:
         assembled: list[AssembledTrace] = []
         read_back: list[str] = []
         # closing as last shown (nothing arrived since the preview whose assembly the cache keeps): rows are written
-        shown = [] if preview or not self.tables.assembles_every_trace else [
+        shown = [] if preview or not self.tables.placement.assembles_every_trace else [
             t for tid in known if tid not in reopened and (t := self.assembled.get(tid)) is not None
             and self.held.take_unchanged(tid)]
         held = self.held.peek if preview else self.held.take
@@ -214,19 +214,19 @@ class SessionService:
                                     index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
                                     texts=self._texts(assembled))
         if closed_as_shown:
-            self.tables.close_shown(con, closed_as_shown, now)
+            self.tables.close_shown(con, closed_as_shown, now)  # type: ignore[arg-type]  # nothing closes as shown in a preview
         return assembled + shown, before
 
     def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
         """The traces the tables keep as text for another writer (a lake's owners of their sessions), encoded."""
         fmt = trace_text.format_for(self.settings.session_keys)
         return [{"trace_id": t.trace_id, "format": fmt, "assembled": text} for t in assembled
-                if self.tables.wants_text(t.session_ids) and (text := trace_text.encode(t)) is not None]
+                if self.tables.placement.wants_text(t.session_ids) and (text := trace_text.encode(t)) is not None]
 
     def _score_in(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
                   fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = ()) -> list[ScoredSession]:
         """Re-score these sessions (those this store owns) and replace their rows."""
-        ids = {s for s in session_ids if self.tables.owns(s)}
+        ids = {s for s in session_ids if self.tables.placement.owns(s)}
         if not ids:
             return []
         index = self.tables.index_of(con, ids)  # read once: for the traces gathered, and the slices written
@@ -278,7 +278,7 @@ class SessionService:
     def _committed(self, job: Future, shown: Collection[str]) -> None:
         if job.exception() is None:
             # kept for re-scoring their sessions here: on a lake, not the traces whose sessions all have other owners
-            owns = self.tables.owns
+            owns = self.tables.placement.owns
             self.assembled.put(t for t in job.result() if not t.session_ids or any(map(owns, t.session_ids)))
             self.held.shown_committed(shown)
 
@@ -322,7 +322,7 @@ class SessionService:
 
     def follow_others(self) -> Future | None:
         """Re-score the owned sessions whose traces other writers (a lake's other replicas) assembled."""
-        if self.tables.poll_interval_seconds is None:
+        if self.tables.placement.poll_interval_seconds is None:
             return None
         written: list[ScoredSession] = []
 
@@ -469,8 +469,8 @@ class SessionService:
         evaluator.check_configured()
         cur = self.store.reader(own=True)  # a reader beside the writer thread: this store's own case runs
         try:
-            ids = self.tables.case_sessions(cur, session_id, experiment)
-            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}
+            ids = self.tables.case_sessions(cur, session_id, experiment)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
+            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}  # type: ignore[arg-type]
         finally:
             cur.close()
         before = evaluator.judge.stats()
@@ -535,7 +535,7 @@ class SessionService:
         loop = asyncio.get_running_loop()
         next_preview = loop.time() + self.settings.open_refresh_seconds
         next_poll = loop.time()
-        poll_interval = self.tables.poll_interval_seconds
+        poll_interval = self.tables.placement.poll_interval_seconds
         while True:
             await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
             poll = False

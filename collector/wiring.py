@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .batches import LogBatch, SpanBatch
 from .config import Settings
 from .decode_metrics import MetricLimits
 from .evaluation import Evaluator
+from .feedback.intake import FeedbackIntake
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .privacy import redactor_for
 from .sessions import SessionService
-from .store.session_tables import SessionTables, tables_for
+from .store.lake import LakeSessionTables
+from .store.local import LocalSessionTables
+from .store.tables import SessionTables
 from .store.writer import Store
 from .telemetry import Metrics
 
@@ -40,6 +44,7 @@ class IngestPath:
 
     stage: SessionStage
     pipeline: Pipeline
+    feedback: FeedbackIntake  # user feedback: in committed batches, and POST /v1/feedback
 
 
 def build_session_stage(settings: Settings, metrics: Metrics, store: Store | None = None,
@@ -47,7 +52,8 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
     """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
     store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight,
                            max_future_seconds=settings.retention.max_future_seconds)
-    tables = tables_for(settings.store)
+    tables: SessionTables = (LocalSessionTables() if settings.store.lake is None
+                              else LakeSessionTables(settings.store.lake))
     sessions: SessionService | None = None
 
     def rescore(session_ids: list[str]) -> object:
@@ -76,6 +82,13 @@ def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission
     redactor = redactor_for(settings.privacy, lambda label, n: metrics.inc("redactions", n, label=label))
     receivers = settings.receivers
     limits = MetricLimits(receivers.max_metric_buckets, receivers.max_metric_points, receivers.max_bytes_in_flight)
-    pipeline = Pipeline(stage.store, metrics, admission, stage.sessions.observe,
+    feedback = FeedbackIntake(settings.feedback, stage.store, metrics, receivers.bearer_token,
+                              receivers.retry_after_seconds, redactor, receivers.body_timeout_seconds)
+
+    def committed(batch: SpanBatch | LogBatch) -> None:
+        stage.sessions.observe(batch)
+        feedback.observe(batch)
+
+    pipeline = Pipeline(stage.store, metrics, admission, committed,
                         receivers.max_attribute_value_bytes, receivers.max_value_depth, redactor, limits)
-    return IngestPath(stage, pipeline)
+    return IngestPath(stage, pipeline, feedback)

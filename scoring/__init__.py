@@ -4,6 +4,6 @@ from .assembled import Session, TraceShare
 from .config import ScoringConfig
 from .results import DropOff, SessionScore
 from .session import SessionScorer
-from .summary import TraceSummary
+from .engine import TraceSummary
 
 __all__ = ["ScoringConfig", "Session", "SessionScorer", "SessionScore", "TraceShare", "TraceSummary", "DropOff"]

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from .assertions import AssertionSpec, check_path, parse_pointer
 from .config import _Model, matches
-from .labels import STAGES
 from .regex import linear
 
 
@@ -178,9 +177,9 @@ class ArgumentExpectation(_Model):
         return next(k for k in ("equals", "one_of", "pattern", "present") if k in self.model_fields_set)
 
 
-Stage = Literal["discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
-                "completion"]
-assert get_args(Stage) == STAGES, "Stage must list labels.STAGES, in order"
+# A stage's key (scoring.stages): which keys are stages is the registry's to say, checked where a suite is
+# loaded (``cases.check_stages``), so a stage added to the registry is one a case can name.
+StageKey = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 JsonType = Literal["string", "number", "integer", "boolean", "object", "array", "null"]
 
 
@@ -273,7 +272,7 @@ class Case(_Model):
     candidates_supplied: bool = False
     discovery: DiscoverySpec = DiscoverySpec()
     selection: SelectionSpec = SelectionSpec()
-    scored_stages: list[Stage] | None = Field(
+    scored_stages: list[StageKey] | None = Field(
         None, min_length=1, description="the stages that decide the pass and the first failing stage (default: all)")
     allowed_tools: list[str] = Field(default_factory=list, description="the allowed tool plan: names or globs")
     helper_tools: list[str] = Field(default_factory=list,
@@ -300,6 +299,22 @@ class Case(_Model):
                 raise ValueError(f"{tool}: {e}") from None
         return v
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _lookup_reads_no_choice(cls, data: Any, handler: Any) -> "Case":
+        """A target and no competitors: a data lookup, with no candidate list and no choice to read unless
+        the case names where they are (its tool calls never stand in for either)."""
+        case = handler(data)
+        if not case.fit or case.competitors:
+            return case
+        update = {name: spec(applies=False) for name, spec in (("discovery", DiscoverySpec), ("selection", SelectionSpec))
+                  if name not in case.model_fields_set}
+        if not update:
+            return case
+        copy = case.model_copy(update=update)
+        copy.__pydantic_fields_set__.difference_update(update)  # still not given by the case file
+        return copy
+
     @model_validator(mode="after")
     def _consistent(self) -> "Case":
         names = {n.lower() for n in self.target.names()}
@@ -316,12 +331,6 @@ class Case(_Model):
                 raise ValueError(f"required_result_fields[{i}].tool: {f.tool!r} is not in the allowed tool plan")
         if not self.fit and not self.selection.applies:
             raise ValueError("selection: a negative control (fit: false) is decided at Selection, which cannot be none")
-        if self.fit and not self.competitors:
-            # a target and no competitors: a data lookup, with no candidate list and no choice to read unless the
-            # case names where they are (its tool calls never stand in for either)
-            for name, spec in (("discovery", DiscoverySpec), ("selection", SelectionSpec)):
-                if name not in self.model_fields_set:
-                    object.__setattr__(self, name, spec(applies=False))
         twice = [st for i, st in enumerate(self.scored_stages or []) if st in (self.scored_stages or [])[:i]]
         if twice:
             raise ValueError(f"scored_stages: lists {twice[0]!r} twice")
@@ -384,8 +393,11 @@ class Suite(_Model):
                                                       description="added to every case that has an artifact")
     cases: list[Case] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_and_merged(self) -> "Suite":
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unique_and_merged(cls, data: Any, handler: Any) -> "Suite":
+        """Case ids unique; the suite's catalog and universal assertions in every case."""
+        self = handler(data)
         seen: dict[str, int] = {}
         for i, case in enumerate(self.cases):
             if case.id in seen:
@@ -400,8 +412,9 @@ class Suite(_Model):
                 update["artifact"] = case.artifact.model_copy(update={
                     "universal_assertions": [*case.artifact.universal_assertions, *self.universal_assertions]})
             merged.append(case.model_copy(update=update) if update else case)
-        object.__setattr__(self, "cases", merged)
-        return self
+        if merged == self.cases:
+            return self
+        return self.model_copy(update={"cases": merged})
 
     def case(self, case_id: str) -> Case:
         for c in self.cases:

@@ -98,6 +98,7 @@ def test_normalized_records_match_the_golden_file(expected_file, update_golden):
     views = views_of(expected_file.with_name(exp["scenario"] + ".traces.binpb"))
     by_trace: dict[str, list[SpanView]] = {}
     for v in views:
+        normalize(v, strict=True)  # no dialect raises on a recording nor returns a field a record has not
         by_trace.setdefault(v.trace_id, []).append(v)
     rows = []
     for trace_views in by_trace.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from agentfunnel.collector.experiments import (CaseStats, ExperimentStats, html_body, in_time_order, render_terminal,
+from agentfunnel.collector.report.experiments import (CaseStats, ExperimentStats, html_body, in_time_order, render_terminal,
                                                trends_html)
 
 HOSTILE = "case\x1b]0;pwned\x07<script>"

@@ -31,7 +31,7 @@ import duckdb
 import pytest
 
 from agentfunnel.collector.report import Filters, FunnelStep, ReportData, ReportSQL, Summary
-from agentfunnel.collector.report_html import render_html
+from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.config import BUILTIN_VARIANTS

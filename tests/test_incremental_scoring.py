@@ -19,6 +19,7 @@ from agentfunnel.collector.assembly import assemble_records
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.held import prepare
 from agentfunnel.scoring import ScoringConfig, SessionScorer, TraceSummary
+from agentfunnel.scoring.facts.calls import FACT as CALLS
 from agentfunnel.scoring.config import FunnelSettings
 from agentfunnel.semconv import SpanRecord
 from conftest import FIXTURES
@@ -319,7 +320,7 @@ def test_a_summary_keeps_small_facts_not_results_or_records():
     SCORER.combine("s1", [summary])
     held = _reachable(summary)
     assert id(result) not in held and not held & {id(r) for r in records}
-    (facts,) = summary.calls
+    (facts,) = summary[CALLS]
     assert facts.arguments == {"query": "shoes"} and facts.flags == {"product_ids"}
     assert isinstance(summary, TraceSummary)
 

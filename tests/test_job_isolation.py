@@ -28,7 +28,8 @@ from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.held import prepare
 from agentfunnel.collector.scoring_stage import pass_rows, score_sessions
 from agentfunnel.collector.sessions import SessionService
-from agentfunnel.collector.store.session_tables import SessionTables
+from agentfunnel.collector.store.local import LocalSessionTables
+from agentfunnel.collector.store.tables import Placement
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.collector.telemetry import Metrics
@@ -180,7 +181,7 @@ class _EvaluatorFailingFor:
 def test_one_session_that_raises_leaves_its_row_as_it_was_and_the_others_are_written(tmp_path, breaks):
     con = connect(tmp_path / "iso.duckdb")
     migrate(con)
-    tables = SessionTables()
+    tables = LocalSessionTables()
     ids = {"s-ok", "s-bad"}
     sessions = sessions_of([_session_trace("s-ok"), _session_trace("s-bad")], ids, ())
 
@@ -239,7 +240,7 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
 
     monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
     metrics = Metrics()
-    svc = SessionService(SessionSettings(), store, SessionTables(), metrics)  # type: ignore[arg-type]
+    svc = SessionService(SessionSettings(), store, LocalSessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", POISON, "b"], datetime(2026, 1, 1))
     with caplog.at_level(logging.ERROR, logger="agentfunnel.collector.sessions"):
         done = svc.flush()
@@ -269,7 +270,7 @@ def test_traces_whose_job_hit_an_io_error_are_kept_and_assembled_once_the_store_
 
     monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
     metrics = Metrics()
-    svc = SessionService(SessionSettings(), store, SessionTables(), metrics)  # type: ignore[arg-type]
+    svc = SessionService(SessionSettings(), store, LocalSessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", "b"], datetime(2026, 1, 1))
     assert svc.flush() == [] and store.jobs == [("a", "b")]
     assert metrics.get("traces_assembly_deferred") == 2 and metrics.get("traces_failed") == 0
@@ -294,7 +295,7 @@ def test_a_span_arriving_for_a_trace_whose_job_failed_has_the_whole_trace_read_b
         return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
     monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
-    svc = SessionService(SessionSettings(), store, SessionTables(), Metrics())  # type: ignore[arg-type]
+    svc = SessionService(SessionSettings(), store, LocalSessionTables(), Metrics())  # type: ignore[arg-type]
     svc.held.add(prepare(batch), [])
     svc.tracker.observe([poisoned, "a"], datetime(2026, 1, 1))
     assert [t.trace_id for t in svc.flush()] == ["a"]  # the poisoned trace given up
@@ -311,11 +312,9 @@ def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_r
     store = _InlineStore()
     events: list[tuple[str, ...]] = []
 
-    class PollingTables(SessionTables):
-        poll_interval_seconds = 1.0
-
-        def owns(self, session_id: str) -> bool:
-            return True
+    class PollingTables(LocalSessionTables):
+        def __init__(self) -> None:
+            super().__init__(Placement(poll_interval_seconds=1.0))
 
         def assembled_elsewhere(self, con):
             events.append(("poll",))

@@ -35,11 +35,13 @@ from agentfunnel.collector.held import AssembledTraces
 from agentfunnel.collector.demo.agents import run_population
 from agentfunnel.collector import trace_text
 from agentfunnel.collector.sessions import gather_sessions
-from agentfunnel.collector.store.lake import (LAKE_MIGRATIONS, LOCAL_MIGRATIONS, index_everywhere, lake_ddl, owner_of,
-                                              reader_views)
+from agentfunnel.collector.store.clock import utcnow as _utcnow
+from agentfunnel.collector.store.lake import (LAKE_MIGRATIONS, LOCAL_MIGRATIONS, LakeSessionTables, index_everywhere,
+                                              lake_ddl, owner_of, reader_views)
+from agentfunnel.collector.store.lake.shipper import Shipper
+from agentfunnel.collector.store.rows import insert_rows
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
-from agentfunnel.collector.store.session_tables import LakeSessionTables, insert_rows
-from agentfunnel.collector.store.shipper import Shipper, _utcnow
+from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.telemetry import Metrics
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.semconv import SpanView
@@ -93,7 +95,7 @@ def test_a_replica_follows_the_others_as_often_as_they_ship_unless_told_otherwis
     assert LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5}).follow_interval_seconds == 2.5
     told = LakeSettings.model_validate({**base, "ship_interval_seconds": 2.5, "poll_interval_seconds": 0.5})
     assert told.follow_interval_seconds == 0.5
-    assert LakeSessionTables(told).poll_interval_seconds == 0.5
+    assert LakeSessionTables(told).placement.poll_interval_seconds == 0.5
     with pytest.raises(ValidationError, match="poll_interval_seconds"):
         LakeSettings.model_validate({**base, "poll_interval_seconds": 0})
 
@@ -337,9 +339,9 @@ def test_the_remote_index_keeps_other_replicas_traces_of_owned_sessions(tmp_path
     mine, theirs = (next(f"conv-{i}" for i in range(100) if owner_of(f"conv-{i}", 2) == r) for r in (0, 1))
     tables._index_remote(con, [(1, "t1", T0, [mine], "1.0", ["anthropic"], []), (1, "t2", T0, [theirs], None, [], [])])
     tables._refresh(con)
-    assert tables.traces_of(con, [mine]) == {"t1": T0} and tables.traces_of(con, [theirs]) == {}
+    assert traces_in(tables.index_of(con, [mine])) == {"t1": T0} and traces_in(tables.index_of(con, [theirs])) == {}
     tables._index_remote(con, [(1, "t1", T0, [theirs], None, [], [])])  # assembled again, into another session
-    assert tables.traces_of(con, [mine]) == {}
+    assert traces_in(tables.index_of(con, [mine])) == {}
     assert _lake(con, "SELECT count(*) FROM lake_remote_traces") == [(0,)]
 
 
@@ -412,7 +414,7 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     # replica 0 stores and assembles the trace, as its session stage does; the session is replica 1's
     _stored(con, views)
     tables0 = LakeSessionTables(lake0)
-    assert tables0.wants_text(trace.session_ids) and not LakeSessionTables(lake1).wants_text(trace.session_ids)
+    assert tables0.placement.wants_text(trace.session_ids) and not LakeSessionTables(lake1).placement.wants_text(trace.session_ids)
     text = {"trace_id": trace.trace_id, "format": trace_text.format_for(()), "assembled": trace_text.encode(trace)}
     con.execute("BEGIN TRANSACTION")
     tables0.write_assembled(con, T0, tool_call_rows([trace]), span_stamps([trace]), index_rows([trace], T0, T0),
@@ -745,7 +747,7 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
     # 5. maintenance: on its schedule (every 5 s here) on every replica, then merged, each table is a file or two;
     #    expired, one snapshot is left and every row still reads
     for r in cluster.replicas:
-        _wait_for(lambda: _metrics(r).get("lake_maintenance", 0) >= 1, "a maintenance round on every replica")
+        _wait_for(lambda: _metrics(r).get("lake_maintenance", 0) >= 1, "a maintenance round on every replica")  # noqa: B023 -- waited on at once
     for r in cluster.replicas:
         r.stop()
     facts = lake_maintenance(LAKE_PYTHON, cluster.configs[0], "compact-and-expire")  # type: ignore[arg-type]

@@ -14,7 +14,8 @@ from datetime import datetime
 from agentfunnel.collector.config import LakeSettings, SessionSettings
 from agentfunnel.collector.open_traces import TraceTracker
 from agentfunnel.collector.sessions import SessionService
-from agentfunnel.collector.store.session_tables import LakeSessionTables, SessionTables
+from agentfunnel.collector.store.lake import LakeSessionTables
+from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.telemetry import Metrics
 from test_job_isolation import _InlineStore
 
@@ -96,7 +97,7 @@ def test_the_wait_is_none_on_a_file_of_its_own_and_one_ship_interval_on_a_lake()
     lake = LakeSettings.model_validate({"catalog": "postgres:dbname=x", "data_path": "/tmp/x", "replica": 0,
                                         "replicas": 2, "ship_interval_seconds": 2.5})
     store = _InlineStore()
-    assert SessionService(SessionSettings(), store, SessionTables(), Metrics()).job_wait_seconds == 0.0  # type: ignore[arg-type]
+    assert SessionService(SessionSettings(), store, LocalSessionTables(), Metrics()).job_wait_seconds == 0.0  # type: ignore[arg-type]
     assert SessionService(SessionSettings(), store, LakeSessionTables(lake), Metrics()).job_wait_seconds == 2.5  # type: ignore[arg-type]
     told = SessionSettings(max_job_wait_seconds=0.7)
     assert SessionService(told, store, LakeSessionTables(lake), Metrics()).job_wait_seconds == 0.7  # type: ignore[arg-type]
@@ -108,7 +109,7 @@ def test_the_service_loop_assembles_idle_traces_once_there_are_enough_or_the_wai
     monkeypatch.setattr(SessionService, "_assemble", lambda self, traces, follow=False, keep=True: jobs.append(set(traces)))
     settings = SessionSettings(idle_timeout_seconds=1.0, check_interval_seconds=0.01, open_refresh_seconds=0,
                                min_traces_per_job=3, max_job_wait_seconds=2.0)
-    svc = SessionService(settings, _InlineStore(), SessionTables(), Metrics())  # type: ignore[arg-type]
+    svc = SessionService(settings, _InlineStore(), LocalSessionTables(), Metrics())  # type: ignore[arg-type]
     svc.tracker = _tracker(clock)
 
     async def ticks(then) -> None:

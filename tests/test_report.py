@@ -19,8 +19,8 @@ import pytest
 
 from agentfunnel.collector.report import (CriterionMiss, ExperimentRuns, Filters, FunnelStep, OutcomeCount,
                                           ReportData, ReportSQL, SessionRow, StageRow, Summary, sql_string)
-from agentfunnel.collector.report_html import FUNNEL_FILL, render_html
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.html import FUNNEL_FILL, render_html
+from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from conftest import read_db, run_cli
@@ -399,7 +399,7 @@ def test_unknown_drop_offs_come_last_and_say_what_to_look_at(tmp_path):
     """A drop-off without a step-specific reason is listed after every named one, however many sessions it has,
     and its fix says where to look (never an empty "—"), even in a file scored when it had no text."""
     from agentfunnel.collector.report import Filters, load_report
-    from agentfunnel.collector.report_text import drop_fix
+    from agentfunnel.collector.report.text import drop_fix
     from agentfunnel.collector.store.schema import migrate
     from agentfunnel.collector.store.writer import connect
 

@@ -13,8 +13,8 @@ import pytest
 from agentfunnel.collector.config import load_settings
 from agentfunnel.collector.ingest import ingest_files
 from agentfunnel.collector.report import Filters, load_report
-from agentfunnel.collector.report_html import render_html
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.html import render_html
+from agentfunnel.collector.report.terminal import render_terminal
 from otlp_build import trace_request
 
 DAY1 = int(dt.datetime(2026, 3, 1, 9, tzinfo=dt.timezone.utc).timestamp()) * 10**9

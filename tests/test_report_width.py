@@ -19,7 +19,7 @@ import pytest
 from rich.cells import cell_len
 
 from agentfunnel.collector.report import Filters, load_report
-from agentfunnel.collector.report_text import TEXT, clip_width
+from agentfunnel.collector.report.text import TEXT, clip_width
 from agentfunnel.collector.terminal import visible_controls
 from conftest import FIXTURES, agentfunnel_cmd, read_db, run_cli, shared_demo
 

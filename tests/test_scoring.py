@@ -198,7 +198,7 @@ def test_drop_off_reasons(records, reason):
 ], ids=["question", "question-ja", "answer", "step-cap", "unrecovered-error", "repeats"])
 def test_drop_offs_of_sessions_that_end_without_a_step_reason(records, reason, evidence):
     """Each ending has its reason, evidence and fix (English stored, Japanese in the report), never unknown."""
-    from agentfunnel.collector.report_text import DROP_FIX_TEXT, DROP_REASON_NAMES
+    from agentfunnel.collector.report.text import DROP_FIX_TEXT, DROP_REASON_NAMES
 
     s = score(*records)
     assert s.drop is not None and (s.drop.reason, s.drop.evidence) == (reason, evidence)

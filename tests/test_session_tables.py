@@ -2,7 +2,7 @@
 
 The migrations define a table's columns; the stage's row builders name them. These tests hold the
 two together (a column added to a table and forgotten by its row, or named by a row and missing
-from the table, fails here, not in production), and drive ``SessionTables`` on a real DuckDB file
+from the table, fails here, not in production), and drive ``LocalSessionTables`` on a real DuckDB file
 the way a job does: assemble, score, replace.
 """
 
@@ -19,7 +19,9 @@ from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import migrate
-from agentfunnel.collector.store.session_tables import SessionTables, UnknownColumn, insert_rows
+from agentfunnel.collector.store.local import LocalSessionTables
+from agentfunnel.collector.store.rows import UnknownColumn, case_run_tables, insert_rows
+from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.judge import Judgment
@@ -68,7 +70,9 @@ def test_every_row_builder_names_exactly_its_tables_columns(con):
     assert set(call_step_rows(x, NOW)[0]) == _columns(con, "call_scores")
     assert set(funnel_step_rows(SessionScorer())[0]) == _columns(con, "funnel_steps")
     result = evaluate_run(case_of(), x.records, x.score, GOOD)
-    assert set(case_run_row(x.score, result)) | {"updated_at"} == _columns(con, "case_runs")
+    runs, stage_rows = case_run_tables([{**case_run_row(x.score, result), "updated_at": NOW}])
+    assert set(runs[0]) == _columns(con, "case_run_results")
+    assert {frozenset(r) for r in stage_rows} == {frozenset(_columns(con, "stage_results"))}
     judgment = Judgment.model_validate({
         "status": "complete", "passed": True, "score": 1.0, "judge_model": "m", "backend": "anthropic",
         "base_url": "http://127.0.0.1:1", "rubric_id": "r", "rubric_version": "1", "rubric_sha256": "0" * 64,
@@ -87,7 +91,7 @@ def test_a_row_naming_a_column_the_table_lacks_is_refused_whole_saying_which(con
 
 def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     """What a job does, step by step, on a real file; then the session loses its spans and its row goes."""
-    tables = SessionTables()
+    tables = LocalSessionTables()
     batch = decode_traces_protobuf(SHOP.read_bytes())
     traces, scoring = _scored()
     since = datetime(2026, 1, 1)
@@ -98,7 +102,7 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     assert tables.unassembled(con) == {}
     sid = scoring.written[0].score.session_id
     assert [t.session_ids for t in tables.indexed(con, [traces[0].trace_id])] == [(sid,)]
-    assert set(tables.traces_of(con, [sid])) == {t.trace_id for t in traces}
+    assert set(traces_in(tables.index_of(con, [sid]))) == {t.trace_id for t in traces}
     back = tables.read_traces(con, [traces[0].trace_id], since)
     assert {v.span_id for v in back[traces[0].trace_id]} == {r.span_id for r in traces[0].records}
     assert any(v.attributes for v in back[traces[0].trace_id])  # parsed back from the stored JSON
@@ -106,7 +110,6 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
 
     # a job reads its sessions' index rows once: the traces it gathers and the slices it writes come from them
     index = tables.index_of(con, [sid])
-    assert tables.traces_of(con, [sid], index) == tables.traces_of(con, [sid])
     assert {tid for tid, *_ in index[sid]} == {t.trace_id for t in traces}
     rows = pass_rows(scoring, NOW)
     later = {sid: [(tid, since, "9.9.9", ["acme"], ["shopsrv"]) for tid, since, *_ in index[sid]]}
@@ -133,7 +136,7 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
 def test_a_tables_columns_are_read_once_per_connection(tmp_path):
     """Each insert used to DESCRIBE its table first, a statement as costly as a small insert; the columns are
     kept per connection now (a new connection reads them again: it may be a file at another migration)."""
-    tables = SessionTables()
+    tables = LocalSessionTables()
     rows = [{"variant": "shop", "step": "search", "step_index": 0}]
     for path in (tmp_path / "a.duckdb", tmp_path / "b.duckdb"):
         con = connect(path)

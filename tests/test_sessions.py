@@ -336,7 +336,7 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
     trace's); one whose preview failed after more spans arrived is assembled again, with them."""
     import agentfunnel.collector.sessions as sessions_module
     from agentfunnel.collector.config import Settings
-    from agentfunnel.collector.store.session_tables import SessionTables
+    from agentfunnel.collector.store.local import LocalSessionTables
     from stage_support import commit, session_stage
 
     assembled: list[str] = []
@@ -373,7 +373,7 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
         commit(store, service, trace_request(turn[1:]).SerializeToString())
         service.preparer.drain(None)
         with monkeypatch.context() as failing:
-            failing.setattr(SessionTables, "replace_sessions", lambda *a, **k: (_ for _ in ()).throw(OSError("disk")))
+            failing.setattr(LocalSessionTables, "replace_sessions", lambda *a, **k: (_ for _ in ()).throw(OSError("disk")))
             with pytest.raises(OSError):
                 service.preview_open().result()
         service.flush()

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from agentfunnel.collector.report import (CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount,
                                           ReportData, StageRow, Summary)
-from agentfunnel.collector.report_terminal import render_terminal
+from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.collector.terminal import data_text, json_for_terminal, visible_controls

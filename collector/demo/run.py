@@ -9,11 +9,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
+from ..feedback.demo import send_demo_feedback
+from ..monitors.settings import MonitorSettings
 from ..server import Endpoints, Server
 from .agents import DemoSummary, run_population
 from .judge import DemoJudge
+from .review import review_demo_judgments
 
 DEMO_SUITE = Path(__file__).with_name("cases.yaml")
+# The demo's two monitors (when the configuration names none): more shopping sessions stop at a cart without
+# a checkout link than 3% (its traffic has about one in seven: it fires), and the newest agent version's pass
+# rate falls against the previous one's (1.4.2 passes more runs than 1.4.1: it stays quiet).
+DEMO_MONITORS = {"rules": [
+    {"name": "checkout-link-missing", "window": "24h", "min_sample": 20,
+     "measure": {"kind": "drop_off_share", "reason": "cart_no_checkout_url", "variant": "shopping"},
+     "condition": {"above": 0.03}},
+    {"name": "new-version-pass-rate", "window": "24h", "min_sample": 20,
+     "measure": {"kind": "pass_hat_k", "k": 1}, "condition": {"against": "previous_version", "direction": "decrease"}},
+]}
 # The demo's mark in a database it wrote: one row, created before the server first opens the file
 # and completed with the span count once the demo has stopped. Only a file with the mark, and no
 # spans stored since, is replaced on the next run; the store's schema knows nothing of this table.
@@ -54,7 +67,7 @@ def check_replaceable(db: Path) -> None:
             raise NotTheDemosDatabase(f"the file holds data the demo did not write; {_HOW}")
         spans_then = marked[0][0]
         if spans_then is not None:  # None: an interrupted demo run, replaced as it is
-            spans_now = con.execute("SELECT count(*) FROM spans").fetchone()[0]
+            spans_now = con.execute("SELECT count(*) FROM spans").fetchone()[0]  # type: ignore[index]  # count(*) gives a row
             if spans_now != spans_then:
                 raise NotTheDemosDatabase(f"the demo wrote it, but {spans_now - spans_then} spans have been stored in "
                                           f"it since; {_HOW}")
@@ -137,11 +150,16 @@ def run_demo(settings: Settings, seed: int = 7, sessions: int = 120, ports: tupl
         update["judge"] = judge.settings(settings.judge)
     if settings.cases.suite is None:  # the demo's evaluation runs are scored against its own cases
         update["cases"] = settings.cases.model_copy(update={"suite": str(DEMO_SUITE)})
+    if not settings.monitors.rules:
+        update["monitors"] = MonitorSettings.model_validate({**settings.monitors.model_dump(), **DEMO_MONITORS})
     settings = settings.model_copy(update=update)
     background = _BackgroundServer(settings)
     with judge or contextlib.nullcontext(), background as endpoints:
         summary = run_population(endpoints.grpc or "", f"http://{endpoints.http}", seed=seed, sessions=sessions)
         closed = len(background.server.sessions.flush())
+        send_demo_feedback(background.server, f"http://{endpoints.http}", seed)  # some users say what they thought
         background.server.evaluator.drain()  # judgments are asked for as sessions close: the report waits for them
+        review_demo_judgments(background.server, seed)  # a reviewer labels some of the judge's calls
+        background.server.monitors.check()  # on every session and judgment, so what fires does not depend on timing
     _mark(db, finished=True)  # the server has closed the file
     return DemoRun(db, endpoints, summary, closed, judge.url if judge else None)

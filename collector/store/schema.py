@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .feedback_table import create_feedback_sql
+from ..monitors.columns import create_sql as create_firings_sql
 from .metrics_table import create_metrics_table_sql
 
 Migration = tuple[str, str]
@@ -970,5 +972,129 @@ MIGRATIONS.append((
     FROM problems p JOIN totals t ON p.experiment IS NOT DISTINCT FROM t.experiment
     GROUP BY p.experiment, p.stage, p.tool, p.location, p.kind;
     CREATE VIEW failure_shapes AS SELECT * FROM failure_shapes_of(NULL);
+    """,
+))
+
+# Monitors (collector/monitors): each firing of a rule, with its test's numbers and the sessions behind it.
+MIGRATIONS.append(("0014_monitor_firings", create_firings_sql()))
+MIGRATIONS.append(("0015_feedback", create_feedback_sql()))
+
+# Stage results one row per run and stage (``stage_results``), beside one row per run (``case_run_results``): a
+# stage is a row, not two columns, so a stage added to the registry (scoring.stages) needs no migration, and the
+# stage funnel is a GROUP BY over the rows (``stage_order`` is the stage's place when the run was scored; a
+# funnel's ``stage_index`` counts its stages 1, 2, ...). The seven stages' existing columns move over (this
+# list of them is history: the stages as they were when case_runs had them as columns). ``case_runs`` stays,
+# as a view with its columns as before, for the queries written against it; a stage added later is in
+# ``stage_results`` only.
+MIGRATIONS.append((
+    "0016_stage_results",
+    """
+    CREATE TABLE case_run_results (
+        session_id VARCHAR PRIMARY KEY,
+        case_id VARCHAR,
+        experiment VARCHAR,
+        run_id VARCHAR,
+        fit BOOLEAN,
+        probe BOOLEAN,
+        controlled_exposure BOOLEAN,
+        first_failed_stage VARCHAR,
+        passed BOOLEAN,
+        correct_abstention BOOLEAN,
+        failure_class VARCHAR,
+        layers JSON,
+        failed_assertions VARCHAR[],
+        fix_hint VARCHAR,
+        case_sha256 VARCHAR,
+        updated_at TIMESTAMP
+    );
+    CREATE TABLE stage_results (
+        session_id VARCHAR NOT NULL,
+        stage VARCHAR NOT NULL,
+        stage_order INTEGER,
+        state VARCHAR,
+        evidence JSON,
+        scored BOOLEAN,
+        updated_at TIMESTAMP
+    );
+    INSERT INTO case_run_results
+    SELECT session_id, case_id, experiment, run_id, fit, probe, controlled_exposure, first_failed_stage, passed,
+           correct_abstention, failure_class, layers, failed_assertions, fix_hint, case_sha256, updated_at
+    FROM case_runs;
+    INSERT INTO stage_results
+    SELECT r.session_id, s.stage, s.stage_order,
+           CASE s.stage WHEN 'discovery' THEN r.discovery WHEN 'selection' THEN r.selection
+                WHEN 'tool_resolution' THEN r.tool_resolution WHEN 'invocation' THEN r.invocation
+                WHEN 'execution' THEN r.execution WHEN 'result_usability' THEN r.result_usability
+                ELSE r.completion END,
+           CASE s.stage WHEN 'discovery' THEN r.discovery_evidence WHEN 'selection' THEN r.selection_evidence
+                WHEN 'tool_resolution' THEN r.tool_resolution_evidence WHEN 'invocation' THEN r.invocation_evidence
+                WHEN 'execution' THEN r.execution_evidence WHEN 'result_usability' THEN r.result_usability_evidence
+                ELSE r.completion_evidence END,
+           r.scored_stages IS NULL OR list_contains(r.scored_stages, s.stage),
+           r.updated_at
+    FROM case_runs r, (VALUES ('discovery', 10), ('selection', 20), ('tool_resolution', 30), ('invocation', 40),
+                              ('execution', 50), ('result_usability', 60), ('completion', 70)) s(stage, stage_order);
+    DROP TABLE case_runs;
+    -- the wide rows as case_runs had them: each of the seven stages' state and evidence as two columns
+    CREATE VIEW case_runs AS
+    WITH wide AS (
+        SELECT session_id,
+               any_value(state) FILTER (WHERE stage = 'discovery') AS discovery,
+               any_value(evidence) FILTER (WHERE stage = 'discovery') AS discovery_evidence,
+               any_value(state) FILTER (WHERE stage = 'selection') AS selection,
+               any_value(evidence) FILTER (WHERE stage = 'selection') AS selection_evidence,
+               any_value(state) FILTER (WHERE stage = 'tool_resolution') AS tool_resolution,
+               any_value(evidence) FILTER (WHERE stage = 'tool_resolution') AS tool_resolution_evidence,
+               any_value(state) FILTER (WHERE stage = 'invocation') AS invocation,
+               any_value(evidence) FILTER (WHERE stage = 'invocation') AS invocation_evidence,
+               any_value(state) FILTER (WHERE stage = 'execution') AS execution,
+               any_value(evidence) FILTER (WHERE stage = 'execution') AS execution_evidence,
+               any_value(state) FILTER (WHERE stage = 'result_usability') AS result_usability,
+               any_value(evidence) FILTER (WHERE stage = 'result_usability') AS result_usability_evidence,
+               any_value(state) FILTER (WHERE stage = 'completion') AS completion,
+               any_value(evidence) FILTER (WHERE stage = 'completion') AS completion_evidence,
+               CASE WHEN bool_and(scored) THEN NULL
+                    ELSE coalesce(list(stage ORDER BY stage_order) FILTER (WHERE scored), []) END AS scored_stages
+        FROM stage_results GROUP BY session_id
+    )
+    SELECT r.session_id, r.case_id, r.experiment, r.run_id, r.fit, r.probe, r.controlled_exposure,
+           w.discovery, w.discovery_evidence, w.selection, w.selection_evidence,
+           w.tool_resolution, w.tool_resolution_evidence, w.invocation, w.invocation_evidence,
+           w.execution, w.execution_evidence, w.result_usability, w.result_usability_evidence,
+           w.completion, w.completion_evidence,
+           r.first_failed_stage, r.passed, r.correct_abstention, r.failure_class, r.layers, r.failed_assertions,
+           r.fix_hint, r.case_sha256, r.updated_at, w.scored_stages
+    FROM case_run_results r LEFT JOIN wide w USING (session_id);
+    -- every stage a run has a row of, in its order: a run passed a stage when it passed it, the stage does not
+    -- apply or is not scored, and it passed every earlier one
+    CREATE OR REPLACE MACRO stage_funnel_of(session_ids) AS TABLE
+    WITH runs AS (
+        SELECT r.session_id, r.experiment FROM case_run_results r
+        WHERE NOT coalesce(r.probe, false) AND coalesce(r.fit, true)
+          AND (session_ids IS NULL OR r.session_id IN (SELECT unnest(session_ids)))
+    ),
+    passed_through AS (
+        SELECT r.experiment, s.stage, s.stage_order, s.session_id, s.state, s.scored,
+               bool_and(s.state IN ('passed', 'not_applicable') OR NOT s.scored) OVER (
+                   PARTITION BY r.experiment, s.session_id ORDER BY s.stage_order
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ok
+        FROM runs r JOIN stage_results s USING (session_id)
+    ),
+    counted AS (
+        SELECT experiment, stage, min(stage_order) AS stage_order, count(*) AS runs,
+               count(*) FILTER (WHERE ok) AS passed,
+               count(*) FILTER (WHERE state = 'failed' AND scored) AS failed,
+               count(*) FILTER (WHERE state = 'missing') AS missing,
+               count(*) FILTER (WHERE state = 'not_observed') AS not_observed,
+               count(*) FILTER (WHERE state = 'pending') AS pending,
+               count(*) FILTER (WHERE NOT scored) AS unscored
+        FROM passed_through GROUP BY experiment, stage
+    )
+    SELECT experiment, stage, CAST(row_number() OVER w AS INTEGER) AS stage_index, runs, passed, failed, missing,
+           not_observed, passed / runs AS cumulative, passed / nullif(lag(passed) OVER w, 0) AS conditional,
+           coalesce(lag(passed) OVER w, runs) AS reached, pending, unscored, stage_order
+    FROM counted
+    WINDOW w AS (PARTITION BY experiment ORDER BY stage_order, stage);
+    CREATE OR REPLACE VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL);
     """,
 ))

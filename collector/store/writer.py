@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import importlib.abc
-import importlib.util
 import logging
 import operator
 import os
 import queue
-import sys
 import threading
 from collections import deque
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,13 +32,17 @@ from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
 from ..metric_batches import MetricBatch
 from ..wire import WIRE
+from ..export import write_snapshot
 from ..errors import PermanentError, RetryableError, Saturated, StoreClosing
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow
 from .guard import StoreUnusable, WalMark, check_files, held_elsewhere, wal_path
 from .metrics_table import metrics_arrow_table
+from . import lake as lakestore
+from .clock import utcnow as _utcnow
+from .connect import connect, lock_down  # noqa: F401 (the store's connection helpers, imported from here by callers)
+from .lake.shipper import Shipper
 from .schema import append_arrow, describe, migrate, transaction
-from .shipper import Shipper
 
 log = logging.getLogger(__name__)
 INGEST_GRACE_SECONDS = 0.02  # how long a job that used up its share waits for the next request
@@ -87,72 +88,9 @@ class _Item:
     work: str = "other"  # what the writer's CPU time for it is counted as (writer_cpu_microseconds)
 
 
-class _NotInstalled(importlib.abc.MetaPathFinder):
-    """Fails the import of modules known to be missing at once, instead of searching ``sys.path`` again."""
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name in self.names:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-def settle_optional_imports() -> None:
-    """Make a missing pandas fail to import at once, where it is missing.
-
-    DuckDB 1.5 (the lake's) tries to import pandas for every statement with parameters, twice a
-    parameter; without pandas each try searches ``sys.path`` again, which cost 0.1 ms for one
-    parameter and 0.26 ms for a list, in a statement of 0.2 ms (about a fifth of a shipment's
-    writer time). Where pandas is installed nothing changes: it is imported once and kept.
-    """
-    if any(isinstance(f, _NotInstalled) for f in sys.meta_path):
-        return
-    if "pandas" not in sys.modules and importlib.util.find_spec("pandas") is None:
-        sys.meta_path.insert(0, _NotInstalled(frozenset({"pandas"})))
-
-
-def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection with the session settings every agentfunnel connection uses.
-
-    Extensions are never installed or loaded behind our back: a query naming one is an error,
-    not a download.
-    """
-    settle_optional_imports()
-    con = duckdb.connect(str(path), read_only=read_only,
-                         config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    con.execute("SET TimeZone = 'UTC'")
-    return con
-
-
-def lock_down(con: duckdb.DuckDBPyConnection, allowed_directories: tuple[str, ...] = (), no_files: bool = False) -> None:
-    """No file, network or extension access from SQL, and no configuration changes, from now on.
-
-    Applied once the store has set what it needs: the database's own file, WAL and temporary
-    files stay usable, and Arrow tables registered from Python still scan, but users' SQL cannot
-    read ``/proc/self/environ``, write with COPY, ATTACH another file or change the memory limit.
-    Database-wide and one-way: DuckDB offers no way to turn it back on. ``allowed_directories``
-    stay reachable (a lake's Parquet files). ``no_files``: not even the database's own file and log
-    can be opened by a statement (a reader whose file is already open needs nothing more).
-    """
-    if allowed_directories:
-        listed = ", ".join("'" + d.replace("'", "''") + "'" for d in allowed_directories)
-        con.execute(f"SET allowed_directories = [{listed}]")
-    con.execute("SET enable_external_access = false")
-    if no_files:
-        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-    con.execute("SET lock_configuration = true")
-
-
 def _one_line(exc: BaseException) -> str:
     """An error's message on one line (DuckDB's run over several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _utcnow() -> datetime:
-    """Naive UTC, the convention of every TIMESTAMP column."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def _select(values: list[Any], mask: list[bool] | None) -> list[Any]:
@@ -335,8 +273,6 @@ class Store:
             raise
 
     def _open_lake(self) -> None:
-        from . import lake as lakestore
-
         lake = self.settings.lake
         assert self.con is not None and lake is not None
         lakestore.open_replica(self.con, lake)
@@ -344,15 +280,13 @@ class Store:
                                lake.ship_interval_seconds, lake.ship_batch_rows,
                                keep_assembled_seconds=lake.snapshot_retention_seconds,
                                prune_every_seconds=lake.compact_interval_seconds or lake.snapshot_retention_seconds)
-        newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "
+        newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "  # type: ignore[index]  # max() gives a row
                                   "SELECT max(received_at) FROM logs UNION ALL SELECT max(received_at) FROM metrics)"
                                   ).fetchone()[0]
         self._last_received = newest or datetime.min
 
     def _ship_forever(self) -> None:
         """The shipper's thread: shipments go to the writer thread as jobs; compaction runs here, on a cursor."""
-        from . import lake as lakestore
-
         lake = self.settings.lake
         assert self.shipper is not None and self.con is not None and lake is not None
         cursor = self.con.cursor()
@@ -442,9 +376,7 @@ class Store:
             cur = ReaderCursor(self.con.cursor(), self)
             self._readers.add(cur)
         if self.settings.lake is not None and not own:  # ``own``: this replica's file as it is, not the readers' views
-            from .lake import READERS
-
-            cur.execute(f"USE {READERS}")
+            cur.execute(f"USE {lakestore.READERS}")
         return cur
 
     def _reader_closed(self, cur: "ReaderCursor") -> None:
@@ -475,8 +407,6 @@ class Store:
         Readers are held back meanwhile (those open are waited for, then interrupted after
         ``rewrite_reader_wait_seconds``); batches arriving queue up for the writer as during any job.
         """
-        from ..export import write_snapshot
-
         path = self.settings.path
         started = time.monotonic()
         wal = path.with_name(path.name + ".wal")
@@ -776,7 +706,7 @@ class Store:
         for item in items:
             b = item.batch
             keys = (list(map(operator.add, b.trace_id, b.span_id)) if isinstance(b, SpanBatch)
-                    else b.point_id if isinstance(b, MetricBatch) else b.record_id)
+                    else b.point_id if isinstance(b, MetricBatch) else b.record_id)  # type: ignore[union-attr]  # items written here carry a batch
             mask = self.dedupe.fresh_mask(keys)
             if mask is None and pending.isdisjoint(keys):  # the usual case: nothing seen before
                 fresh = keys
@@ -794,7 +724,7 @@ class Store:
             elif isinstance(b, MetricBatch):
                 metric_parts.append((b, part_mask))
             else:
-                log_parts.append((b, part_mask))
+                log_parts.append((b, part_mask))  # type: ignore[arg-type]
 
         t0 = time.perf_counter()
         tables: dict[str, pa.Table] = {}

@@ -6,7 +6,7 @@ from typing import Final
 
 from ..attributes import ADK_TOOL_ARGS, ADK_TOOL_RESPONSE
 from ..records import SpanView
-from .base import Fields, Marks, parse_json
+from .base import Fields, Marks, NoMessages, parse_json
 from .user_input import first_user_text
 
 # A model call's request as JSON ({model, config, contents: [{role, parts: [{text}]}]}); ADK 2.x with content
@@ -14,7 +14,7 @@ from .user_input import first_user_text
 ADK_LLM_REQUEST: Final = "gcp.vertex.agent.llm_request"
 
 
-class GoogleADK:
+class GoogleADK(NoMessages):
     name = "google_adk"
     marks = Marks(scopes=frozenset({"gcp.vertex.agent"}), prefixes=("gcp.vertex.agent.",))
 

@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..attributes import EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE
+from ..attributes import (EVENT_EXCEPTION, EVENT_OPERATION_EXCEPTION, EXCEPTION_MESSAGE, EXCEPTION_TYPE,
+                          GEN_AI_INPUT_MESSAGES, GEN_AI_OUTPUT_MESSAGES)
+from ..messages import Message
 from ..records import SpanView
 
 Fields = dict[str, Any]
@@ -34,10 +36,31 @@ class Marks:
 
 
 class Dialect(Protocol):
+    """One telemetry convention: what marks its spans, the record fields it reads, and its messages.
+
+    ``extract`` returns only fields ``SpanRecord`` has (``normalize(strict=True)`` raises on any other).
+    ``messages`` returns the span's messages in its convention, or None when the span carries none of
+    them (the next dialect of the registry is asked); every dialect is asked, marks or not.
+    """
+
     name: str
     marks: Marks
 
     def extract(self, span: SpanView) -> Fields: ...
+
+    def messages(self, span: SpanView) -> list[Message] | None: ...
+
+
+class NoMessages:
+    """For a dialect whose spans carry no messages of a convention of its own."""
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        return None
+
+
+def has_genai_messages(attrs: dict[str, Any]) -> bool:
+    """Whether the span carries the GenAI message attributes: the other dialects' message readers defer to them."""
+    return GEN_AI_INPUT_MESSAGES in attrs or GEN_AI_OUTPUT_MESSAGES in attrs
 
 
 # Exception types and messages frameworks raise (or log) when their own step/turn/request cap is hit.
@@ -110,7 +133,7 @@ def tool_definitions(value: Any) -> dict[str, Any]:
         item = parse_json(item)
         if not isinstance(item, dict):
             continue
-        fn = item.get("function") if isinstance(item.get("function"), dict) else item
+        fn = f if isinstance(f := item.get("function"), dict) else item
         name = fn.get("name")
         if isinstance(name, str) and name:
             schema = parse_json(fn.get("parameters", fn.get("inputSchema", fn.get("input_schema"))))
@@ -118,7 +141,7 @@ def tool_definitions(value: Any) -> dict[str, Any]:
     return out
 
 
-_scan_json = json.JSONDecoder().scan_once  # json.loads' own scanner, without its Python wrapper
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' own scanner (set in __init__, not in typeshed), without its Python wrapper
 
 
 def parse_json(value: Any) -> Any:
@@ -196,7 +219,7 @@ def message_text(message: Any) -> str | None:
         return None
     parts = message.get("parts")
     if isinstance(parts, list):
-        texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+        texts: list[Any] = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
                  and isinstance(p.get("content"), str)]
         return "".join(texts) if texts else None
     content = message.get("content")

@@ -15,12 +15,12 @@ from __future__ import annotations
 from ..attributes import (AGENTFUNNEL_HARNESS_EXIT_CODE, AGENTFUNNEL_HARNESS_MESSAGE, AGENTFUNNEL_HARNESS_OUTCOME,
                           AGENTFUNNEL_HARNESS_TIMEOUT, HARNESS_OUTCOMES)
 from ..records import SpanView
-from .base import Fields, Marks
+from .base import Fields, Marks, NoMessages
 
 MESSAGE_MAX_CHARS = 500
 
 
-class Harness:
+class Harness(NoMessages):
     name = "agentfunnel_harness"
     marks = Marks(keys=frozenset({AGENTFUNNEL_HARNESS_OUTCOME}))
 

@@ -8,14 +8,14 @@ from ..attributes import (LANGFUSE_OBSERVATION_INPUT, LANGFUSE_OBSERVATION_LEVEL
 from typing import Any, Final
 
 from ..records import SpanView
-from .base import Fields, Marks, as_int, parse_json, step_limit_text, unwrap_call_input
+from .base import Fields, Marks, NoMessages, as_int, parse_json, step_limit_text, unwrap_call_input
 from .user_input import first_user_text
 
 KINDS = {"generation": "llm", "tool": "tool", "agent": "agent"}
 LANGFUSE_TRACE_INPUT: Final = "langfuse.trace.input"
 
 
-class Langfuse:
+class Langfuse(NoMessages):
     name = "langfuse"
     marks = Marks(prefixes=("langfuse.",))
 

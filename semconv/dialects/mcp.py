@@ -17,7 +17,7 @@ from typing import Any
 
 from ..attributes import ERROR_TYPE, GEN_AI_TOOL_NAME, MCP_METHOD_NAME, MCP_PROTOCOL_METHODS, TRACELOOP_ENTITY_OUTPUT
 from ..records import SpanView
-from .base import Fields, Marks, after_prefix, parse_json
+from .base import Fields, Marks, NoMessages, after_prefix, parse_json
 from .openllmetry import MCP_SCOPE, MCP_SPAN_SUFFIX
 
 HANDSHAKE_METHODS = ("initialize", "server/discover")  # results that describe the server
@@ -33,7 +33,7 @@ MAX_DEPTH = 12
 ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint")
 
 
-class MCP:
+class MCP(NoMessages):
     name = "mcp"
     # OpenLLMetry's MCP client spans carry no mcp.method.name: their scope marks them
     marks = Marks(keys=frozenset({MCP_METHOD_NAME}), scopes=frozenset({MCP_SCOPE}))

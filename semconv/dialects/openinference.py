@@ -21,6 +21,7 @@ That span's name is the workflow's, which names the session only when no agent d
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from typing import Final
@@ -28,8 +29,10 @@ from typing import Final
 from ..attributes import (OI_AGENT_NAME, OI_INPUT_VALUE, OI_LLM_FINISH_REASON, OI_LLM_MODEL_NAME,
                           OI_LLM_OUTPUT_MESSAGES, OI_LLM_RESPONSE_MODEL_NAME, OI_LLM_TOKEN_COMPLETION,
                           OI_LLM_TOKEN_PROMPT, OI_OUTPUT_VALUE, OI_SPAN_KIND, OI_TOOL_ID, OI_TOOL_NAME)
+from ..messages import Message, clip, has_prefix, indexed
+from ..messages import messages as read_messages
 from ..records import SpanView
-from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
+from .base import Fields, Marks, as_int, finish_reason, first, has_genai_messages, parse_json, tool_definitions
 from .user_input import indexed_user_text, state_user_text
 
 KINDS = {"LLM": "llm", "TOOL": "tool", "AGENT": "agent"}
@@ -169,6 +172,20 @@ def _requested(a: dict) -> tuple[str, ...]:
 class OpenInference:
     name = "openinference"
     marks = Marks(keys=frozenset({OI_SPAN_KIND}))
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        """The flattened ``llm.input_messages`` / ``llm.output_messages``; else an agent or chain run's input
+        (``input.value``: a message list, one message, or text), marked ``run``."""
+        a = span.attributes
+        if has_genai_messages(a):
+            return None
+        if has_prefix(a, OI_LLM_INPUT_MESSAGES, OI_LLM_OUTPUT_MESSAGES):
+            return indexed(a, OI_LLM_INPUT_MESSAGES, OI_LLM_OUTPUT_MESSAGES)
+        value = a.get(OI_INPUT_VALUE)
+        if not value:
+            return None
+        found = read_messages(value, "user") or [Message("user", clip(str(value)))]
+        return [dataclasses.replace(m, run=True) for m in found]
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..attributes import (GEN_AI_OPERATION_NAME, GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_MODEL,
+from ..attributes import (GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_PROMPT, GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, LLM_REQUEST_TYPE, MCP_PROTOCOL_METHODS,
                           OP_CHAT, TRACELOOP_ASSOCIATION, TRACELOOP_ENTITY_INPUT, TRACELOOP_ENTITY_NAME,
                           TRACELOOP_ENTITY_OUTPUT, TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME)
+from ..messages import Message, has_prefix, indexed
 from ..records import SpanView
-from .base import Fields, Marks, first, parse_json, unwrap_call_input
+from .base import Fields, Marks, first, has_genai_messages, parse_json, unwrap_call_input
 from .openinference import langchain_final_text, unwrap_tool_message
 from .otel_genai import UNKNOWN_MODELS
 
@@ -75,6 +76,13 @@ class OpenLLMetry:
     name = "openllmetry"
     marks = Marks(keys=frozenset({TRACELOOP_SPAN_KIND, TRACELOOP_WORKFLOW_NAME, LLM_REQUEST_TYPE}),
                   prefixes=(TRACELOOP_ASSOCIATION,), scopes=frozenset({MCP_SCOPE}))
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        """The indexed ``gen_ai.prompt.<i>.*`` / ``gen_ai.completion.<i>.*`` lists, unless the span has the GenAI ones."""
+        a = span.attributes
+        if has_genai_messages(a) or not has_prefix(a, GEN_AI_PROMPT):
+            return None
+        return indexed(a, GEN_AI_PROMPT, GEN_AI_COMPLETION)
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes

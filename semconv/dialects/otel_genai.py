@@ -14,20 +14,24 @@ from typing import Any, Final
 
 from ..attributes import (EVENT_CHOICE, EVENT_OPERATION_DETAILS, GEN_AI_AGENT_NAME, GEN_AI_AGGREGATED_INPUT_TOKENS,
                           GEN_AI_AGGREGATED_OUTPUT_TOKENS,
-                          GEN_AI_COMPLETION, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
-                          GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
+                          GEN_AI_COMPLETION, GEN_AI_INPUT_MESSAGES, GEN_AI_OPERATION_NAME, GEN_AI_OUTPUT_MESSAGES, GEN_AI_PROVIDER_NAME,
+                          GEN_AI_PROMPT, GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_FINISH_REASONS, GEN_AI_RESPONSE_MODEL,
                           GEN_AI_SYSTEM, GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_ID,
                           GEN_AI_TOOL_CALL_RESULT, GEN_AI_TOOL_DEFINITIONS, GEN_AI_TOOL_NAME, GEN_AI_USAGE_COMPLETION_TOKENS,
                           GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS,
                           GEN_AI_WORKFLOW_NAME, OP_AGENT, OP_CHAT, OP_TOOL)
+from ..messages import Message, loads, system_message
+from ..messages import messages as read_messages
 from ..records import SpanView
 from .pydantic_ai import STRUCTURED_OUTPUT_TOOLS
 from .user_input import genai_user_text
-from .base import (Fields, Marks, after_prefix, as_int, event_attribute, finish_reason, first, last_assistant_text,
+from .base import (Fields, Marks, after_prefix, has_genai_messages, as_int, event_attribute, finish_reason, first, last_assistant_text,
                    message_text, parse_json, tool_definitions)
 
 UNKNOWN_MODELS = {"unknown", ""}
 EVENT_CONTENT_COMPLETION: Final = "gen_ai.content.completion"  # before v1.28: a span event carrying gen_ai.completion
+EVENT_CONTENT_PROMPT: Final = "gen_ai.content.prompt"  # its prompt, carrying gen_ai.prompt
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 # Where the Python SDK's Events API wrote an event's name before log records had an event_name field (1.30
 # does, as opentelemetry-instrumentation-openai-v2 2.1b0 recordings show): the joined record has no name of its own.
 LOG_EVENT_NAME: Final = "event.name"
@@ -68,8 +72,8 @@ class OtelGenAI:
             messages = None
         if not isinstance(messages, list):
             messages = None
-        out["finish_reason"] = (_requested_tools(messages) or finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS))
-                                or _output_finish(messages, a))
+        out["finish_reason"] = (tool_call_finish(messages) or finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS))
+                                or output_finish(messages, a))
         out["tool_definitions"] = tool_definitions(a.get(GEN_AI_TOOL_DEFINITIONS)) or None
         if kind == "tool":
             out["tool_name"] = a.get(GEN_AI_TOOL_NAME) or after_prefix(span.name, "execute_tool ")
@@ -99,6 +103,42 @@ class OtelGenAI:
             out["input_message"] = genai_user_text(span)  # what the user asked (user_input.py)
         return out
 
+    def messages(self, span: SpanView) -> list[Message] | None:
+        """``gen_ai.input.messages`` / ``gen_ai.output.messages`` on the span, else the message events (the
+        operation-details event, ``gen_ai.choice``, the v1.28 ``gen_ai.*.message`` events, the pre-v1.28
+        content events), span events or joined log records alike."""
+        a = span.attributes
+        if has_genai_messages(a):
+            return (read_messages(a.get(GEN_AI_INPUT_MESSAGES), "user")
+                    + read_messages(a.get(GEN_AI_OUTPUT_MESSAGES), "assistant", True))
+        return _event_messages(span.events) if span.events else None
+
+
+def _event_messages(events: list[dict[str, Any]]) -> list[Message]:
+    out: list[Message] = []
+    for e in loads(events) or []:
+        if not isinstance(e, dict):
+            continue
+        name, attrs = str(e.get("name") or ""), e.get("attributes") or {}
+        if not isinstance(attrs, dict):
+            continue
+        if GEN_AI_SYSTEM_INSTRUCTIONS in attrs:
+            out += system_message(attrs[GEN_AI_SYSTEM_INSTRUCTIONS])
+        if GEN_AI_INPUT_MESSAGES in attrs:
+            out += read_messages(attrs[GEN_AI_INPUT_MESSAGES], "user")
+        if GEN_AI_OUTPUT_MESSAGES in attrs:
+            out += read_messages(attrs[GEN_AI_OUTPUT_MESSAGES], "assistant", True)
+        if name == EVENT_CHOICE:
+            out += read_messages([loads(attrs.get("message")) or {"role": "assistant", **attrs}], "assistant", True)
+        elif name.startswith("gen_ai.") and name.endswith(".message"):
+            role = name.split(".")[1]
+            out += read_messages([{"role": attrs.get("role") or role, **attrs}], role)
+        elif name in (EVENT_CONTENT_PROMPT, EVENT_CONTENT_COMPLETION):
+            prompt = name == EVENT_CONTENT_PROMPT
+            out += read_messages(attrs.get(GEN_AI_PROMPT if prompt else GEN_AI_COMPLETION),
+                                 "user" if prompt else "assistant", not prompt)
+    return out
+
 
 def requested_tool_names(messages: list | None) -> tuple[str, ...]:
     """The tools an output's ``tool_call`` parts ask for, in order (structured-output pseudo-tools are answers)."""
@@ -119,7 +159,7 @@ def _legacy_requested(a: dict) -> tuple[str, ...]:
     return tuple(str(a[k]) for k in keys if isinstance(a[k], str) and a[k])
 
 
-def _requested_tools(messages: list | None) -> str | None:
+def tool_call_finish(messages: list | None) -> str | None:
     """What the output says beats the reported reason: some emitters report "stop" for a tool call, and a
     call to a structured-output pseudo-tool (Pydantic AI's final_result) is an answer, not a tool request."""
     if messages is None:
@@ -131,7 +171,7 @@ def _requested_tools(messages: list | None) -> str | None:
     return "tool_call" if any(c not in STRUCTURED_OUTPUT_TOOLS for c in calls) else "stop"
 
 
-def _output_finish(messages: list | None, a: dict) -> str | None:
+def output_finish(messages: list | None, a: dict) -> str | None:
     if messages and isinstance(messages[-1], dict):
         return finish_reason(messages[-1].get("finish_reason"))
     return finish_reason(a.get(f"{GEN_AI_COMPLETION}.0.finish_reason"))
@@ -212,7 +252,7 @@ def _content_text(content: object) -> str | None:
     if isinstance(content, str):
         return content or None
     if isinstance(content, list):
-        texts = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
+        texts: list[Any] = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
                  if isinstance(p, dict) and p.get("type", "text") == "text"]
         texts = [t for t in texts if isinstance(t, str)]
         return "".join(texts) or None

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from ..attributes import LOGFIRE_SPAN_TYPE, PYDANTIC_FINAL_RESULT
 from ..records import SpanView
-from .base import Fields, Marks, after_prefix, parse_json
+from .base import Fields, Marks, NoMessages, after_prefix, parse_json
 from .user_input import content_text, first_user_text
 
 STRUCTURED_OUTPUT_TOOLS = {"final_result"}
@@ -21,7 +21,7 @@ LOGFIRE_JSON_SCHEMA: Final = "logfire.json_schema"  # which attributes are JSON,
 PYDANTIC_ALL_MESSAGES: Final = "pydantic_ai.all_messages"
 
 
-class PydanticAI:
+class PydanticAI(NoMessages):
     name = "pydantic_ai"
     marks = Marks(scopes=frozenset({"pydantic-ai", "logfire"}), keys=frozenset({LOGFIRE_SPAN_TYPE, "logfire.msg"}),
                   prefixes=("pydantic_ai.",))

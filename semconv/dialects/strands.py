@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..attributes import (EVENT_CHOICE, EVENT_OPERATION_DETAILS, EVENT_TOOL_MESSAGE, GEN_AI_OPERATION_NAME,
                           GEN_AI_OUTPUT_MESSAGES, GEN_AI_TOOL_CALL_RESULT)
 from ..records import SpanView
-from .base import Fields, Marks, event_attribute, finish_reason, last_assistant_text, parse_json
+from .base import Fields, Marks, NoMessages, event_attribute, finish_reason, last_assistant_text, parse_json
 from .otel_genai import parse_json_bounded
 
 
@@ -46,7 +46,7 @@ def _tool_result(blocks: object) -> object:
     return blocks
 
 
-class Strands:
+class Strands(NoMessages):
     name = "strands"
     marks = Marks(scopes=frozenset({"strands.telemetry.tracer"}), values=(("gen_ai.system", "strands-agents"),))
 

@@ -7,18 +7,36 @@ from ..attributes import (AI_FUNCTION_ID, AI_MODEL_ID, AI_OPERATION_ID, AI_RESPO
                           AI_TOOLCALL_RESULT, AI_USAGE_INPUT, AI_USAGE_OUTPUT)
 from typing import Any, Final
 
+from ..messages import Message, clip, loads, tool_call
+from ..messages import messages as read_messages
 from ..records import SpanView
-from .base import Fields, Marks, as_int, finish_reason, first, parse_json, tool_definitions
+from .base import Fields, Marks, as_int, finish_reason, first, has_genai_messages, parse_json, tool_definitions
 from .user_input import first_user_text
 
 AGENT_OPS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 AI_PROMPT: Final = "ai.prompt"  # the call's prompt as JSON: {system?, prompt (text or messages) | messages}
 AI_PROMPT_MESSAGES: Final = "ai.prompt.messages"  # a model call's messages, as JSON
+AI_RESPONSE_TOOL_CALLS: Final = "ai.response.toolCalls"  # the tools a model call asked for, as JSON
 
 
 class VercelAI:
     name = "vercel_ai"
     marks = Marks(keys=frozenset({AI_OPERATION_ID}))
+
+    def messages(self, span: SpanView) -> list[Message] | None:
+        """``ai.prompt.messages`` (a model call) or ``ai.prompt`` (a run), then the response: ``ai.response.text``
+        and the tools ``ai.response.toolCalls`` asks for."""
+        a = span.attributes
+        if has_genai_messages(a) or not (AI_PROMPT_MESSAGES in a or AI_PROMPT in a or AI_RESPONSE_TEXT in a):
+            return None
+        found = read_messages(a.get(AI_PROMPT_MESSAGES) or a.get(AI_PROMPT), "user")
+        asked = loads(a.get(AI_RESPONSE_TOOL_CALLS))
+        calls = [c for c in (tool_call(c) if isinstance(c, dict) else None
+                             for c in (asked if isinstance(asked, list) else [])) if c is not None]
+        text = clip(str(a.get(AI_RESPONSE_TEXT) or ""))
+        if text.strip() or calls:
+            found.append(Message("assistant", text, tuple(calls), output=True))
+        return found
 
     def extract(self, span: SpanView) -> Fields:
         a = span.attributes
@@ -34,7 +52,7 @@ class VercelAI:
                        output_tokens=as_int(first(a, *AI_USAGE_OUTPUT)))
             if out["finish_reason"] != "tool_call":
                 out["final_answer"] = a.get(AI_RESPONSE_TEXT) or None
-            asked = parse_json(a.get("ai.response.toolCalls"))
+            asked = parse_json(a.get(AI_RESPONSE_TOOL_CALLS))
             if isinstance(asked, list):
                 out["requested_tools"] = tuple(str(c["toolName"]) for c in asked
                                                if isinstance(c, dict) and isinstance(c.get("toolName"), str)) or None

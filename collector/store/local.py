@@ -1,0 +1,235 @@
+"""The session stage's tables in a process that owns its DuckDB file: every statement the stage runs.
+
+Rows go in as one Arrow table per statement, typed from the table itself, so the migrations are
+the one place a table's columns are defined.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+
+import duckdb
+import pyarrow as pa
+
+from ...semconv import SpanView
+from .rows import (CASE_RUN_TABLES, IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings,
+                   relation, span_views, table_columns)
+from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
+
+_INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
+
+
+class LocalSessionTables:
+    """The stage's SQL for a process that owns its DuckDB file (and so every session in it)."""
+
+    session_sources: Sources = LOCAL  # where a session's traces are read from
+
+    def __init__(self, placement: Placement = SINGLE_PROCESS) -> None:
+        self.placement = placement
+        self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
+
+    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+        """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
+        assembles every trace, from every span of it)."""
+        return trace_ids
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Row]) -> None:
+        """``insert_rows``, with the table's columns read once per connection (they change only when it migrates,
+        before the stage's first job); a DESCRIBE costs as much as a small insert."""
+        if not rows:
+            return
+        key = (id(con), table)
+        columns = self._described.get(key)
+        if columns is None:
+            columns = self._described[key] = table_columns(con, table)
+        insert_rows(con, table, rows, columns)
+
+    # ------------------------------------------------------------------ traces
+    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+        """Traces with spans stored but never assembled, or only shown while open (``assembled_at`` NULL), after a
+        restart: trace → earliest received_at."""
+        rows = con.execute(
+            "SELECT trace_id, min(since) FROM (SELECT trace_id, received_at AS since FROM spans WHERE dialect IS NULL "
+            "UNION ALL SELECT trace_id, first_received FROM trace_index WHERE assembled_at IS NULL) GROUP BY trace_id"
+        ).fetchall()
+        return {tid: since - timedelta(seconds=1) for tid, since in rows}
+
+    def open_without_open_traces(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Sessions stored open none of whose indexed traces is still open (``assembled_at`` NULL): after a restart,
+        nothing else would close them (left by a stop between a job that saw a trace reopen and its closing one).
+        On a lake, this file's index only (the remote one keeps no ``assembled_at``): a session whose trace another
+        replica still holds open is scored closed now, and again when that replica's assembly is followed."""
+        return [sid for sid, in con.execute(
+            "SELECT session_id FROM sessions WHERE status = 'open' AND session_id NOT IN "
+            "(SELECT DISTINCT unnest(session_ids) FROM trace_index WHERE assembled_at IS NULL) AND session_id IN "
+            "(SELECT DISTINCT unnest(session_ids) FROM trace_index) ORDER BY session_id"
+        ).fetchall()]
+
+    def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
+        rows = con.execute(f"SELECT trace_id, first_received, session_ids FROM trace_index WHERE trace_id {IN_LIST}",
+                           [json_strings(trace_ids)]).fetchall()
+        return [IndexedTrace(tid, first, tuple(sids or ())) for tid, first, sids in rows]
+
+    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
+                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
+        """Stored spans as views, trace by trace in store order, with the log records tied to them as events."""
+        ids = json_strings(trace_ids)
+        return span_views(con.execute(SPAN_QUERY.format(spans=sources.spans, IN=IN_LIST), [since, ids]).fetchall(),
+                          con.execute(LOG_QUERY.format(logs=sources.logs, IN=IN_LIST), [since, ids]).fetchall())
+
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
+                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
+                        texts: Sequence[Row] = ()) -> None:
+        """Write the tool calls and index rows of these traces (replacing those of the ``reassembled`` ones, which
+        were assembled before) and stamp their spans with session and dialect. ``texts``: ``lake_assembled_traces``
+        rows of the traces ``wants_text`` asked for (none here)."""
+        if reassembled:
+            con.execute(f"DELETE FROM tool_calls WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
+            con.execute(f"DELETE FROM trace_index WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
+        self._insert(con, "tool_calls", tool_calls)
+        if span_stamps:
+            stamps, params = relation(dict.fromkeys(("trace_id", "span_id", "session_id", "dialect"), "VARCHAR"),
+                                       span_stamps)
+            con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {stamps} s "
+                        "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id AND spans.span_id = s.span_id",
+                        [*params, since])
+        # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
+        self._insert(con, "trace_index", index)
+
+    def close_shown(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], now: datetime) -> None:
+        """These traces close as a preview showed them, its rows already written: only their index rows change
+        (``assembled_at`` set: a restart no longer reopens them). Used where ``placement.assembles_every_trace``."""
+        if trace_ids:
+            con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(trace_ids)])
+
+    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                        remember: bool = False) -> dict[str, tuple[str, str]]:
+        """Trace → (format, text) for those of these traces another writer alone assembled and kept as text (none
+        here: every trace is this store's). ``remember``: the session stage keeps what it decodes of them
+        (``kept_whole``); the writer thread's calls only."""
+        return {}
+
+    # ------------------------------------------------------------------ sessions
+    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
+        """The index rows of every trace these sessions hold, by session: a job reads them once, for the traces
+        it gathers and for the slices it writes.
+
+        The index's session lists are unnested and matched by a hash join: ``list_has_any`` over them cost 1.1 s
+        a read at a million indexed traces, this 30-60 ms (``bench/session_lookup.py``).
+        """
+        out: SessionIndex = {}
+        for sid, *entry in con.execute(
+                f"SELECT s, {_INDEX_ENTRY} FROM (SELECT unnest(session_ids) AS s, {_INDEX_ENTRY} "
+                f"FROM {self.session_sources.trace_index}) WHERE s {IN_LIST}", [json_strings(session_ids)]).fetchall():
+            out.setdefault(sid, []).append(tuple(entry))  # type: ignore[arg-type]
+        return out
+
+    def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
+        return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
+                                [json_strings(session_ids)]).fetchall())
+
+    def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
+                         call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
+        """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (stored as
+        ``case_run_results`` and ``stage_results``). ``stored``: those
+        of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
+        ``index_of``, when the job has read it already."""
+        ids = list(replaced)
+        deleted = ids if stored is None else list(stored)
+        if deleted:  # an empty IN still scans the table
+            con.execute(f"DELETE FROM sessions WHERE session_id {IN_LIST}", [json_strings(deleted)])
+        self._insert(con, "sessions", self._with_slices(con, sessions, index))
+        self._write_call_steps(con, ids, call_steps)
+        if cased:
+            for table in CASE_RUN_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE session_id {IN_LIST}", [json_strings(cased)])
+        runs, stages = case_run_tables(case_runs)
+        self._insert(con, "case_run_results", runs)
+        self._insert(con, "stage_results", stages)
+
+    def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
+                     index: SessionIndex | None = None) -> list[Row]:
+        """The rows with what their traces' index rows say they are sliced by: the agent version of the latest
+        trace, the provider most of their traces name, and every MCP server they called."""
+        if not sessions:
+            return []
+        found = self.index_of(con, [r["session_id"] for r in sessions]) if index is None else index
+        out: list[Row] = []
+        for row in sessions:
+            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
+            versions = [version for _, _, version, _, _ in traces if version]
+            providers = Counter(p for _, _, _, ps, _ in traces for p in ps or ())
+            servers = sorted({sv for _, _, _, _, svs in traces for sv in svs or ()})
+            out.append({**row, "agent_version": versions[-1] if versions else None,
+                        "provider": providers.most_common(1)[0][0] if providers else None, "servers": servers})
+        return out
+
+    def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
+        if not rows:
+            return
+        steps, params = relation({"span_id": "VARCHAR", "step": "VARCHAR", "args_valid": "BOOLEAN"}, rows)
+        con.execute(f"UPDATE tool_calls SET step = c.step, args_valid = c.args_valid FROM {steps} c "
+                    f"WHERE tool_calls.span_id = c.span_id AND tool_calls.session_id {IN_LIST}",
+                    [*params, json_strings(session_ids)])
+
+    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
+        con.execute("DELETE FROM funnel_steps")
+        self._insert(con, "funnel_steps", rows)
+
+    def latest_judgments(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, str]:
+        """Each session's newest judgment, as the JSON it was stored as."""
+        rows = con.execute(f"SELECT session_id, arg_max(judgment, created_at) FROM judgments WHERE session_id {IN_LIST} "
+                           "GROUP BY session_id", [json_strings(session_ids)]).fetchall()
+        return dict(rows)
+
+    def cached_judgment(self, con: duckdb.DuckDBPyConnection, input_hash: str) -> str | None:
+        """A finished judgment of exactly this input: a re-score never pays the judge twice."""
+        row = con.execute("SELECT judgment FROM judgments WHERE input_hash = ? AND status IN ('complete', "
+                          "'incomplete') ORDER BY created_at DESC LIMIT 1", [input_hash]).fetchone()
+        return row[0] if row else None
+
+    def add_judgment(self, con: duckdb.DuckDBPyConnection, row: Row) -> None:
+        self._insert(con, "judgments", [row])
+
+    # ------------------------------------------------------------------ re-scoring
+    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]:
+        """Every assembled trace, oldest first; with ``stale_for`` only those of sessions scored under
+        another configuration hash."""
+        if stale_for is None:
+            return dict(con.execute("SELECT trace_id, first_received FROM trace_index ORDER BY first_received").fetchall())
+        # unnested and joined: list_has_any against the list of every stale session compared each index row
+        # with all of them (37 s at 100,000 traces and 25,000 stale sessions; this, 0.1 s)
+        return dict(con.execute(
+            "SELECT trace_id, first_received FROM (SELECT trace_id, first_received, unnest(session_ids) AS s "
+            "FROM trace_index) WHERE s IN (SELECT session_id FROM sessions WHERE config_hash IS DISTINCT FROM ?) "
+            "ORDER BY first_received", [stale_for]).fetchall())
+
+    def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
+        """Sessions whose traces another writer stored (none here: re-assembling the traces re-scores them all)."""
+        return []
+
+    def unjudged_sessions(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Closed sessions whose judgment is pending (asked, and the process stopped before it returned) or
+        missing with none stored (never asked), oldest first: what a restart queues for the judge again."""
+        return [r[0] for r in con.execute(
+            "SELECT session_id FROM sessions WHERE status = 'closed' AND (judge_status = 'pending' OR "
+            "(judge_status = 'missing' AND session_id NOT IN "
+            "(SELECT session_id FROM judgments WHERE session_id IS NOT NULL))) "
+            "ORDER BY last_seen, session_id").fetchall()]
+
+    def case_sessions(self, con: duckdb.DuckDBPyConnection, session_id: str | None = None,
+                      experiment: str | None = None) -> list[str]:
+        """Scored case runs: one session, or every run of the experiments matching a glob."""
+        where, params = (("session_id = ?", [session_id]) if session_id
+                         else ("experiment GLOB ?", [experiment or "*"]))
+        return [r[0] for r in con.execute(
+            f"SELECT session_id FROM sessions WHERE case_id IS NOT NULL AND {where} ORDER BY session_id",
+            params).fetchall()]
+
+    def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
+        """Sessions to re-score because another writer assembled some of their traces (None: no other writer)."""
+        return None
