@@ -66,12 +66,12 @@ def summary_sql(where: str) -> str:
 
 
 def by_step_sql(where: str) -> str:
-    return _joined(where) + f"SELECT variant, last_step, {_COUNTS} FROM j GROUP BY ALL ORDER BY variant, sessions DESC"
+    return _joined(where) + f"SELECT variant, last_step, {_COUNTS} FROM j GROUP BY ALL ORDER BY variant, sessions DESC, last_step"
 
 
 def by_reason_sql(where: str) -> str:
     return (_joined(where) + f"SELECT variant, drop_reason, {_COUNTS} FROM j WHERE drop_reason IS NOT NULL "
-            "GROUP BY ALL ORDER BY unhappy_on_success + happy_on_failure DESC, sessions DESC")
+            "GROUP BY ALL ORDER BY unhappy_on_success + happy_on_failure DESC, sessions DESC, variant, drop_reason")
 
 
 def disagreements_sql(where: str) -> str:
