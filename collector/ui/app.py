@@ -32,9 +32,11 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
+# the report before the feedback package: the report's HTML draws feedback (feedback.render), which reads the
+# report's words, so the report package is first to load
+from ..report.text import lang_of
 from ..feedback import ui as feedback_ui
 from ..query import QueryError
-from ..report.text import lang_of
 from . import monitor_pages, pages, queries
 from .filters import FilterError, SessionFilters
 from .queries import Reader
