@@ -54,7 +54,7 @@ def build(db: Path, sessions: int) -> None:
     runs = EXPERIMENTS * CASES * RUNS
     # sessions: the last `runs` of them are case runs; depth 0..4 decides the steps reached and the outcome
     con.execute(f"""
-    INSERT INTO sessions BY NAME
+    INSERT INTO session_rows BY NAME
     WITH base AS (
         SELECT i, hash(i) AS h, (hash(i) % 10)::INT AS v, (hash(i * 7) % 5)::INT AS depth,
                TIMESTAMP '{START}' + to_seconds(i * {SECONDS_APART}) AS t0,
@@ -97,7 +97,7 @@ def build(db: Path, sessions: int) -> None:
            'abc123' AS config_hash, t0 + INTERVAL 5 MINUTE AS updated_at
     FROM base""")
     con.execute(f"""
-    INSERT INTO case_runs BY NAME
+    INSERT INTO case_run_rows BY NAME
     SELECT session_id, case_id, experiment, run_id, true AS fit, false AS probe, false AS controlled_exposure,
            'passed' AS discovery, '{{}}' AS discovery_evidence, 'passed' AS selection, '{{}}' AS selection_evidence,
            CASE WHEN failure_class = 'invalid_tool_call' THEN 'failed' ELSE 'passed' END AS tool_resolution,

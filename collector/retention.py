@@ -65,6 +65,9 @@ OLDER_THAN: dict[str, str] = {
                "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
 assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
+# Views of appended rows (the newest per session): rows go from the table beneath, every version of a session at once
+# (none reads back), for the sessions the view shows old (or, case runs, whose session is).
+STORED_IN = {"sessions": "session_rows", "case_runs": "case_run_rows"}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
 
 
@@ -98,6 +101,9 @@ def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime,
                 max_future_seconds: float = 86400.0) -> int:
     """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
     where = OLDER_THAN[table].format(future=f"to_microseconds({int(max_future_seconds * 1e6)})")
+    stored = STORED_IN.get(table)
+    if stored is not None:
+        table, where = stored, f"session_id IN (SELECT session_id FROM {table} WHERE {where})"
     rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} "
                        f"LIMIT {int(limit)})", [cutoff] * where.count("?")).fetchall()
     return int(rows[0][0]) if rows else 0
@@ -201,7 +207,13 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
     for table in ("case_runs", "judgments", "judge_labels", "sessions"):
-        delete(table, f"session_id {_IN}", [ids])
+        stored = STORED_IN.get(table)
+        if stored is None:
+            delete(table, f"session_id {_IN}", [ids])
+            continue
+        # every row of them, older versions too; counted as the sessions (case runs) the view showed
+        removed[table] = con.execute(f"SELECT count(*) FROM {table} WHERE session_id {_IN}", [ids]).fetchone()[0]
+        con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
 

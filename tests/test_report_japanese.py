@@ -249,12 +249,12 @@ def test_the_report_reads_each_criterions_results_from_the_database(tmp_path):
     results = {"r1": "missing", "r2": "contradicted", "r3": "unsupported", "r4": None}
     for i, (run, result) in enumerate(results.items()):
         at = dt.datetime(2026, 1, 15, 9, i)
-        con.execute("INSERT INTO sessions (session_id, status, first_seen, last_seen, case_id, experiment, passed)"
+        con.execute("INSERT INTO session_rows (session_id, status, first_seen, last_seen, case_id, experiment, passed)"
                     " VALUES (?, 'closed', ?, ?, 'fx', 'exp', false)", [run, at, at])
         evidence = ({"status": "missing", "criteria": ["states the date"]} if result is None else
                     {"status": "incomplete", "criteria": ["states the date"],
                      "assessed": [{"name": "states the date", "assessment": result}]})
-        con.execute("INSERT INTO case_runs (session_id, case_id, experiment, run_id, fit, probe, completion,"
+        con.execute("INSERT INTO case_run_rows (session_id, case_id, experiment, run_id, fit, probe, completion,"
                     " completion_evidence, passed, first_failed_stage) VALUES (?, 'fx', 'exp', ?, true, false,"
                     " 'failed', ?, false, 'completion')", [run, run, json.dumps(evidence)])
     con.close()

@@ -1,13 +1,16 @@
 """The session stage's tables in a process that owns its DuckDB file: every statement the stage runs.
 
 Rows go in as one Arrow table per statement, typed from the table itself, so the migrations are
-the one place a table's columns are defined.
+the one place a table's columns are defined. Session and case-run rows are only ever appended
+(``session_rows``, ``case_run_rows``; ``sessions`` and ``case_runs`` are views of the newest row per
+session): a job replaces a session's row without deleting it, and ``compact`` removes the rows
+superseded since, now and then.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 
 import duckdb
@@ -15,9 +18,12 @@ import pyarrow as pa
 
 from ...semconv import SpanView
 from .rows import IN_LIST, Row, insert_rows, json_strings, relation, span_views, table_columns, LOG_QUERY, SPAN_QUERY
+from .clock import utcnow
+from .schema import NEWEST_ROW
 from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
+VERSIONS_REMEMBERED = 100_000  # sessions whose stored version is answered from memory (~150 bytes each)
 
 
 class LocalSessionTables:
@@ -25,9 +31,19 @@ class LocalSessionTables:
 
     session_sources: Sources = LOCAL  # where a session's traces are read from
 
-    def __init__(self, placement: Placement = SINGLE_PROCESS) -> None:
+    def __init__(self, placement: Placement = SINGLE_PROCESS, versions_remembered: int = VERSIONS_REMEMBERED,
+                 forgotten: Callable[[int], None] | None = None) -> None:
         self.placement = placement
         self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
+        # the last row_seq written through each connection (read from the file on its first write)
+        self._seq: dict[int, int] = {}
+        # session -> its live stored version (0: none, or removed), newest written last; while ``_complete``, every
+        # session the file holds is here, so a session not here has no row (no lookup needed)
+        self._versions: OrderedDict[str, int] = OrderedDict()
+        self._versions_read: int | None = None  # id of the connection they were read through
+        self._complete = False
+        self.versions_remembered = versions_remembered
+        self._forgotten = forgotten  # told how many were forgotten past the bound (a metric)
 
     def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
         """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
@@ -126,8 +142,56 @@ class LocalSessionTables:
         return out
 
     def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
-        return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
-                                [json_strings(session_ids)]).fetchall())
+        """The stored version of each of these sessions that has a row: from memory for the sessions this process
+        wrote or read, and for every session while the file's are all remembered (``versions_remembered``); the rest
+        are looked up."""
+        self._remember_all(con)
+        known = self._versions
+        out = {sid: v for sid in session_ids if (v := known.get(sid))}
+        if self._complete:
+            return out
+        unknown = [sid for sid in session_ids if sid not in known]
+        if unknown:
+            found = dict(con.execute(
+                f"SELECT session_id, version FROM (SELECT session_id, version, removed FROM session_rows "
+                f"WHERE session_id {IN_LIST} {NEWEST_ROW}) WHERE removed IS NOT TRUE", [json_strings(unknown)]).fetchall())
+            out.update(found)
+        return out
+
+    def _remember_all(self, con: duckdb.DuckDBPyConnection) -> None:
+        """On a connection's first look: every session's version, when there are at most ``versions_remembered``."""
+        if self._versions_read == id(con):
+            return
+        self._versions_read = id(con)
+        self._versions.clear()
+        rows = con.execute(f"SELECT session_id, version FROM sessions LIMIT {self.versions_remembered + 1}").fetchall()
+        self._complete = len(rows) <= self.versions_remembered
+        if self._complete:
+            self._versions.update(rows)
+
+    def _remembered(self, versions: dict[str, int]) -> None:
+        """These sessions' versions as just written (0: removed), newest last; the oldest forgotten past the bound
+        (then the memory is no longer every session's, and those not in it are looked up)."""
+        known = self._versions
+        for sid, version in versions.items():
+            known[sid] = version
+            known.move_to_end(sid)
+        excess = len(known) - self.versions_remembered
+        if excess > 0:
+            self._complete = False
+            for _ in range(excess):
+                known.popitem(last=False)
+            if self._forgotten is not None:
+                self._forgotten(excess)
+
+    def _next_seq(self, con: duckdb.DuckDBPyConnection) -> int:
+        """A ``row_seq`` above every one the file holds: the rows a job appends are the newest of their sessions."""
+        last = self._seq.get(id(con))
+        if last is None:
+            last = con.execute("SELECT greatest((SELECT coalesce(max(row_seq), 0) FROM session_rows), "
+                               "(SELECT coalesce(max(row_seq), 0) FROM case_run_rows))").fetchone()[0]
+        self._seq[id(con)] = last + 1
+        return last + 1
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
@@ -137,14 +201,39 @@ class LocalSessionTables:
         of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
         ``index_of``, when the job has read it already."""
         ids = list(replaced)
-        deleted = ids if stored is None else list(stored)
-        if deleted:  # an empty IN still scans the table
-            con.execute(f"DELETE FROM sessions WHERE session_id {IN_LIST}", [json_strings(deleted)])
-        self._insert(con, "sessions", self._with_slices(con, sessions, index))
+        seq = self._next_seq(con)
+        written = {r["session_id"]: r["version"] for r in sessions}
+        had = set(ids) if stored is None else set(stored)  # a session without a row needs no tombstone
+        gone = [{"session_id": sid, "version": None, "updated_at": utcnow(), "removed": True}
+                for sid in ids if sid not in written and sid in had]
+        rows = [{**r, "row_seq": seq} for r in [*self._with_slices(con, sessions, index), *gone]]
+        self._insert(con, "session_rows", rows)
+        self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         self._write_call_steps(con, ids, call_steps)
-        if cased:
-            con.execute(f"DELETE FROM case_runs WHERE session_id {IN_LIST}", [json_strings(cased)])
-        self._insert(con, "case_runs", case_runs)
+        runs = {r["session_id"] for r in case_runs}
+        self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in case_runs),
+                                            *({"session_id": sid, "row_seq": seq, "removed": True}
+                                              for sid in cased if sid not in runs)])
+
+    # sessions whose removal compaction leaves in place for now (on a lake: until it is shipped)
+    _KEEP_REMOVED = "false"
+
+    def compact(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Remove the session and case-run rows a newer one of their session supersedes, and every row of a session
+        removed: the views read the same, over fewer rows. Returns how many rows went."""
+        removed = 0
+        for table in ("session_rows", "case_run_rows"):
+            row = con.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, session_id, row_number() OVER "
+                f"(PARTITION BY session_id ORDER BY row_seq DESC) AS newness, bool_or(removed AND row_seq = max_seq) "
+                f"OVER (PARTITION BY session_id) AS gone FROM (SELECT *, max(row_seq) OVER (PARTITION BY session_id) "
+                f"AS max_seq FROM {table})) WHERE newness > 1 OR (gone AND NOT ({self._KEEP_REMOVED})))").fetchone()
+            removed += int(row[0]) if row else 0
+        return removed
+
+    def rolled_back(self) -> None:
+        """A job's writes were rolled back: the versions remembered are read again on the next job."""
+        self._versions_read = None
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
                      index: SessionIndex | None = None) -> list[Row]:

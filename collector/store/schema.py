@@ -978,3 +978,24 @@ MIGRATIONS.append((
 # Monitors (collector/monitors): each firing of a rule, with its test's numbers and the sessions behind it.
 MIGRATIONS.append(("0014_monitor_firings", create_firings_sql()))
 MIGRATIONS.append(("0015_feedback", create_feedback_sql()))
+
+# Session writes are appends: every (re)scoring of a session appends a row to ``session_rows`` (its
+# case run one to ``case_run_rows``), numbered by ``row_seq`` (increasing in a file's writes), and a
+# session that no longer exists gets a ``removed`` row. ``sessions`` and ``case_runs`` are views of the
+# newest row per session, with the columns they always had, so a job no longer deletes what it
+# replaces; superseded rows are removed by a periodic compaction (``sessions.compact_every_seconds``).
+# A later column goes on the ``*_rows`` table, and the view is made again.
+NEWEST_ROW = "QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY row_seq DESC) = 1"
+MIGRATIONS.append((
+    "0017_append_only_sessions",
+    f"""
+    CREATE TABLE session_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM sessions;
+    DROP TABLE sessions;
+    CREATE VIEW sessions AS SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM session_rows {NEWEST_ROW})
+    WHERE removed IS NOT TRUE;
+    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_runs;
+    DROP TABLE case_runs;
+    CREATE VIEW case_runs AS SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM case_run_rows {NEWEST_ROW})
+    WHERE removed IS NOT TRUE;
+    """,
+))

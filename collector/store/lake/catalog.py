@@ -166,6 +166,7 @@ def _migrate_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
 
 # ---------------------------------------------------------------------------- readers' views
 
+_DROPPED = re.compile(r"^\s*(?:--[^\n]*\n\s*)*DROP\s+TABLE\s+(\w+)", re.IGNORECASE)
 _OBJECT = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
 # how the union of one table over every schema keeps one row per key (None: every row)
 _LATEST = "ORDER BY updated_at DESC NULLS LAST, replica"
@@ -175,28 +176,40 @@ _DEDUPE: dict[str, str] = {
     "metrics": "PARTITION BY point_id ORDER BY received_at, replica",
     "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
-    "sessions": f"PARTITION BY session_id {_LATEST}",
-    "case_runs": f"PARTITION BY session_id {_LATEST}",
+    "session_rows": f"PARTITION BY session_id {_LATEST}",  # one replica's file ships one row per session
+    "case_run_rows": f"PARTITION BY session_id {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
 _PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces"}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
-    """Table names, and the view and macro statements, of the migrations in order."""
+    """Table names, and the view and macro statements, of the migrations in order; a table a migration dropped is
+    not among them, and a view made in its place (``sessions`` over ``session_rows``) comes first, before the
+    views that read it."""
     tables: list[str] = []
     derived: list[str] = []
+    dropped: set[str] = set()
     parser = duckdb.connect(":memory:")
     for _, sql in migrations:
         for statement in parser.extract_statements(sql):
+            gone = _DROPPED.match(statement.query)
+            if gone is not None:
+                tables.remove(gone.group(1))
+                dropped.add(gone.group(1))
+                continue
             m = _OBJECT.match(statement.query)
             if m is None:
                 continue
             if m.group(1).upper() == "TABLE":
                 tables.append(m.group(2))
             else:
-                derived.append(re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?", r"\1CREATE OR REPLACE ",
-                                      statement.query, count=1, flags=re.IGNORECASE))
+                made = re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?", r"\1CREATE OR REPLACE ",
+                              statement.query, count=1, flags=re.IGNORECASE)
+                if m.group(2) in dropped:
+                    derived.insert(0, made)
+                else:
+                    derived.append(made)
     return tables, derived
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ import duckdb
 from ....semconv import SpanView
 from ...config import LakeSettings
 from ..clock import utcnow
-from ..local import LocalSessionTables
+from ..local import VERSIONS_REMEMBERED, LocalSessionTables
 from ..rows import IN_LIST, Row, json_strings, relation
 from ..tables import LOCAL, SessionIndex, Sources
 from . import catalog
@@ -40,8 +40,9 @@ class LakeSessionTables(LocalSessionTables):
     Whole sessions are read from the file and the other replicas' schemas.
     """
 
-    def __init__(self, lake: LakeSettings) -> None:
-        super().__init__(lake_placement(lake))
+    def __init__(self, lake: LakeSettings, versions_remembered: int = VERSIONS_REMEMBERED,
+                 forgotten: Callable[[int], None] | None = None) -> None:
+        super().__init__(lake_placement(lake), versions_remembered, forgotten)
         self.lake = lake
         self._sources: Sources | None = None
         self._everywhere = LOCAL  # the file and every other replica's schema, index rows included (full re-reads)
@@ -154,6 +155,9 @@ class LakeSessionTables(LocalSessionTables):
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
         mark(con, "case_run", sorted(set(cased)))
 
+    # a removed session's rows stay until the removal is shipped: the lake replaces the session's row with none
+    _KEEP_REMOVED = "session_id IN (SELECT key FROM lake_outbox WHERE kind IN ('session', 'case_run'))"
+
     def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
         super().write_funnel_steps(con, rows)
         mark(con, "funnel_steps", [""])
@@ -197,7 +201,7 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
-        for table in ("sessions", "case_runs", "call_scores"):
+        for table in ("session_rows", "case_run_rows", "call_scores"):  # every row of them, old versions too
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.placement.owns(s)]
             if dropped:
