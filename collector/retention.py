@@ -154,7 +154,9 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     """Remove every row of these users and sessions (one transaction: the caller's job)."""
     users, wanted = sorted(set(users)), set(sessions)
     if users:
-        wanted |= {r[0] for r in con.execute(f"SELECT session_id FROM sessions WHERE user_id {_IN}", [users]).fetchall()}
+        # every version of a session: one that named the user before a re-score changed its user is theirs too
+        wanted |= {r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {STORED_IN['sessions']} WHERE user_id {_IN}",
+                                             [users]).fetchall()}
     ids = sorted(wanted)
     traces: set[str] = set()
     shared: set[str] = set()
@@ -165,7 +167,7 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
                                      [ids]).fetchall():
             traces.add(tid)
             shared.update(s for s in sids or () if s not in wanted)
-        traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM sessions WHERE session_id {_IN}",
+        traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM {STORED_IN['sessions']} WHERE session_id {_IN}",
                                              [ids]).fetchall()}
         traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE session_id {_IN}",
                                              [ids]).fetchall()}

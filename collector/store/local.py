@@ -224,10 +224,10 @@ class LocalSessionTables:
         removed = 0
         for table in ("session_rows", "case_run_rows"):
             row = con.execute(
-                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, session_id, row_number() OVER "
-                f"(PARTITION BY session_id ORDER BY row_seq DESC) AS newness, bool_or(removed AND row_seq = max_seq) "
-                f"OVER (PARTITION BY session_id) AS gone FROM (SELECT *, max(row_seq) OVER (PARTITION BY session_id) "
-                f"AS max_seq FROM {table})) WHERE newness > 1 OR (gone AND NOT ({self._KEEP_REMOVED})))").fetchone()
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rid FROM (SELECT rowid AS rid, session_id, row_number() "
+                "OVER newest AS newness, first_value(removed IS TRUE) OVER newest AS gone FROM "
+                f"{table} WINDOW newest AS (PARTITION BY session_id ORDER BY row_seq DESC)) "
+                f"WHERE newness > 1 OR (gone AND NOT ({self._KEEP_REMOVED})))").fetchone()
             removed += int(row[0]) if row else 0
         return removed
 
