@@ -65,9 +65,10 @@ OLDER_THAN: dict[str, str] = {
                "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
 assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
-# Views of appended rows (the newest per session): rows go from the table beneath, every version of a session at once
-# (none reads back), for the sessions the view shows old (or, case runs, whose session is).
-STORED_IN = {"sessions": "session_rows", "case_runs": "case_run_rows"}
+# Views of appended and compacted rows (the newest per session): rows go from the tables beneath, every version of a
+# session at once (none reads back), for the sessions the view shows old (or, case runs, whose session is).
+STORED_IN = {"sessions": ("session_rows", "session_rows_compacted"),
+             "case_runs": ("case_run_rows", "case_run_rows_compacted")}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
 
 
@@ -101,11 +102,15 @@ def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime,
                 max_future_seconds: float = 86400.0) -> int:
     """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
     where = OLDER_THAN[table].format(future=f"to_microseconds({int(max_future_seconds * 1e6)})")
-    stored = STORED_IN.get(table)
-    if stored is not None:
-        table, where = stored, f"session_id IN (SELECT session_id FROM {table} WHERE {where})"
+    params = [cutoff] * where.count("?")
+    if table in STORED_IN:  # the sessions the view shows old, every row of them
+        old = sorted({r[0] for r in con.execute(f"SELECT session_id FROM {table} WHERE {where} LIMIT {int(limit)}",
+                                                params).fetchall()})
+        for stored in STORED_IN[table]:
+            con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [old])
+        return len(old)
     rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} "
-                       f"LIMIT {int(limit)})", [cutoff] * where.count("?")).fetchall()
+                       f"LIMIT {int(limit)})", params).fetchall()
     return int(rows[0][0]) if rows else 0
 
 
@@ -155,8 +160,8 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     users, wanted = sorted(set(users)), set(sessions)
     if users:
         # every version of a session: one that named the user before a re-score changed its user is theirs too
-        wanted |= {r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {STORED_IN['sessions']} WHERE user_id {_IN}",
-                                             [users]).fetchall()}
+        wanted |= {r[0] for stored in STORED_IN["sessions"] for r in con.execute(
+            f"SELECT DISTINCT session_id FROM {stored} WHERE user_id {_IN}", [users]).fetchall()}
     ids = sorted(wanted)
     traces: set[str] = set()
     shared: set[str] = set()
@@ -167,8 +172,8 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
                                      [ids]).fetchall():
             traces.add(tid)
             shared.update(s for s in sids or () if s not in wanted)
-        traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM {STORED_IN['sessions']} WHERE session_id {_IN}",
-                                             [ids]).fetchall()}
+        traces |= {r[0] for stored in STORED_IN["sessions"] for r in con.execute(
+            f"SELECT unnest(trace_ids) FROM {stored} WHERE session_id {_IN}", [ids]).fetchall()}
         traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE session_id {_IN}",
                                              [ids]).fetchall()}
     # spans not assembled yet: found by the attributes that name their user or session
@@ -215,7 +220,8 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
             continue
         # every row of them, older versions too; counted as the sessions (case runs) the view showed
         removed[table] = con.execute(f"SELECT count(*) FROM {table} WHERE session_id {_IN}", [ids]).fetchone()[0]
-        con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [ids])
+        for rows in stored:
+            con.execute(f"DELETE FROM {rows} WHERE session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
 

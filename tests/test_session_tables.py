@@ -177,7 +177,7 @@ class _Counting:
         return getattr(self.con, name)
 
 
-def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_until_compaction_removes_the_rest(con):
+def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_before_and_after_compaction(con):
     tables = LocalSessionTables()
     _, scoring = _scored()
     sid = _write(tables, con, scoring, 1, {"case_id": "c", "passed": False}, outcome="first")
@@ -186,18 +186,23 @@ def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_until_compac
     assert con.execute("SELECT session_id, version, outcome FROM sessions").fetchall() == [(sid, 2, "second")]
     assert con.execute("SELECT passed FROM case_runs").fetchall() == [(True,)]
     assert _columns(con, "sessions") == _columns(con, "session_rows") - {"row_seq", "removed"}
+    assert _columns(con, "sessions") == _columns(con, "session_rows_compacted")
 
-    assert tables.compact(con) == 2  # the first version of each
-    assert con.execute("SELECT count(*) FROM session_rows").fetchone() == (1,)
+    assert tables.compact(con) == 4  # two session rows and two case-run rows, folded into one of each
+    assert con.execute("SELECT count(*) FROM session_rows").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM session_rows_compacted").fetchone() == (1,)
     assert con.execute("SELECT session_id, version, outcome FROM sessions").fetchall() == [(sid, 2, "second")]
     assert con.execute("SELECT passed FROM case_runs").fetchall() == [(True,)]
+    _write(tables, con, scoring, 3, outcome="third")  # appended over a compacted row: the newer one shows
+    assert con.execute("SELECT version, outcome FROM sessions").fetchall() == [(3, "third")]
 
     gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # found in no trace any more: the session is removed
     tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
     assert con.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
     assert tables.versions(con, [sid]) == {}
-    assert tables.compact(con) == 2  # its last row and the removal
-    assert con.execute("SELECT count(*) FROM session_rows").fetchone() == (0,)
+    assert tables.compact(con) == 2  # its third version and the removal
+    assert con.execute("SELECT (SELECT count(*) FROM session_rows) + (SELECT count(*) FROM session_rows_compacted)"
+                       ).fetchone() == (0,)
     _write(tables, con, scoring, 1, outcome="back")  # and it may come back
     assert con.execute("SELECT version, outcome FROM sessions").fetchall() == [(1, "back")]
 
@@ -213,7 +218,7 @@ def test_stored_versions_are_answered_from_memory_and_looked_up_once_forgotten(c
     counted.statements = 0
     assert tables.versions(counted, [sid]) == {sid: 1}
     assert counted.statements == 0
-    con.execute("INSERT INTO session_rows (session_id, version, row_seq) VALUES ('other', 4, 99)")
+    con.execute("INSERT INTO session_rows_compacted (session_id, version) VALUES ('other', 4)")
     fresh = LocalSessionTables(versions_remembered=1, forgotten=forgotten.append)
     assert fresh.versions(con, [sid, "other"]) == {sid: 1, "other": 4}  # two stored: more than it remembers
     _write(fresh, con, scoring, 2)
@@ -250,10 +255,14 @@ def test_deleting_a_user_removes_every_version_of_their_sessions(con):
     tables = LocalSessionTables()
     _, scoring = _scored()
     sid = _write(tables, con, scoring, 1, user_id="jane", final_answer="jane's address is 1 Main St")
+    tables.compact(con)
     _write(tables, con, scoring, 2, user_id=None)
+    _write(tables, con, scoring, 3, user_id="jane", final_answer="jane's address is 1 Main St")
+    _write(tables, con, scoring, 4, user_id=None)  # compacted, and appended twice since, the newest not naming her
     assert con.execute("SELECT count(*) FROM sessions WHERE user_id = 'jane'").fetchone() == (0,)
     done = delete_rows(con, ["jane"], [])
     assert done.sessions == [sid]
     assert done.removed["sessions"] == 1  # as the view counted them
-    assert con.execute("SELECT count(*) FROM session_rows WHERE session_id = ? OR user_id = 'jane' "
-                       "OR final_answer LIKE '%Main St%'", [sid]).fetchone() == (0,)
+    for table in ("session_rows", "session_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table} WHERE session_id = ? OR user_id = 'jane' "
+                           "OR final_answer LIKE '%Main St%'", [sid]).fetchone() == (0,)

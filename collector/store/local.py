@@ -3,8 +3,8 @@
 Rows go in as one Arrow table per statement, typed from the table itself, so the migrations are
 the one place a table's columns are defined. Session and case-run rows are only ever appended
 (``session_rows``, ``case_run_rows``; ``sessions`` and ``case_runs`` are views of the newest row per
-session): a job replaces a session's row without deleting it, and ``compact`` removes the rows
-superseded since, now and then.
+session, over the rows appended and those compacted): a job replaces a session's row without deleting
+it, and ``compact`` folds the appended rows into the compacted ones now and then.
 """
 
 from __future__ import annotations
@@ -152,9 +152,8 @@ class LocalSessionTables:
             return out
         unknown = [sid for sid in session_ids if sid not in known]
         if unknown:
-            found = dict(con.execute(
-                f"SELECT session_id, version FROM (SELECT session_id, version, removed FROM session_rows "
-                f"WHERE session_id {IN_LIST} {NEWEST_ROW}) WHERE removed IS NOT TRUE", [json_strings(unknown)]).fetchall())
+            found = dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
+                                     [json_strings(unknown)]).fetchall())
             out.update(found)
         return out
 
@@ -215,21 +214,21 @@ class LocalSessionTables:
                                             *({"session_id": sid, "row_seq": seq, "removed": True}
                                               for sid in cased if sid not in runs)])
 
-    # sessions whose removal compaction leaves in place for now (on a lake: until it is shipped)
-    _KEEP_REMOVED = "false"
-
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
-        """Remove the session and case-run rows a newer one of their session supersedes, and every row of a session
-        removed: the views read the same, over fewer rows. Returns how many rows went."""
-        removed = 0
-        for table in ("session_rows", "case_run_rows"):
-            row = con.execute(
-                f"DELETE FROM {table} WHERE rowid IN (SELECT rid FROM (SELECT rowid AS rid, session_id, row_number() "
-                "OVER newest AS newness, first_value(removed IS TRUE) OVER newest AS gone FROM "
-                f"{table} WINDOW newest AS (PARTITION BY session_id ORDER BY row_seq DESC)) "
-                f"WHERE newness > 1 OR (gone AND NOT ({self._KEEP_REMOVED})))").fetchone()
-            removed += int(row[0]) if row else 0
-        return removed
+        """Fold the appended session and case-run rows into the compacted tables (each session's newest row replaces
+        its compacted one; a removed session's goes) and empty them: the views read the same. Returns how many
+        appended rows were folded."""
+        folded = 0
+        for rows, view in (("session_rows", "sessions"), ("case_run_rows", "case_runs")):
+            n = con.execute(f"SELECT count(*) FROM {rows}").fetchone()[0]
+            if not n:
+                continue
+            con.execute(f"DELETE FROM {rows}_compacted WHERE session_id IN (SELECT session_id FROM {rows})")
+            con.execute(f"INSERT INTO {rows}_compacted BY NAME SELECT * EXCLUDE (row_seq, removed) FROM "
+                        f"(SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE")
+            con.execute(f"DELETE FROM {rows}")
+            folded += n
+        return folded
 
     def rolled_back(self) -> None:
         """A job's writes were rolled back: the versions remembered are read again on the next job."""

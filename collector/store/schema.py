@@ -981,21 +981,31 @@ MIGRATIONS.append(("0015_feedback", create_feedback_sql()))
 
 # Session writes are appends: every (re)scoring of a session appends a row to ``session_rows`` (its
 # case run one to ``case_run_rows``), numbered by ``row_seq`` (increasing in a file's writes), and a
-# session that no longer exists gets a ``removed`` row. ``sessions`` and ``case_runs`` are views of the
-# newest row per session, with the columns they always had, so a job no longer deletes what it
-# replaces; superseded rows are removed by a periodic compaction (``sessions.compact_every_seconds``).
-# A later column goes on the ``*_rows`` table, and the view is made again.
+# session that no longer exists gets a ``removed`` row. A periodic compaction
+# (``sessions.compact_every_seconds``) folds them into ``session_rows_compacted`` (one row per
+# session) and empties the appended table. ``sessions`` and ``case_runs`` are views with the columns
+# they always had: the newest appended row of a session, else its compacted one; reading them costs a
+# pass over the compacted rows and the few appended since, as reading the table did. A later column
+# goes on both tables, and the view is made again.
 NEWEST_ROW = "QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY row_seq DESC) = 1"
+
+
+def _appended_view(view: str, rows: str) -> str:
+    return (f"CREATE VIEW {view} AS SELECT * FROM {rows}_compacted WHERE session_id NOT IN "
+            f"(SELECT session_id FROM {rows} WHERE session_id IS NOT NULL) UNION ALL BY NAME "
+            f"SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE;")
+
+
 MIGRATIONS.append((
     "0017_append_only_sessions",
     f"""
-    CREATE TABLE session_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM sessions;
+    CREATE TABLE session_rows_compacted AS SELECT * FROM sessions;
+    CREATE TABLE session_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM sessions LIMIT 0;
     DROP TABLE sessions;
-    CREATE VIEW sessions AS SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM session_rows {NEWEST_ROW})
-    WHERE removed IS NOT TRUE;
-    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_runs;
+    {_appended_view("sessions", "session_rows")}
+    CREATE TABLE case_run_rows_compacted AS SELECT * FROM case_runs;
+    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_runs LIMIT 0;
     DROP TABLE case_runs;
-    CREATE VIEW case_runs AS SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM case_run_rows {NEWEST_ROW})
-    WHERE removed IS NOT TRUE;
+    {_appended_view("case_runs", "case_run_rows")}
     """,
 ))

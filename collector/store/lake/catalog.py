@@ -176,8 +176,8 @@ _DEDUPE: dict[str, str] = {
     "metrics": "PARTITION BY point_id ORDER BY received_at, replica",
     "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
-    "session_rows": f"PARTITION BY session_id {_LATEST}",  # one replica's file ships one row per session
-    "case_run_rows": f"PARTITION BY session_id {_LATEST}",
+    "session_rows_compacted": f"PARTITION BY session_id {_LATEST}",  # what replicas ship (their session_rows: none)
+    "case_run_rows_compacted": f"PARTITION BY session_id {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
 _PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces"}

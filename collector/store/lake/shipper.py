@@ -11,9 +11,9 @@ session jobs the batch holds. A batch holds
 - the spans, tool calls and ``trace_index`` rows of the traces assembled since, and those kept
   assembled for another replica (``lake_assembled_traces``): spans travel stamped with their
   session, so the lake never updates a span, and a trace assembled again replaces its rows there;
-- the rows of the sessions scored since (``session_rows``, ``call_scores``, ``case_run_rows``,
-  ``judgments``), replaced by session id (the file's newest row of each: it appends them), and
-  ``funnel_steps`` when they were rewritten.
+- the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_runs``,
+  ``judgments``), replaced by session id (the file appends session rows: its views' current row of
+  each goes to the lake's compacted table), and ``funnel_steps`` when they were rewritten.
 
 The keys come from ``lake_outbox``, which the session stage fills in the local transaction that
 writes the rows, with ``replace`` set when the lake may hold an older version. A batch takes at
@@ -51,7 +51,7 @@ from typing import Any
 import duckdb
 
 from ...telemetry import Metrics
-from ..schema import NEWEST_ROW, transaction
+from ..schema import transaction
 from .placement import retry_conflicts
 
 log = logging.getLogger(__name__)
@@ -346,17 +346,16 @@ class Shipper:
             insert("tool_calls", f"SELECT * FROM tool_calls WHERE trace_id IN {traced}")
             insert("trace_index", f"SELECT * FROM trace_index WHERE trace_id IN {traced}")
             insert("lake_assembled_traces", f"SELECT * FROM lake_assembled_traces WHERE trace_id IN {traced}")
-        for kind, tables in (("session", ("session_rows", "call_scores")), ("case_run", ("case_run_rows",)),
-                             ("judgment", ("judgments",))):
+        # sessions and case runs: the file's current row of each (its view), as the lake's compacted row
+        for kind, tables in (("session", (("session_rows_compacted", "sessions"), ("call_scores", "call_scores"))),
+                             ("case_run", (("case_run_rows_compacted", "case_runs"),)),
+                             ("judgment", (("judgments", "judgments"),))):
             if kind not in counts:
                 continue
-            for table in tables:
+            for table, source in tables:
                 if counts[kind]:
                     con.execute(f"DELETE FROM {t}.{table} WHERE session_id IN {keys(kind, True)}")
-                select = f"SELECT * FROM {table} WHERE session_id IN {keys(kind)}"
-                if table.endswith("_rows"):  # appended locally: the newest row of each, none for a session removed
-                    select = f"SELECT * FROM ({select} {NEWEST_ROW}) WHERE removed IS NOT TRUE"
-                insert(table, select)
+                insert(table, f"SELECT * FROM {source} WHERE session_id IN {keys(kind)}")
         if "funnel_steps" in counts:
             con.execute(f"DELETE FROM {t}.funnel_steps")
             insert("funnel_steps", "SELECT * FROM funnel_steps")

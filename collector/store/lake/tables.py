@@ -155,9 +155,6 @@ class LakeSessionTables(LocalSessionTables):
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
         mark(con, "case_run", sorted(set(cased)))
 
-    # a removed session's rows stay until the removal is shipped: the lake replaces the session's row with none
-    _KEEP_REMOVED = "session_id IN (SELECT key FROM lake_outbox WHERE kind IN ('session', 'case_run'))"
-
     def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
         super().write_funnel_steps(con, rows)
         mark(con, "funnel_steps", [""])
@@ -201,7 +198,8 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
-        for table in ("session_rows", "case_run_rows", "call_scores"):  # every row of them, old versions too
+        for table in ("session_rows", "session_rows_compacted", "case_run_rows", "case_run_rows_compacted",
+                      "call_scores"):  # every row of them, old versions too
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.placement.owns(s)]
             if dropped:
