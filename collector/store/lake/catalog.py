@@ -180,7 +180,10 @@ _DEDUPE: dict[str, str] = {
     "case_run_rows_compacted": f"PARTITION BY session_id {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
-_PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces"}
+_PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces",
+            "session_rows", "case_run_rows"}  # a replica ships its session rows compacted: these stay empty there
+# views of appended and compacted rows whose readers' version reads only the compacted ones (all the lake holds)
+_COMPACTED_ONLY = {"sessions": "session_rows_compacted", "case_runs": "case_run_rows_compacted"}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
@@ -240,7 +243,11 @@ def reader_views(schemas: list[str]) -> list[str]:
     for t in ("spans", "logs", "trace_index"):
         out.append(f"CREATE OR REPLACE VIEW {READERS}._{t}_everywhere AS "
                    + " UNION ALL BY NAME ".join(f"SELECT * FROM {CATALOG}.{s}.{t}" for s in schemas))
-    out.extend(derived)
+    for statement in derived:
+        m = _OBJECT.match(statement)
+        name = m.group(2) if m is not None else None
+        out.append(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {_COMPACTED_ONLY[name]}"
+                   if name in _COMPACTED_ONLY else statement)
     return out
 
 
