@@ -147,7 +147,7 @@ def test_the_report_shows_each_experiments_most_common_shape(demo):
 def _db(rows: list[dict]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     migrate(con)
-    insert_rows(con, "case_runs", rows)
+    insert_rows(con, "case_run_rows", rows)
     return con
 
 
@@ -263,8 +263,8 @@ def test_a_database_from_before_the_shapes_reports_without_them(tmp_path):
     path = tmp_path / "old.duckdb"
     con = duckdb.connect(str(path))
     migrate(con, [m for m in MIGRATIONS if m[0] < "0013"])
-    con.execute("INSERT INTO session_rows (session_id, experiment, case_id, passed) VALUES ('s1', 'e', 'c', false)")
-    con.execute("INSERT INTO case_run_rows (session_id, experiment, case_id, passed, first_failed_stage, failure_class) "
+    con.execute("INSERT INTO sessions (session_id, experiment, case_id, passed) VALUES ('s1', 'e', 'c', false)")
+    con.execute("INSERT INTO case_runs (session_id, experiment, case_id, passed, first_failed_stage, failure_class) "
                 "VALUES ('s1', 'e', 'c', false, 'execution', 'tool_error')")
     con.close()
     (e,) = load_report(path, Filters.parse(None, None, None)).experiments

@@ -45,8 +45,9 @@ def _pin_clock(db: Path) -> None:
                               " AND NOT starts_with(c.table_name, '_')").fetchall()
         for table, column in columns:
             con.execute(f'UPDATE "{table}" SET "{column}" = "{column}" + to_microseconds(?)', [shift])
-        con.execute("UPDATE case_run_rows SET updated_at = s.last_seen FROM sessions s"
-                    " WHERE s.session_id = case_run_rows.session_id")
+        for table in ("case_run_rows", "case_run_rows_compacted"):  # appended, or compacted already
+            con.execute(f"UPDATE {table} SET updated_at = s.last_seen FROM sessions s"
+                        f" WHERE s.session_id = {table}.session_id")
     finally:
         con.close()
 

@@ -263,7 +263,7 @@ def test_an_older_database_gets_the_input_column_and_keeps_its_rows():
     con = duckdb.connect()
     before = [m for m in MIGRATIONS if m[0] < "0008"]
     migrate(con, before)
-    con.execute("INSERT INTO session_rows (session_id, agent_name) VALUES ('old', 'a')")
+    con.execute("INSERT INTO sessions (session_id, agent_name) VALUES ('old', 'a')")
     assert migrate(con)[0] == "0008_session_input"
     assert con.execute("SELECT session_id, agent_name, input FROM sessions").fetchall() == [("old", "a", None)]
     con.execute("SELECT * FROM experiment_summary").fetchall()  # the views over sessions still bind
