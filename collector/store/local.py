@@ -197,7 +197,7 @@ class LocalSessionTables:
                          stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
         calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``. ``stored``: those
-        of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
+        of ``replaced`` that have a row now, when known (the others need no removal row). ``index``: the sessions'
         ``index_of``, when the job has read it already."""
         ids = list(replaced)
         seq = self._next_seq(con)
@@ -219,7 +219,7 @@ class LocalSessionTables:
         its compacted one; a removed session's goes) and empty them: the views read the same. Returns how many
         appended rows were folded."""
         folded = 0
-        for rows, view in (("session_rows", "sessions"), ("case_run_rows", "case_runs")):
+        for rows in ("session_rows", "case_run_rows"):
             n = con.execute(f"SELECT count(*) FROM {rows}").fetchone()[0]
             if not n:
                 continue
