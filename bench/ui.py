@@ -114,7 +114,7 @@ def build(db: Path, sessions: int) -> None:
            CASE failure_class WHEN 'invalid_tool_call' THEN 'tool_resolution' WHEN 'tool_error' THEN 'execution'
                 WHEN 'cap_hit' THEN 'execution' WHEN 'wrong_output' THEN 'result_usability' END AS first_failed_stage,
            passed, failure_class, [] AS failed_assertions, 'x' AS case_sha256, updated_at
-    FROM sessions WHERE case_id IS NOT NULL""")
+    FROM sessions WHERE case_id IS NOT NULL""")  # noqa: F541 -- no placeholders; its braces are written doubled
     con.execute(f"""
     INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at)
     SELECT printf('%032x', i), TIMESTAMP '{START}' + to_seconds(i * {SECONDS_APART}), {SPANS_PER_SESSION},

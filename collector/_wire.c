@@ -1747,7 +1747,12 @@ static PyObject *int64_buffer(PyObject *self, PyObject *arg) {
     return data;
 }
 
+/* collector/_summaries.c: per-trace summaries of GenAI-semconv spans, in the same extension. */
+PyObject *genai_summaries(PyObject *self, PyObject *args);
+extern const char *const genai_summaries_doc_text;
+
 static PyMethodDef methods[] = {
+    {"genai_summaries", genai_summaries, METH_VARARGS, NULL},
     {"decode_traces", decode_traces, METH_VARARGS, decode_traces_doc},
     {"string_buffers", string_buffers, METH_O, string_buffers_doc},
     {"int64_buffer", int64_buffer, METH_O, int64_buffer_doc},
@@ -1764,6 +1769,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__wire(void) {
     for (int i = 0; i < 256; i++) JSON_CLASS[i] = i < 0x20 ? 1 : (i >= 0x80 ? 2 : 0);
     JSON_CLASS['"'] = JSON_CLASS['\\'] = 1;
+    methods[0].ml_doc = genai_summaries_doc_text;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     DecodeError = PyErr_NewExceptionWithDoc("agentfunnel.collector._wire.DecodeError",

@@ -113,11 +113,11 @@ class ParsedOnDemand(Protocol):
 
 def _agent_version(views: Sequence[SpanView]) -> str | None:
     lazy = isinstance(views, ParsedOnDemand)
-    for v in views.with_attribute(GEN_AI_AGENT_VERSION) if lazy else views:
+    for v in views.with_attribute(GEN_AI_AGENT_VERSION) if lazy else views:  # type: ignore[attr-defined]  # lazy: views is a ParsedOnDemand
         found = v.attributes.get(GEN_AI_AGENT_VERSION)
         if isinstance(found, str) and found:
             return found
-    for resource in views.resource_attributes() if lazy else (v.resource_attributes for v in views):
+    for resource in views.resource_attributes() if lazy else (v.resource_attributes for v in views):  # type: ignore[attr-defined]  # lazy: views is a ParsedOnDemand
         found = resource.get(SERVICE_VERSION)
         if found is not None and found != "":
             return str(found)

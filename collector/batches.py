@@ -9,12 +9,12 @@ protobuf decoder (``_wire``) returns whole columns in ``SPAN_COLUMNS`` order ins
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .metric_batches import MetricBatch
+from .decoded import Rejections, ResourceContext, hex_id, to_json, truncated
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -24,51 +24,6 @@ SEVERITIES = (
     "ERROR", "ERROR2", "ERROR3", "ERROR4", "FATAL", "FATAL2", "FATAL3", "FATAL4",
 )
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-MAX_REJECT_MESSAGES = 5
-
-
-def to_json(value: Any) -> str:
-    """Compact JSON text for a decoded AnyValue tree (non-finite floats already made strings)."""
-    return _dumps(value)
-
-
-@dataclass(slots=True)
-class Rejections:
-    """Spans or records refused inside an otherwise good request (OTLP partial success)."""
-
-    count: int = 0
-    messages: list[str] = field(default_factory=list)
-
-    def add(self, where: str, why: str) -> None:
-        self.count += 1
-        if len(self.messages) < MAX_REJECT_MESSAGES:
-            self.messages.append(f"{where}: {why}")
-
-    def extend(self, count: int, first: list[tuple[str, str]]) -> None:
-        """Add ``count`` refusals of which ``first`` spells out the leading ones (as ``add`` keeps)."""
-        for where, why in first:
-            self.add(where, why)
-        self.count += count - len(first)
-
-    def message(self) -> str:
-        more = self.count - len(self.messages)
-        return "; ".join(self.messages) + (f"; and {more} more" if more > 0 else "")
-
-
-def hex_id(raw: bytes, size: int, what: str, *, optional: bool = False) -> str | None:
-    """Lowercase hex of an OTLP id, or a ValueError naming what is wrong with it."""
-    if not raw:
-        if optional:
-            return None
-        raise ValueError(f"{what} is empty")
-    if len(raw) != size:
-        raise ValueError(f"{what} has {len(raw)} bytes, expected {size}")
-    if optional and not any(raw):
-        return None
-    if not any(raw):
-        raise ValueError(f"{what} is all zeros")
-    return raw.hex()
 
 
 @dataclass(slots=True)
@@ -109,7 +64,7 @@ class SpanBatch:
     @classmethod
     def from_columns(cls, columns: tuple[list[Any], ...], payload_bytes: int = 0) -> "SpanBatch":
         """A batch over ready-made columns in ``SPAN_COLUMNS`` order (the compiled decoder's output)."""
-        return cls(*columns, payload_bytes=payload_bytes, _attrs=None, _resource_attrs=None, _event_list=None)
+        return cls(*columns, payload_bytes=payload_bytes, _attrs=None, _resource_attrs=None, _event_list=None)  # type: ignore[misc,arg-type]  # columns: every column, in SPAN_COLUMNS order
 
     @property
     def attrs(self) -> list[dict[str, Any]]:
@@ -201,26 +156,6 @@ assert SPAN_COLUMNS[0] == "trace_id" and SPAN_COLUMNS[-1] == "links"
 
 
 @dataclass(slots=True)
-class ResourceContext:
-    """What every span or record under one resource and scope shares; JSON made once."""
-
-    attributes: dict[str, Any]
-    attributes_json: str
-    service_name: str | None
-    scope_name: str | None = None
-    scope_version: str | None = None
-
-    @classmethod
-    def of(cls, attributes: dict[str, Any]) -> "ResourceContext":
-        service = attributes.get("service.name")
-        return cls(attributes, to_json(attributes), service if isinstance(service, str) else None)
-
-    def with_scope(self, name: str | None, version: str | None) -> "ResourceContext":
-        return ResourceContext(self.attributes, self.attributes_json, self.service_name,
-                               name or None, version or None)
-
-
-@dataclass(slots=True)
 class LogBatch:
     """Log records of one request, column by column."""
 
@@ -261,8 +196,6 @@ class LogBatch:
         attrs: dict[str, Any],
     ) -> None:
         """Validate and append one log record; ids are optional on logs but must be well formed."""
-        import hashlib
-
         try:
             tid = hex_id(trace_id, 16, "trace_id", optional=True)
             sid = hex_id(span_id, 8, "span_id", optional=True)
@@ -301,24 +234,6 @@ class LogBatch:
         self.body_value.append(body)
 
 
-TRUNCATION_MARK = "…[truncated by agentfunnel: {dropped} more bytes]"
-
-
-def _truncated(value: Any, limit: int, count: list[int]) -> Any:
-    if isinstance(value, str):
-        raw = value.encode()
-        if len(raw) <= limit:
-            return value
-        count[0] += 1
-        kept = raw[:limit].decode(errors="ignore")  # never cut a character in two
-        return kept + TRUNCATION_MARK.format(dropped=len(raw) - len(kept.encode()))
-    if isinstance(value, dict):
-        return {k: _truncated(v, limit, count) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_truncated(v, limit, count) for v in value]
-    return value
-
-
 def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
     """Cut every string value longer than ``limit`` bytes (attributes, events, log bodies); how many were cut.
 
@@ -334,7 +249,7 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
         column = getattr(batch, name)
         for i, text in enumerate(column):
             if text is not None and len(text) * 4 > limit:  # a character is at most four bytes
-                column[i] = to_json(_truncated(json.loads(text), limit, count))
+                column[i] = to_json(truncated(json.loads(text), limit, count))
     if count[0]:
         if isinstance(batch, SpanBatch):  # the views are parsed again from the cut text when read
             batch._attrs = batch._event_list = None
@@ -342,18 +257,3 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
             batch.attrs = [json.loads(a) for a in batch.attributes]
             batch.body_value = [None if b is None else json.loads(b) for b in batch.body]
     return count[0]
-
-
-DECODED_ROW_BYTES = 700  # a decoded span or log record beyond its JSON text: its column entries and ids
-BUCKET_BYTES = 48  # a decoded metric bucket count or bound: protobuf's slot, a Python int and list slot, Arrow's value
-
-
-def decoded_cost(batch: SpanBatch | LogBatch | MetricBatch) -> int:
-    """What a decoded batch holds in memory: its payload text and each row's other columns.
-
-    A request is admitted again at this size once decoded (a small protobuf body of many spans
-    costs several times its bytes as Python objects, and admission by body bytes alone let a
-    flood of such bodies grow the process without ever pushing back), and a committed batch
-    waits to be prepared at this size. A metric point's buckets count too (``MetricBatch.buckets``).
-    """
-    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch) + BUCKET_BYTES * getattr(batch, "buckets", 0)

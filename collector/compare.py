@@ -180,7 +180,7 @@ def compare(db: Path | StoreSettings, a: str, b: str, *, min_pass_hat_k: float |
     gates = []
     regressed = [r["case_id"] for r in rows if r["change"] == "regressed"]
     if len(regressed) > max_regressions:
-        gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")
+        gates.append(f"{len(regressed)} case(s) regressed (allowed {max_regressions}): {', '.join(regressed)}")  # type: ignore[arg-type]  # case ids are text
     gates += side_gates(side_b, min_pass_hat_k=min_pass_hat_k, max_p95_cost=max_p95_cost, max_cost=max_cost,
                         max_p99_cost=max_p99_cost)
     gates += judgment_gates(side_a, "A") + judgment_gates(side_b, "B")

@@ -487,7 +487,7 @@ class RetentionSettings(_Model):
         """Each table's time-to-live in days, for the tables that have one."""
         out = {t: self.raw_days for t in RAW_TABLES if self.raw_days is not None}
         out.update({t: self.derived_days for t in DERIVED_TABLES if self.derived_days is not None})
-        out.update(self.tables)
+        out.update(self.tables)  # type: ignore[arg-type]  # a table's name is a str
         return out
 
 
@@ -534,6 +534,17 @@ class UISettings(_Model):
                                      "deeper values are shown as compact JSON text.")
     max_json_tree_page_bytes: int = Field(1 * MiB, gt=0, description="JSON bytes one page shows as trees; values "
                                           "past this are shown as plain text.")
+    review_experiments: str = Field("*", min_length=1, description="The review queue samples the judge's calls on "
+                                    "the experiments this glob names (as `judge audit export --experiment`).")
+    review_sample: int = Field(40, gt=0, le=10_000, description="Judge calls the review queue samples, stratified by "
+                               "criterion and the judge's call (as `judge audit export --sample`).")
+    review_firings: int = Field(20, ge=0, le=1_000, description="The latest monitor firings whose sessions enter the "
+                                "review queue.")
+    review_firing_sessions: int = Field(100, ge=0, le=10_000, description="Most sessions the firings bring into the "
+                                        "review queue (newest firings first).")
+    max_write_bytes: int = Field(16 * 1024, gt=0, le=1 * MiB, description="Largest form a UI write (a review label, "
+                                 "a case draft) may post; a larger one is answered 413 unread (counted in "
+                                 "ui_writes_refused as too_large).")
 
 
 class FeedbackSettings(_Model):

@@ -16,15 +16,13 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from aiohttp import web
 
+from .admin_access import AdminAccess
 from .export import export_tables, write_snapshot
 from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, deletion_json, parse_time
-
-if TYPE_CHECKING:
-    from .server import Server
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +80,14 @@ def _time(doc: dict[str, Any], key: str) -> Any:
     return parse_time(value, f"--{key}")
 
 
-def add_routes(app: web.Application, server: "Server", retention: Retention) -> None:
-    """``/prune``, ``/delete``, ``/export`` and ``/snapshot`` on the admin app, behind its own checks."""
+def add_routes(app: web.Application, access: AdminAccess, store: Any, retention: Retention) -> None:
+    """``/prune``, ``/delete``, ``/export`` and ``/snapshot`` on the admin app, behind its checks (``access``);
+    copies read through ``store``'s reader cursors, removals go through ``retention`` (the store's single writer)."""
+    settings = access.settings
 
     def endpoint(work: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.Response:
-            if (refused := server._refused(request)) is not None:
+            if (refused := access.refused(request)) is not None:
                 return refused
             try:
                 doc = await request.json() if request.can_read_body else {}
@@ -96,11 +96,11 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
             if not isinstance(doc, dict):
                 return web.json_response({"error": "the body must be a JSON object"}, status=400)
             try:
-                result = await asyncio.get_running_loop().run_in_executor(server._query_pool, work, doc)
+                result = await access.run(work, doc)
             except NotSupported as exc:
                 return web.json_response({"error": str(exc)}, status=409)
             except OutsideDataDir as exc:
-                server.metrics.inc("admin_refused", label="outside_data_dir")
+                access.metrics.inc("admin_refused", label="outside_data_dir")
                 return web.json_response({"error": str(exc)}, status=403)
             except (BadRequest, ValueError, OSError) as exc:
                 return web.json_response({"error": str(exc)}, status=400)
@@ -112,7 +112,7 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         if before is not None:
             cutoffs = {t: before for t in OLDER_THAN}
         else:
-            cutoffs = cutoffs_for(server.settings)
+            cutoffs = cutoffs_for(settings)
             if not cutoffs:
                 raise BadRequest("no retention is configured (retention.raw_days, derived_days or tables); "
                                  "give --before DATE")
@@ -123,25 +123,25 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         return deletion_json(done)
 
     def export(doc: dict[str, Any]) -> dict[str, Any]:
-        if server.settings.store.lake is not None:
+        if settings.store.lake is not None:
             raise NotSupported("export reads a file of its own; a lake's data is already Parquet under its data_path")
         tables = _strings(doc, "tables") or None
-        cursor = server.store.reader()
+        cursor = store.reader()
         try:
-            rows = export_tables(cursor, _path(doc, "to", server.settings), *([tables] if tables else []),
+            rows = export_tables(cursor, _path(doc, "to", settings), *([tables] if tables else []),  # type: ignore[misc,arg-type]  # a reader cursor reads as a connection does; tables given or not
                                  since=_time(doc, "since"), until=_time(doc, "until"))
         finally:
             cursor.close()
         return {"rows": rows}
 
     def snapshot(doc: dict[str, Any]) -> dict[str, Any]:
-        if server.settings.store.lake is not None:
+        if settings.store.lake is not None:
             raise NotSupported("snapshot copies a file of its own; a lake is read by any DuckDB with the "
                                "ducklake extension")
-        out = _path(doc, "to", server.settings)
-        cursor = server.store.reader()
+        out = _path(doc, "to", settings)
+        cursor = store.reader()
         try:
-            return {"rows": write_snapshot(cursor, out)}
+            return {"rows": write_snapshot(cursor, out)}  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         finally:
             cursor.close()
 
@@ -149,19 +149,19 @@ def add_routes(app: web.Application, server: "Server", retention: Retention) -> 
         app.router.add_post(f"/{name}", endpoint(work))
 
 
-async def snapshot_forever(server: Any, out: Path, interval: float) -> None:
+async def snapshot_forever(retention: Retention, out: Path, interval: float) -> None:
     """``store.snapshot_path`` rewritten every ``interval`` seconds (the first one after one interval), as
     ``agentfunnel snapshot`` writes it: readers of the copy never see half of one."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval)
         try:
-            await loop.run_in_executor(None, server.retention.write_snapshot)
+            await loop.run_in_executor(None, retention.write_snapshot)
         except Exception:  # noqa: BLE001 - counted and logged; the next one tries again
-            server.metrics.inc("snapshot_errors")
+            retention.metrics.inc("snapshot_errors")
             log.exception("the periodic snapshot to %s failed", out)
             continue
-        server.metrics.inc("snapshots_written")
+        retention.metrics.inc("snapshots_written")
 
 
 async def prune_forever(retention: Retention, interval: float) -> None:

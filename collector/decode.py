@@ -24,7 +24,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from .batches import MAX_REJECT_MESSAGES, SPAN_KINDS, STATUS_CODES, LogBatch, SpanBatch
+from .batches import SPAN_KINDS, STATUS_CODES, LogBatch, SpanBatch
+from .decoded import MAX_REJECT_MESSAGES
 from .errors import PermanentError
 from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, UINT32_MAX, InValue, JsonShapeError,
                           counts_bytes_values,
@@ -135,7 +136,7 @@ def _json_span(span: dict[str, Any], wp: str, depth: int) -> tuple[Any, ...]:
     links = []
     for li, ln in enumerate(json_list(span, "links", "links", wp)):
         ln = json_obj(ln, f"{wp}.links[{li}]")
-        link = {
+        link: dict[str, Any] = {
             "trace_id": json_id(json_field(ln, "traceId", "trace_id"), f"{wp}.links[{li}].traceId").hex(),
             "span_id": json_id(json_field(ln, "spanId", "span_id"), f"{wp}.links[{li}].spanId").hex(),
         }
@@ -194,7 +195,7 @@ def spans_from_json_doc(doc: dict[str, Any], batch: SpanBatch, max_value_depth: 
                             raise shape_error(exc, wp, limit) from None
                         batch.rejected.add(_span_name(span, wp), exc.render(limit))
                         continue
-                    batch.add(wp, *fields, ctx, attrs, events, links)
+                    batch.add(wp, *fields, ctx, attrs, events, links)  # type: ignore[call-arg]  # fields: a span's (the name holds a log's below)
     except JsonShapeError as exc:
         raise json_refusal(exc) from None
 

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from .batches import BUCKET_BYTES, DECODED_ROW_BYTES, ResourceContext
+from .decoded import BUCKET_BYTES, DECODED_ROW_BYTES, ResourceContext
 from .otlp_values import (DEFAULT_MAX_VALUE_DEPTH, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, InValue,
                           counts_bytes_values,
                           JsonShapeError, JsonValueError, as_int, json_attrs, json_field, json_id, json_list, json_obj,
@@ -67,7 +67,7 @@ class MetricShape:
     targets: list[int] = field(default_factory=list)  # where each refused point's field starts in the body
 
     def decoded_cost(self, body_bytes: int) -> int:
-        """What the kept points will hold decoded (``batches.decoded_cost``'s estimate, buckets included)."""
+        """What the kept points will hold decoded (``decoded.decoded_cost``'s estimate, buckets included)."""
         return body_bytes + DECODED_ROW_BYTES * (self.points - self.refusals) + BUCKET_BYTES * self.buckets
 
 

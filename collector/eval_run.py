@@ -414,8 +414,8 @@ class Runner:
             if exc is None and f.result() is not None:
                 records.append(f.result())
         if interrupted:
-            raise _Interrupted(records)
-        return records
+            raise _Interrupted(records)  # type: ignore[arg-type]
+        return records  # type: ignore[return-value]  # only results that are not None are kept
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -1,4 +1,4 @@
-"""Case runs: sessions tagged with a case id scored through the seven stages, judged off the ingest path.
+"""Case runs: sessions tagged with a case id scored through the stages, judged off the ingest path.
 
 Scoring a session (on the writer thread) evaluates its case run with the latest stored judgment.
 A closed session whose case needs a judge and has none is queued for the judge on its own thread
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
-STAGE_COLUMNS = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
-                 "completion")
 
 
 class NotConfigured(Exception):
@@ -65,7 +63,7 @@ class _StoredJudgments:
             return None
         cur = self.store.reader()
         try:
-            found = self.tables.cached_judgment(cur, input_hash)
+            found = self.tables.cached_judgment(cur, input_hash)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         finally:
             cur.close()
         return Judgment.model_validate_json(found).model_copy(update={"cached": True}) if found else None
@@ -218,7 +216,7 @@ class Evaluator:
             if self._judge is None:
                 from ..scoring.judge import AnthropicJudge
 
-                extra = {"rubric": self.rubric} if self.rubric is not None else {}
+                extra: dict[str, Any] = {"rubric": self.rubric} if self.rubric is not None else {}
                 self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables), **extra)
             return self._judge
 
@@ -282,7 +280,7 @@ class Evaluator:
         status_and_score = ((judgment.status if judgment else "pending" if waiting else "missing"),
                             (judgment.score if judgment else None)) if wanted or judgment is not None \
             else (None, None)
-        return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result),
+        return Evaluated(result.passed, result.failure_class, *status_and_score, case_run=case_run_row(score, result),  # type: ignore[misc]  # status_and_score: two fields
                          judgment=judgment)
 
     def _archive(self, score: SessionScore, result: CaseRunResult, judgment: Judgment | None) -> None:
@@ -370,7 +368,7 @@ class Evaluator:
     def _rescore_verdicts(self, stored: Future, done: Future) -> None:
         """(As the storing job ends.) Re-score the judged sessions, then let their judges go."""
         if stored.cancelled() or stored.exception() is not None:
-            self._give_up_verdicts(done, stored.exception() if not stored.cancelled()
+            self._give_up_verdicts(done, stored.exception() if not stored.cancelled()  # type: ignore[arg-type]  # not cancelled: it raised
                                    else RuntimeError("the store stopped before the judgments were stored"))
             return
         try:
@@ -412,7 +410,7 @@ class Evaluator:
                 continue
             judgment = self.judge.judge(judge_input(case, records, score))
             row = judgment_row(sid, judgment)
-            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r), work="judgments").result()
+            self.store.submit_job(lambda con, r=row: self.tables.add_judgment(con, r), work="judgments").result()  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
             done += 1
         return done
 
@@ -434,21 +432,17 @@ def archive_name(experiment: str | None, case_id: str, run: str) -> str:
 
 
 def case_run_row(score: SessionScore, r: CaseRunResult) -> dict[str, Any]:
-    """The ``case_runs`` row of one evaluated run (``updated_at`` is stamped when it is written)."""
-    row: dict[str, Any] = {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
-                           "run_id": score.run_id, "fit": r.fit, "probe": r.probe,
-                           "controlled_exposure": r.controlled_exposure}
-    for stage in STAGE_COLUMNS:
-        s = r.stages.get(stage)
-        row[stage] = s.state if s else None
-        row[f"{stage}_evidence"] = json.dumps(s.evidence, default=str) if s else None
-    row.update(first_failed_stage=r.first_failed_stage, passed=r.passed, correct_abstention=r.correct_abstention,
-               failure_class=r.failure_class,
-               layers=json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
-               failed_assertions=list(r.failed_assertions), fix_hint=r.fix_hint, case_sha256=r.case_sha256,
-               scored_stages=[k for k, v in r.stages.items() if v.scored]
-               if not all(v.scored for v in r.stages.values()) else None)
-    return row
+    """The ``case_run_results`` row of one evaluated run, with its ``stage_results`` rows, one per stage in
+    funnel order, under ``stages`` (``updated_at`` is stamped on both when they are written)."""
+    stages = [{"session_id": score.session_id, "stage": key, "stage_order": s.order, "state": s.state,
+               "evidence": json.dumps(s.evidence, default=str), "scored": s.scored} for key, s in r.stages.items()]
+    return {"session_id": score.session_id, "case_id": r.case_id, "experiment": score.experiment,
+            "run_id": score.run_id, "fit": r.fit, "probe": r.probe, "controlled_exposure": r.controlled_exposure,
+            "first_failed_stage": r.first_failed_stage, "passed": r.passed, "correct_abstention": r.correct_abstention,
+            "failure_class": r.failure_class,
+            "layers": json.dumps(r.to_dict().get("layers"), default=str) if r.layers else None,
+            "failed_assertions": list(r.failed_assertions), "fix_hint": r.fix_hint, "case_sha256": r.case_sha256,
+            "stages": stages}
 
 
 def judgment_row(session_id: str, j: Judgment) -> dict[str, Any]:

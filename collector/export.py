@@ -36,10 +36,12 @@ EXPORT_TIME: dict[str, str] = {
     "tool_calls": "start_time",
     "sessions": "coalesce(first_seen, updated_at)",
     "case_runs": "updated_at",
+    "stage_results": "updated_at",
     "judgments": "created_at",
     "trace_index": "first_received",
 }
-DEFAULT_EXPORT = ("spans", "logs", "metrics", "feedback", "tool_calls", "sessions", "case_runs", "judgments")
+DEFAULT_EXPORT = ("spans", "logs", "metrics", "feedback", "tool_calls", "sessions", "case_runs", "stage_results",
+                  "judgments")
 BATCH_ROWS = 65_536
 
 

@@ -31,7 +31,8 @@ from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
 from .assembly import AssembledTrace, assemble_records
-from .batches import LogBatch, SpanBatch, decoded_cost
+from .batches import LogBatch, SpanBatch
+from .decoded import decoded_cost
 from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -330,6 +331,7 @@ class HeldTraces:
     def _read(self, spans: list[tuple[HeldRow, SpanRecord, int]], logs: dict[str, list[dict]]
               ) -> tuple[LazyViews, list[SpanRecord]]:
         held = sorted(spans, key=lambda p: (p[0][11], p[0][1]))  # start, span id
+        rows: list[Any]
         rows, records, costs, made = [], [], [], {}
         for row, record, cost in held:
             extra = logs.get(row[1])

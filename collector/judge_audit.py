@@ -41,7 +41,10 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
+def _rows(db: Path | StoreSettings | Any, sql: str) -> list[dict[str, Any]]:
+    """``db``: a file or the store settings (``query``), or a reader with ``rows(sql)`` (the UI's, in the server)."""
+    if hasattr(db, "rows"):
+        return db.rows(sql)
     res = query(db, sql)
     return [dict(zip(res.columns, r)) for r in res.rows]
 
@@ -250,7 +253,7 @@ class AuditReport:
     judges: tuple[str, ...]
 
 
-def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
+def labelled_pairs(db: Path | StoreSettings | Any, where: str = "TRUE") -> list[tuple[dict[str, Any], bool, bool]]:
     out = []
     for r in _rows(db, _LABELLED_SQL.format(where=where)):
         met = judge_met(r)
@@ -259,7 +262,7 @@ def labelled_pairs(db: Path | StoreSettings, where: str = "TRUE") -> list[tuple[
     return out
 
 
-def audit_report(db: Path | StoreSettings, pattern: str | None = None) -> AuditReport:
+def audit_report(db: Path | StoreSettings | Any, pattern: str | None = None) -> AuditReport:
     where = "TRUE" if pattern is None else f"s.experiment GLOB {_literal(pattern)}"
     pairs = labelled_pairs(db, where)
     by: dict[str, list[tuple[bool, bool]]] = {}

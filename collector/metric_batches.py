@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .batches import Rejections, ResourceContext, _truncated, hex_id, to_json
+from .decoded import Rejections, ResourceContext, hex_id, to_json, truncated
 
 INT64_MAX = (1 << 63) - 1
 METRIC_TYPES = ("gauge", "sum", "histogram", "exponential_histogram", "summary")
@@ -230,9 +230,9 @@ def bound_metric_values(batch: MetricBatch, limit: int) -> int:
     attributes = batch.columns["attributes"]
     for i, text in enumerate(attributes):
         if len(text) * 4 > limit:  # a character is at most four bytes
-            attributes[i] = to_json(_truncated(json.loads(text), limit, count))
+            attributes[i] = to_json(truncated(json.loads(text), limit, count))
     for exemplars in batch.columns["exemplars"]:
         for e in exemplars or ():
             if len(e["filtered_attributes"]) * 4 > limit:
-                e["filtered_attributes"] = to_json(_truncated(json.loads(e["filtered_attributes"]), limit, count))
+                e["filtered_attributes"] = to_json(truncated(json.loads(e["filtered_attributes"]), limit, count))
     return count[0]

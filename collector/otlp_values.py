@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .batches import ResourceContext
+from .decoded import ResourceContext
 from .errors import PermanentError
 
 

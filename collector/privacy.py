@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, get_args
 
-from .batches import LogBatch, SpanBatch, to_json
+from .batches import LogBatch, SpanBatch
+from .decoded import to_json
 from ..scoring.regex import linear
 from .config import DetectorName, PrivacySettings
 from .metric_batches import MetricBatch
@@ -252,7 +253,7 @@ def _flattened_content(key: str) -> bool:
     return last in TEXT_FIELDS or last in PAYLOAD_FIELDS
 
 
-_scan_json = json.JSONDecoder().scan_once
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in JSONDecoder.__init__, not in typeshed
 
 
 def _parsed(text: str) -> Any:
@@ -369,7 +370,7 @@ class Redactor:
         joined = "\x00".join(t or "" for t in texts)
         if joined.isascii():
             raw = joined.encode("ascii")
-            lengths = map(len, texts) if all(texts) else (len(t or "") for t in texts)
+            lengths = map(len, texts) if all(texts) else (len(t or "") for t in texts)  # type: ignore[arg-type]  # all(texts): no None
         else:
             encoded = [(t or "").encode() for t in texts]
             raw = b"\x00".join(encoded)
@@ -488,7 +489,8 @@ class Redactor:
             return {k: self.value(v, counts, active) for k, v in value.items()}
         if isinstance(value, list):
             return [self.value(v, counts, active) for v in value]
-        if type(value) is int and value >= 10**12 and _CARD_DETECTOR in active and _card_int(value):
+        if (type(value) is int and value >= 10**12 and _CARD_DETECTOR in (self.detectors if active is None else active)
+                and _card_int(value)):
             counts["payment_card"] += 1
             return self.replacements["payment_card"]
         return value

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .cli import build_parser
+from .commands import build_parser
 from .config import ENV_VARS, Settings
 
 SETTINGS_HEADER = """# Settings

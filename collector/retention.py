@@ -36,6 +36,7 @@ import duckdb
 
 from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
 from .config import DERIVED_TABLES, RAW_TABLES, Settings
+from .store.rows import APPENDED_IN, CASE_RUN_TABLES
 from .privacy import Redactor
 from .telemetry import Metrics
 
@@ -53,7 +54,8 @@ _OF_OLD_SESSIONS = ("(session_id IN (SELECT session_id FROM sessions WHERE coale
 # its arrival instead: received_at for raw rows, the session row's updated_at for a session and its tool calls.
 _FUTURE_SESSION = "(last_seen > updated_at + {future} AND updated_at < ?)"
 OLDER_THAN: dict[str, str] = {
-    "case_runs": _OF_OLD_SESSIONS,
+    "stage_results": _OF_OLD_SESSIONS,
+    "case_run_results": _OF_OLD_SESSIONS,
     "judgments": _OF_OLD_SESSIONS,
     "tool_calls": f"start_time < ? OR session_id IN (SELECT session_id FROM sessions WHERE {_FUTURE_SESSION})",
     "sessions": f"coalesce(last_seen, updated_at) < ? OR {_FUTURE_SESSION}",
@@ -64,11 +66,10 @@ OLDER_THAN: dict[str, str] = {
     "metrics": "coalesce(time, start_time, received_at) < ? "
                "OR (coalesce(time, start_time) > received_at + {future} AND received_at < ?)",
 }
-assert set(OLDER_THAN) == {*RAW_TABLES, *DERIVED_TABLES}
-# Views of appended and compacted rows (the newest per session): rows go from the tables beneath, every version of a
-# session at once (none reads back), for the sessions the view shows old (or, case runs, whose session is).
-STORED_IN = {"sessions": ("session_rows", "session_rows_compacted"),
-             "case_runs": ("case_run_rows", "case_run_rows_compacted")}
+# A table as the settings name it (``retention.tables``) and the tables it is stored in: a case run is a view
+# over its run's row and its stages' rows.
+STORED_IN: dict[str, tuple[str, ...]] = {"case_runs": CASE_RUN_TABLES}
+assert set(OLDER_THAN) == {s for t in (*RAW_TABLES, *DERIVED_TABLES) for s in STORED_IN.get(t, (t,))}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
 
 
@@ -103,12 +104,12 @@ def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime,
     """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
     where = OLDER_THAN[table].format(future=f"to_microseconds({int(max_future_seconds * 1e6)})")
     params = [cutoff] * where.count("?")
-    if table in STORED_IN:  # the sessions the view shows old, every row of them
-        old = sorted({r[0] for r in con.execute(f"SELECT session_id FROM {table} WHERE {where} LIMIT {int(limit)}",
-                                                params).fetchall()})
-        for stored in STORED_IN[table]:
-            con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [old])
-        return len(old)
+    if table in APPENDED_IN:  # a view of appended rows: every row of the sessions it shows old, counted as it shows
+        shown = [r[0] for r in con.execute(f"SELECT session_id FROM {table} WHERE {where} LIMIT {int(limit)}",
+                                           params).fetchall()]
+        for stored in APPENDED_IN[table]:
+            con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [sorted(set(shown))])
+        return len(shown)
     rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} "
                        f"LIMIT {int(limit)})", params).fetchall()
     return int(rows[0][0]) if rows else 0
@@ -160,7 +161,7 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     users, wanted = sorted(set(users)), set(sessions)
     if users:
         # every version of a session: one that named the user before a re-score changed its user is theirs too
-        wanted |= {r[0] for stored in STORED_IN["sessions"] for r in con.execute(
+        wanted |= {r[0] for stored in APPENDED_IN["sessions"] for r in con.execute(
             f"SELECT DISTINCT session_id FROM {stored} WHERE user_id {_IN}", [users]).fetchall()}
     ids = sorted(wanted)
     traces: set[str] = set()
@@ -172,7 +173,7 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
                                      [ids]).fetchall():
             traces.add(tid)
             shared.update(s for s in sids or () if s not in wanted)
-        traces |= {r[0] for stored in STORED_IN["sessions"] for r in con.execute(
+        traces |= {r[0] for stored in APPENDED_IN["sessions"] for r in con.execute(
             f"SELECT unnest(trace_ids) FROM {stored} WHERE session_id {_IN}", [ids]).fetchall()}
         traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE session_id {_IN}",
                                              [ids]).fetchall()}
@@ -213,14 +214,17 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     delete("feedback", f"user_id {_IN} OR session_id {_IN} OR trace_id {_IN}", [users, ids, tids])
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
-    for table in ("case_runs", "judgments", "judge_labels", "sessions"):
-        stored = STORED_IN.get(table)
-        if stored is None:
+    tables = (*CASE_RUN_TABLES, "judgments", "judge_labels", "sessions")
+    # views of appended rows are counted as they show before the rows beneath any of them go (the stage rows' view
+    # reads the case runs' rows), then every row of them goes, older versions too
+    shown = {t: con.execute(f"SELECT count(*) FROM {t} WHERE session_id {_IN}", [ids]).fetchone()[0]
+             for t in tables if t in APPENDED_IN}
+    for table in tables:
+        if table not in APPENDED_IN:
             delete(table, f"session_id {_IN}", [ids])
             continue
-        # every row of them, older versions too; counted as the sessions (case runs) the view showed
-        removed[table] = con.execute(f"SELECT count(*) FROM {table} WHERE session_id {_IN}", [ids]).fetchone()[0]
-        for rows in stored:
+        removed[table] = shown[table]
+        for rows in APPENDED_IN[table]:
             con.execute(f"DELETE FROM {rows} WHERE session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
@@ -258,8 +262,9 @@ class Retention:
         future = self.settings.retention.max_future_seconds
         removed: dict[str, int] = {}
         steps: list[tuple[str, Callable[[duckdb.DuckDBPyConnection], int]]] = [
-            (t, lambda con, t=t, c=cutoffs[t]: prune_chunk(con, t, c, limit, future))
-            for t in OLDER_THAN if t in cutoffs]
+            (s, lambda con, s=s, c=cutoffs[t]: prune_chunk(con, s, c, limit, future))  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
+            for t in cutoffs for s in STORED_IN.get(t, (t,)) if s in OLDER_THAN]
+        steps.sort(key=lambda step: list(OLDER_THAN).index(step[0]))
         if "spans" in cutoffs:
             steps.append(("trace_index", lambda con: sweep_index(con, limit)))
         for table, step in steps:
@@ -360,6 +365,6 @@ class Retention:
         with self._snapshot_lock:
             cursor = self.store.reader()
             try:
-                return write_snapshot(cursor, out)
+                return write_snapshot(cursor, out)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
             finally:
                 cursor.close()

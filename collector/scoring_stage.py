@@ -18,10 +18,9 @@ from typing import Any, Protocol
 
 from ..scoring import SessionScore, SessionScorer
 from ..scoring.assembled import Session
-from ..scoring.config import BUILTIN_VARIANTS
 from ..scoring.judge import Judgment
 from ..semconv import SpanRecord
-from .batches import _truncated
+from .decoded import truncated
 
 INPUT_MAX_BYTES = 4 * 1024  # the default bound on sessions.input, in UTF-8 bytes
 
@@ -118,7 +117,7 @@ def score_sessions(sessions: Mapping[str, Session], asked: Collection[str], scor
 
 def bounded_input(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> str | None:
     """``text`` cut to ``max_bytes`` UTF-8 bytes (never inside a character), with the truncation mark."""
-    return None if text is None else _truncated(text, max_bytes, [0])
+    return None if text is None else truncated(text, max_bytes, [0])
 
 
 def input_cut(text: str | None, max_bytes: int = INPUT_MAX_BYTES) -> bool:
@@ -187,8 +186,6 @@ def pass_rows(scoring: ScoringPass, now: datetime, max_input_bytes: int = INPUT_
 
 def funnel_step_rows(scorer: SessionScorer) -> list[dict[str, Any]]:
     """The variants' ordered steps and display names, for the funnel_conversion view."""
-    funnel = scorer.config.funnel
-    return [{"variant": variant, "step": step, "step_index": i, "display_en": funnel.step_label(variant, step, "en"),
-             "display_ja": funnel.step_label(variant, step, "ja")}
-            for variant in (*BUILTIN_VARIANTS, *funnel.variants)
-            for i, step in enumerate(funnel.variant_steps(variant), 1)]
+    return [{"variant": v.key, "step": step.key, "step_index": i, "display_en": step.label("en"),
+             "display_ja": step.label("ja")}
+            for v in scorer.variants.values() for i, step in enumerate(v.steps, 1)]

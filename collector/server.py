@@ -11,12 +11,10 @@ import asyncio
 import errno
 import functools
 import gc
-import hmac
 import ipaddress
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import ssl
@@ -28,20 +26,21 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from ..scoring.prices import PriceTable
+from .admin_access import AdminAccess
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
-from .query import SECRET_HEADER, QueryError, QueryResult, query_lake, remove_sidecar, write_sidecar
+from .query import QueryError, QueryResult, query_lake, remove_sidecar, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
-from .receivers.status import check_bearer
 from .retention import Retention
 from .sql_sandbox import SqlSandbox
 from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
-from .errors import UnauthorizedError
 from .feedback.intake import PATH as FEEDBACK_PATH
+from .judge_audit import insert_labels, labels_from_json
 from .telemetry import Metrics
 from .monitors.service import for_store as monitors_for_store
 from .wiring import build_ingest_path
@@ -87,8 +86,7 @@ class Server:
                                               thread_name_prefix="agentfunnel-sql")
         self._queries_running = 0
         self._sandbox: SqlSandbox | None = None  # where /sql runs on a single file (a lake has read-only readers)
-        self.admin_secret = secrets.token_urlsafe(32)  # in the 0600 sidecar: what proves a caller is this user
-        self._admin_hosts: frozenset[str] = frozenset()  # Host values that name the admin endpoint itself
+        self.admin = AdminAccess(settings, self.metrics, self._query_pool)  # who may use the admin endpoint
         self.metrics.gauge("sql_queries_running", lambda: self._queries_running)
         self._runners: list[web.AppRunner] = []
         self.grpc: GrpcReceiver | None = None
@@ -116,7 +114,7 @@ class Server:
             log.warning("%s", warning)
         self.store.open()
         if self.settings.store.lake is None:
-            self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()
+            self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         if self.forwarder is not None:
             self.forwarder.start()
         reopened = self.sessions.recover()
@@ -134,7 +132,7 @@ class Server:
         store = self.settings.store
         if store.snapshot_path is not None and store.lake is None:
             self._snapshot_task = asyncio.get_running_loop().create_task(
-                snapshot_forever(self, store.snapshot_path, store.snapshot_interval_seconds))
+                snapshot_forever(self.retention, store.snapshot_path, store.snapshot_interval_seconds))
         grpc_addr = http_addr = None
         if rs.grpc_enabled:
             self.grpc = GrpcReceiver(rs, self.pipeline, self.metrics, self._run_blocking)
@@ -152,7 +150,7 @@ class Server:
             http_addr = f"{rs.host}:{port}"
         admin_port = await self._serve_app(self._admin_app(), "127.0.0.1", self.settings.store.admin_port, None, "admin")
         admin_url = f"http://127.0.0.1:{admin_port}"
-        self._admin_hosts = frozenset({f"127.0.0.1:{admin_port}", f"localhost:{admin_port}"})
+        self.admin.listening_on(admin_port)
         local_http = None
         if http_addr and rs.tls is None:
             host = "127.0.0.1" if rs.host in ("0.0.0.0", "::", "") else rs.host
@@ -160,7 +158,7 @@ class Server:
         self._ui_url = f"{local_http}/ui/" if local_http else None
         if self.settings.monitors.rules:
             self._monitor_task = asyncio.get_running_loop().create_task(self.monitors.run())
-        write_sidecar(self.settings.store.path, admin_url, rs.bearer_token, local_http, self.admin_secret)
+        write_sidecar(self.settings.store.path, admin_url, rs.bearer_token, local_http, self.admin.secret)
         if self.http:
             self.http.ready = True
         self.endpoints = Endpoints(grpc_addr, http_addr, admin_url)
@@ -186,16 +184,22 @@ class Server:
         return site.port
 
     def _mount_ui(self, app: web.Application) -> None:
-        """The read-only UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool."""
-        from ..scoring.prices import PriceTable
-        from .ui import UI, Reader
+        """The UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool; its
+        writes (review labels, case drafts) go through the store's writer."""
+        from .case_draft import draft_into_suite
+        from ..scoring.variants.registry import Registry
+        from .ui import UI, Reader  # start-up time: Jinja2 and the report's words, only where the HTTP port is on
 
         scoring = self.settings.scoring
         UI(Reader(self.store.reader, self.settings.sql), token=self.settings.admin.token,
            metrics=self.metrics.snapshot, evidence_settings=scoring.evidence, pool=self._query_pool,
            max_concurrent=self.settings.sql.max_concurrent, sign_in_per_minute=self.settings.admin.sign_in_per_minute,
            count=lambda name, label: self.metrics.inc(name, label=label), ui_settings=self.settings.ui,
-           prices=PriceTable(scoring.prices, scoring.use_default_prices)).mount(app)
+           prices=PriceTable(scoring.prices, scoring.use_default_prices),
+           write=(lambda job: self.store.submit_job(job, work="other")) if self.settings.store.lake is None else None,
+           suite=self.settings.cases.suite,  # on a lake the UI reads only, as judge audit import refuses a lake
+           draft=functools.partial(draft_into_suite, self.settings, self.store, self.sessions.tables),
+           variants=Registry(scoring.funnel)).mount(app)
 
     def _check_ports(self) -> None:
         """Refuse to start when a fixed port is taken, naming it (a plain bind, no SO_REUSEPORT).
@@ -223,48 +227,12 @@ class Server:
         app.router.add_post("/cases", self._cases)
         app.router.add_post("/audit/labels", self._audit_labels)
         app.router.add_post("/monitors/check", self._monitors_check)
-        add_data_routes(app, self, self.retention)  # /prune, /delete, /export, /snapshot
+        add_data_routes(app, self.admin, self.store, self.retention)  # /prune, /delete, /export, /snapshot
         return app
-
-    def _refused(self, request: web.Request) -> web.Response | None:
-        """Who may use the admin endpoint: an error answer, or None when allowed.
-
-        The endpoint listens on loopback, but a browser on this machine can still be made to
-        post to it (a cross-site form, DNS rebinding). So the Host must name the endpoint
-        itself, a browser's Origin must be absent or the same, a body must be JSON, and the
-        caller must show the per-process secret from the 0600 sidecar or the admin token. The
-        ingest token, which every agent holds, only sends telemetry: shown here it gets 403.
-        """
-        if request.headers.get("Host", "") not in self._admin_hosts:
-            return self._refuse("host", 403, "the Host header does not name this loopback endpoint")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin.removeprefix("http://") not in self._admin_hosts:
-            return self._refuse("origin", 403, f"cross-origin requests are refused (Origin {origin!r})")
-        if request.method != "GET" and request.can_read_body and request.content_type != "application/json":
-            return self._refuse("content_type", 415, "the body must be application/json")
-        if hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode(), self.admin_secret.encode()):
-            return None
-        auth = request.headers.get("Authorization")
-        admin_token = self.settings.admin.token
-        if auth is not None and admin_token is not None and _bearer_is(auth, admin_token):
-            return None
-        ingest_token = self.settings.receivers.bearer_token
-        if auth is not None and ingest_token is not None and _bearer_is(auth, ingest_token):
-            return self._refuse("ingest_token", 403, "the ingest token (receivers.bearer_token) only sends telemetry; "
-                                "admin requests need admin.token (AGENTFUNNEL_ADMIN_TOKEN) or the sidecar's secret")
-        if auth is not None:
-            return self._refuse("bad_token", 401, "invalid admin token" if admin_token is not None else
-                                "no admin.token is set: only the sidecar's secret administers this server")
-        return self._refuse("missing", 401, f"missing {SECRET_HEADER} (agentfunnel's commands read it from the "
-                            "database's sidecar file) or an admin token (Authorization: Bearer)")
-
-    def _refuse(self, reason: str, status: int, message: str) -> web.Response:
-        self.metrics.inc("admin_refused", label=reason)
-        return web.json_response({"error": message}, status=status)
 
     async def _rescore(self, request: web.Request) -> web.Response:
         """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         stale = bool((await request.json()).get("stale_only")) if request.can_read_body else False
         traces = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.rescore, stale)
@@ -273,7 +241,7 @@ class Server:
     async def _cases(self, request: web.Request) -> web.Response:
         """What this server scores case runs with (``eval run --endpoint`` asks before it starts any run): its
         suite's description and case ids (none: no suite), and why no judge can grade them, if none can."""
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         ev = self.evaluator
         suite = ev.suite if ev is not None else None
@@ -286,7 +254,7 @@ class Server:
 
         The judge's HTTP calls and the re-score run on the query pool, never on the event loop.
         """
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         try:
             doc = await request.json() if request.can_read_body else {}
@@ -305,9 +273,7 @@ class Server:
 
     async def _audit_labels(self, request: web.Request) -> web.Response:
         """Store judge-audit labels (``agentfunnel judge audit import`` while serving), in the writer's transaction."""
-        from .judge_audit import insert_labels, labels_from_json
-
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         try:
             rows = labels_from_json(await request.json())
@@ -319,7 +285,7 @@ class Server:
 
     async def _monitors_check(self, request: web.Request) -> web.Response:
         """Evaluate every monitor now (``agentfunnel monitors check`` while serving); the firings it stored."""
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         fired = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.monitors.check)
         return web.json_response({"rules": len(self.settings.monitors.rules),
@@ -328,7 +294,7 @@ class Server:
 
     async def _flush(self, request: web.Request) -> web.Response:
         """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         try:
             doc = await request.json() if request.can_read_body else {}
@@ -343,7 +309,7 @@ class Server:
 
     async def _sql(self, request: web.Request) -> web.Response:
         """Read-only SQL, on the query pool (never the event loop), at most ``sql.max_concurrent`` at once."""
-        if (refused := self._refused(request)) is not None:
+        if (refused := self.admin.refused(request)) is not None:
             return refused
         try:
             doc = await request.json()
@@ -378,7 +344,7 @@ class Server:
         return self._sandbox.query(sql, max_rows)
 
     async def _metrics_json(self, request: web.Request) -> web.Response:
-        if request.headers.get("Host", "") not in self._admin_hosts:  # DNS rebinding
+        if not self.admin.names_this_endpoint(request):  # DNS rebinding
             return web.json_response({"error": "the Host header does not name this loopback endpoint"}, status=403)
         return web.json_response(self.metrics.snapshot())
 
@@ -456,15 +422,6 @@ def _probe_port(host: str, port: int) -> None:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
-
-
-def _bearer_is(header: str, token: str) -> bool:
-    """``header`` is ``Bearer <token>`` (compared in constant time, as the receivers compare it)."""
-    try:
-        check_bearer(header, token)
-    except UnauthorizedError:
-        return False
-    return True
 
 
 def _is_loopback(host: str) -> bool:

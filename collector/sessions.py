@@ -214,7 +214,7 @@ class SessionService:
                                     index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
                                     texts=self._texts(assembled))
         if closed_as_shown:
-            self.tables.close_shown(con, closed_as_shown, now)
+            self.tables.close_shown(con, closed_as_shown, now)  # type: ignore[arg-type]  # nothing closes as shown in a preview
         return assembled + shown, before
 
     def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
@@ -482,8 +482,8 @@ class SessionService:
         evaluator.check_configured()
         cur = self.store.reader(own=True)  # a reader beside the writer thread: this store's own case runs
         try:
-            ids = self.tables.case_sessions(cur, session_id, experiment)
-            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}
+            ids = self.tables.case_sessions(cur, session_id, experiment)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
+            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}  # type: ignore[arg-type]
         finally:
             cur.close()
         before = evaluator.judge.stats()

@@ -24,7 +24,7 @@ import socket
 import struct
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
@@ -41,7 +41,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER = struct.Struct(">I")
 
 
-def read_message(stream: BinaryIO) -> Any:
+def read_message(stream: IO[bytes]) -> Any:
     """The next message, or None at the end of the stream."""
     head = stream.read(_HEADER.size)
     if len(head) < _HEADER.size:
@@ -50,7 +50,7 @@ def read_message(stream: BinaryIO) -> Any:
     return json.loads(stream.read(size))
 
 
-def write_message(stream: BinaryIO, message: Any) -> None:
+def write_message(stream: IO[bytes], message: Any) -> None:
     body = json.dumps(message).encode()
     stream.write(_HEADER.pack(len(body)) + body)
     stream.flush()

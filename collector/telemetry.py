@@ -11,6 +11,8 @@ import time
 from collections import defaultdict
 from typing import Callable
 
+from ..semconv.dropped import DROPPED
+
 # name -> help; the label, when there is one, is in braces in the key used by ``inc``.
 DESCRIPTIONS = {
     "spans_received": "Spans decoded from export requests (before deduplication).",
@@ -61,6 +63,9 @@ DESCRIPTIONS = {
     "admin_refused": "Admin endpoint requests refused, by reason (host, origin, content_type, ingest_token, "
                      "bad_token, missing, outside_data_dir).",
     "ui_sign_in": "UI sign-in attempts, by result (ok, wrong, limited: over admin.sign_in_per_minute, answered 429).",
+    "ui_writes": "Writes made from the UI, by kind (label: a review label stored; case: a case drafted into the suite).",
+    "ui_writes_refused": "UI writes refused, by reason (no_admin_token, origin, csrf, too_large, bad_form, no_writer, "
+                         "draft: the suite cannot take the case).",
     "ui_payloads_paged": "UI session pages whose payloads were shown in parts (over sql.page_payload_bytes).",
     "sql_queries": "Read-only SQL queries, by result (ok, refused, timeout, max_rows, max_result_bytes, busy, error).",
     "connections_refused": "HTTP connections answered 503 and closed on arrival, by port and reason (max_connections).",
@@ -128,9 +133,16 @@ DESCRIPTIONS = {
                          "over feedback.max_items_per_request; write_error: the store could not commit them).",
     "feedback_truncated": "User feedback values cut to their bound, by field (comment: feedback.max_comment_chars; "
                           "other fields: feedback.max_field_chars).",
+    "dialect_reads_dropped": "What lenient normalization passed over, by <dialect>:<reason>: extract_error (the "
+                             "dialect's extract raised on a span; its fields for the span are lost), unknown_field (it "
+                             "returned a field a record does not take, e.g. misspelled; dropped), messages_error (its "
+                             "messages reader raised; the next dialect's is used). Each is logged once per dialect and "
+                             "field (or exception type). Counted for the whole process.",
     "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
                    "what one costs on average (a job pays for its statements however little it holds).",
 }
+# Counters another layer keeps (semconv reports to nothing above it): name -> its counts by label, read when shown.
+HELD_ELSEWHERE: dict[str, Callable[[], dict[str, int]]] = {"dialect_reads_dropped": DROPPED.counts}
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
     "store_failing": "1 while the store's commits fail (e.g. a full disk; /readyz answers 503, as do exports, "
@@ -189,7 +201,18 @@ class Metrics:
         """Series with labels of their own (per monitor), appended to the Prometheus text as ``lines`` gives them."""
         self._expositions.append(lines)
 
+    def _items(self) -> list[tuple[tuple[str, str], int]]:
+        """Every counter by (name, label), the ones held elsewhere included, sorted."""
+        with self._lock:
+            items = list(self._counters.items())
+        for name, read in HELD_ELSEWHERE.items():
+            items += [((name, label), n) for label, n in read().items()]
+        return sorted(items)
+
     def get(self, name: str, label: str | None = None) -> int:
+        if name in HELD_ELSEWHERE:
+            counts = HELD_ELSEWHERE[name]()
+            return counts.get(label, 0) if label is not None else sum(counts.values())
         with self._lock:
             if label is not None:
                 return self._counters.get((name, label), 0)
@@ -198,9 +221,7 @@ class Metrics:
     def snapshot(self) -> dict[str, object]:
         """Counters (a number, or a dict by label) and gauges, for JSON."""
         out: dict[str, object] = {}
-        with self._lock:
-            items = list(self._counters.items())
-        for (name, label), value in sorted(items):
+        for (name, label), value in self._items():
             if label:
                 out.setdefault(name, {})[label] = value  # type: ignore[index]
             else:
@@ -212,8 +233,7 @@ class Metrics:
     def prometheus(self) -> str:
         """The Prometheus text exposition format."""
         lines = []
-        with self._lock:
-            items = sorted(self._counters.items())
+        items = self._items()
         for name, help_text in DESCRIPTIONS.items():
             metric = f"agentfunnel_{name}_total"
             lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]

@@ -13,7 +13,7 @@ from .batches import SPAN_COLUMNS
 
 _wire: Any
 try:
-    from . import _wire
+    from . import _wire  # type: ignore[attr-defined,no-redef]  # the optional compiled module, declared above
 except ImportError:  # not built
     _wire = None
 else:

@@ -72,8 +72,8 @@ def schema_errors(schema: dict[str, Any], instance: Any, limits: SchemaLimits = 
         held = _CHECKS[key] = (schema, SchemaCheck(schema, limits))  # holds the schema: its id stays its own
     try:
         found = held[1].errors(instance)
-    except Unchecked as e:
-        note_refusal(e, what)
+    except Unchecked as refusal:
+        note_refusal(refusal, what)
         raise
     out = []
     for e in sorted(found, key=lambda e: (list(map(str, e.absolute_path)), e.message)):

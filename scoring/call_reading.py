@@ -15,6 +15,7 @@ from .facts.base import NOTHING, frozen
 from .facts.calls import FACT as CALLS, CallFacts, CallId, CallsValue
 from .funnel import StepMatcher
 from .validity import ToolCatalog
+from .variants import Variant
 
 _ABSENT = object()  # a tool the catalog does not name
 
@@ -51,24 +52,27 @@ def walk_backs(calls: Sequence[CallFacts], steps: Mapping[str, str | None], orde
     return frozen(out)
 
 
-def variant_views(parts: Sequence[TraceSummary], variant: str, matcher: StepMatcher) -> list[VariantView]:
+def variant_views(parts: Sequence[TraceSummary], variant: Variant, matcher: StepMatcher) -> list[VariantView]:
     """Each summary's calls under ``variant`` (kept on the summary)."""
+    key, order = variant.key, () if variant.by_activity else variant.step_keys
+
     def read(summary: TraceSummary) -> VariantView:
         calls = summary.value(CALLS).calls
-        steps = {c.span_id: matcher.step(c.tool_name, variant) for c in calls}
-        reached = frozenset(steps[c.span_id] for c in calls if not c.error and steps[c.span_id])
-        order = matcher.funnel.variant_steps(variant) if variant != "generic" else ()
+        steps = {c.span_id: matcher.step(c.tool_name, key) for c in calls}
+        reached = frozenset(step for c in calls if not c.error and (step := steps[c.span_id]))
         return VariantView(steps, reached, StepFacts.of((c, steps[c.span_id]) for c in calls),
                            walk_backs(calls, steps, order))
-    return memos(parts, ("variant", variant), read)
+    return memos(parts, ("variant", key), read)
 
 
 def annotated_view(summary: TraceSummary, view: VariantView, matcher: StepMatcher,
-                   annotations: Mapping[str, str]) -> VariantView:
-    """A generic session's view of one summary's calls with the tools' MCP annotations read first."""
+                   annotations: Mapping[str, str], variant: Variant) -> VariantView:
+    """The view of one summary's calls, in a session whose steps are kinds of activity (generic), with the
+    tools' MCP annotations read first."""
     calls = summary.value(CALLS).calls
-    steps = {c.span_id: matcher.step(c.tool_name, "generic", annotations) for c in calls}
-    return VariantView(steps, frozenset(steps[c.span_id] for c in calls if not c.error), view.dropoff)
+    steps = {c.span_id: matcher.step(c.tool_name, variant.key, annotations) for c in calls}
+    # a kind of activity names every call's step
+    return VariantView(steps, frozenset(step for c in calls if not c.error and (step := steps[c.span_id])), view.dropoff)
 
 
 def validity(parts: Sequence[TraceSummary], catalog: ToolCatalog) -> list[tuple[dict[str, bool | None], int]]:

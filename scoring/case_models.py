@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from .assertions import AssertionSpec, check_path, parse_pointer
 from .config import _Model, matches
-from .labels import STAGES
 from .regex import linear
 
 
@@ -178,9 +177,9 @@ class ArgumentExpectation(_Model):
         return next(k for k in ("equals", "one_of", "pattern", "present") if k in self.model_fields_set)
 
 
-Stage = Literal["discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability",
-                "completion"]
-assert get_args(Stage) == STAGES, "Stage must list labels.STAGES, in order"
+# A stage's key (scoring.stages): which keys are stages is the registry's to say, checked where a suite is
+# loaded (``cases.check_stages``), so a stage added to the registry is one a case can name.
+StageKey = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 JsonType = Literal["string", "number", "integer", "boolean", "object", "array", "null"]
 
 
@@ -273,7 +272,7 @@ class Case(_Model):
     candidates_supplied: bool = False
     discovery: DiscoverySpec = DiscoverySpec()
     selection: SelectionSpec = SelectionSpec()
-    scored_stages: list[Stage] | None = Field(
+    scored_stages: list[StageKey] | None = Field(
         None, min_length=1, description="the stages that decide the pass and the first failing stage (default: all)")
     allowed_tools: list[str] = Field(default_factory=list, description="the allowed tool plan: names or globs")
     helper_tools: list[str] = Field(default_factory=list,

@@ -41,6 +41,7 @@ from .case_models import (ArgumentExpectation, ArtifactSource, ArtifactSpec, Cas
                           split_server, tool_matches, _schema_ok)
 from .results import SessionScore
 from .run_view import build_view, parse_json_text
+from .stages.registry import REGISTRY, StageRegistry
 
 __all__ = ["ArgumentExpectation", "ArtifactSource", "ArtifactSpec", "Case", "CaseFileError", "DiscoverySpec",
            "LoadedSuite", "Party", "RequiredField", "SelectionSpec", "Suite", "ToolArgumentSource", "ValidatorSpec",
@@ -226,9 +227,22 @@ def parse_suite(data: Any, origin: str = "<suite>") -> Suite:
     if not isinstance(data, dict):
         raise CaseFileError(origin, ["a suite is a mapping with a 'cases' list"])
     try:
-        return Suite.model_validate(data)
+        suite = Suite.model_validate(data)
     except ValidationError as e:
         raise CaseFileError(origin, format_validation_error(e, data)) from None
+    check_stages(suite, origin)
+    return suite
+
+
+def check_stages(suite: Suite, origin: str, registry: StageRegistry = REGISTRY) -> None:
+    """Every stage a case scores is a registered one (the registry, not the case model, knows the stages)."""
+    keys = registry.keys()
+    known = ", ".join(repr(k) for k in keys[:-1]) + f" or {keys[-1]!r}" if len(keys) > 1 else repr(keys[0])
+    problems = [f'cases[{i}] (id "{case.id}").scored_stages[{j}]: Input should be {known}'
+                for i, case in enumerate(suite.cases) for j, key in enumerate(case.scored_stages or ())
+                if registry.get(key) is None]
+    if problems:
+        raise CaseFileError(origin, problems)
 
 
 @dataclass(frozen=True)
@@ -345,11 +359,12 @@ class _TimedConnection:
         return http.client.HTTPResponse(_TimedSocket(sock, self._deadline), **kwargs)  # type: ignore[arg-type]
 
 
-class _TimedHTTPConnection(_TimedConnection, http.client.HTTPConnection):
+# (response_class is a method here, an attribute holding a class in typeshed: both are called the same way)
+class _TimedHTTPConnection(_TimedConnection, http.client.HTTPConnection):  # type: ignore[misc]
     pass
 
 
-class _TimedHTTPSConnection(_TimedConnection, http.client.HTTPSConnection):
+class _TimedHTTPSConnection(_TimedConnection, http.client.HTTPSConnection):  # type: ignore[misc]
     pass
 
 
@@ -369,7 +384,7 @@ class _TimedHTTPSHandler(urllib.request.HTTPSHandler):
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(functools.partial(_TimedHTTPSConnection, deadline=self._deadline), req,
-                            context=self._context)
+                            context=self._context)  # type: ignore[attr-defined]  # HTTPSHandler's, not in typeshed
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -1,8 +1,8 @@
 """Scoring configuration: funnel variants, step patterns, evidence fields, and how variants are chosen.
 
-Everything has a working default: the built-in variants (shopping, procurement, lodging,
-generic) and pattern lists (``VOCABULARY``, by family, with where each family's names come from)
-cover retail, travel and procurement vocabularies. A config file can
+Everything has a working default: the built-in variants (``scoring.variants``: shopping,
+procurement, lodging, generic) and their pattern lists (``VOCABULARY``, by family, with where each
+family's names come from) cover retail, travel and procurement vocabularies. A config file can
 extend or replace the pattern lists, add variants of its own, pin a variant per agent or MCP
 server, and change which result fields count as evidence. Unknown keys and contradictions (one
 tool name in two steps of a variant) are errors that name the field.
@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from .evidence_settings import EvidenceSettings, _Model
 from .labels import OUTCOME_READS_AS
 from .prices import Price
+from .variants import BUILTIN_PATTERNS, BUILTINS, BY_KEY, DECLARED_SERVICES, STEP_KEYS, VOCABULARY, Vocabulary
+from .variants.base import LANGUAGES
+from .variants.lodging import LODGING_HINTS
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+__all__ = ["BUILTIN_PATTERNS", "BUILTIN_VARIANTS", "DEFAULT_ACTION_PATTERNS", "LODGING_HINTS", "STEP_KEYS", "STEP_LABELS",
+           "VOCABULARY", "EvidenceSettings", "FunnelSettings", "ScoringConfig", "UserVariant", "Vocabulary",
+           "builtin_tables_digest", "matches", "tool_key"]
 
 
 ReadsAs = Literal["pass", "partial", "info", "fail", "unknown", "neutral"]
@@ -35,124 +38,11 @@ def tool_key(name: str) -> str:
     return name.lower().replace("-", "_")
 
 
-BUILTIN_VARIANTS: dict[str, tuple[str, ...]] = {
-    "shopping": ("search", "details", "cart", "checkout"),
-    "procurement": ("search", "rfq", "quote", "po"),
-    "lodging": ("search", "cart", "checkout", "purchase"),
-    "generic": ("discover", "read", "action"),
-}
-
+# Derived from the variants' registry (``scoring.variants``), never restated: what settings are
+# validated against and what the config hash covers.
+BUILTIN_VARIANTS: dict[str, tuple[str, ...]] = {v.key: v.step_keys for v in BUILTINS}
 STEP_LABELS: dict[str, dict[str, dict[str, str]]] = {
-    "shopping": {"en": {"search": "Search Products", "details": "View Details", "cart": "Add to Cart",
-                        "checkout": "Checkout"},
-                 "ja": {"search": "商品検索", "details": "商品詳細", "cart": "カート追加", "checkout": "チェックアウト"}},
-    "procurement": {"en": {"search": "Search Catalog", "rfq": "Request Quote", "quote": "Receive Quote",
-                           "po": "Submit PO"},
-                    "ja": {"search": "カタログ検索", "rfq": "見積依頼", "quote": "見積受領", "po": "発注書提出"}},
-    "lodging": {"en": {"search": "Search Stays", "cart": "Hold Room", "checkout": "Book", "purchase": "Booked"},
-                "ja": {"search": "宿泊検索", "cart": "部屋確保", "checkout": "予約", "purchase": "予約完了"}},
-    "generic": {"en": {"discover": "Discover Tools", "read": "Read / Query", "action": "Action"},
-                "ja": {"discover": "ツール探索", "read": "参照・検索", "action": "操作"}},
-}
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """One family of built-in tool names: the step each name reaches, the variant a session calling
-    only these names is read as, and where the names were taken from."""
-
-    family: str
-    variant: str
-    steps: dict[str, tuple[str, ...]]
-    source: str
-
-
-# The built-in step vocabulary, by family (README "Built-in vocabulary" lists the same). Names are
-# exact (or globs), matched case-insensitively after MCP prefixes are stripped, with ``-`` read as
-# ``_`` (Kiwi.com's ``search-flight`` is ``search_flight``). Only names specific to commerce: a
-# generic ``search_docs`` must not make a sale, and a store's admin tools (``create_product``) are
-# not a shopper's steps. Travel that is not lodging is shopping: flights, trains and car rental book
-# through the same search → details → hold → book path, and their names carry no lodging hint.
-VOCABULARY: tuple[Vocabulary, ...] = (
-    Vocabulary("retail", "shopping", {
-        "search": ("search_products", "find_products", "product_search", "search_product*", "search_offers",
-                   "search_inventory", "browse_catalog", "list_products", "search_listings", "search_availability"),
-        "details": ("get_products", "product_details", "get_product_variants", "get_variants", "lookup_product",
-                    "get_listing", "get_offer", "get_item_details"),
-        "cart": ("add_to_cart", "create_cart", "add_item_to_cart", "add_items_to_cart", "cart_add"),
-        "checkout": ("checkout", "place_order", "create_order", "submit_order", "confirm_order", "complete_purchase",
-                     "pay_order"),
-    }, "storefront names common to agent samples and shop MCP servers (the first built-in list)"),
-    Vocabulary("ucp_shopping", "shopping", {
-        "search": ("search_catalog",), "details": ("lookup_catalog", "get_product"),
-        "cart": ("create_cart", "update_cart", "create_checkout", "update_checkout"),
-        "checkout": ("complete_checkout",),
-    }, "UCP shopping service, MCP binding (source/services/shopping/mcp.openrpc.json); Shopify's UCP "
-       "storefront and Global Catalog MCP servers serve the same names"),
-    Vocabulary("shopify_storefront", "shopping", {
-        "search": ("search_shop_catalog",), "details": ("get_product_details",), "cart": ("update_cart",),
-    }, "Shopify Storefront MCP server (search_shop_catalog, get_product_details, update_cart)"),
-    Vocabulary("ucp_mcp_server", "shopping", {
-        "cart": ("ucp_checkout_create", "ucp_checkout_update", "ucp_checkout_set_fulfillment"),
-        "checkout": ("ucp_checkout_complete",),
-    }, "ucp-mcp-server 0.2.0 (PyPI), a UCP client as MCP tools"),
-    Vocabulary("booking_session", "shopping", {
-        "cart": ("create_booking_session", "update_booking_session"),
-        "checkout": ("complete_booking_session", "complete_booking", "confirm_booking"),
-    }, "UCP lodging booking, MCP binding (create/update/complete_booking_session); not lodging-specific: "
-       "lodging when dev.ucp.lodging is declared or a lodging name is called, else a booking of anything"),
-    Vocabulary("hotels", "lodging", {
-        "search": ("search_hotels", "search_hotel", "find_hotels", "hotel_search", "compare_hotels",
-                   "search_properties", "search_stays", "search_rooms", "search_accommodations"),
-        "details": ("get_hotel_details", "get_property_details", "get_room_details"),
-        "cart": ("hold_room", "create_hold", "create_reservation_hold"),
-        "checkout": ("book_room", "complete_reservation"),
-    }, "hotelzero 1.15.2 (npm: search_hotels, find_hotels, compare_hotels, get_hotel_details), mcp-amadeus "
-       "0.0.2 (PyPI: search_hotels), mcp-fliggy-travel 6.0.1 (PyPI: search_hotel), and the first built-in list"),
-    Vocabulary("vacation_rentals", "lodging", {
-        "search": ("airbnb_search",), "details": ("airbnb_listing_details",),
-    }, "@openbnb/mcp-server-airbnb 0.3.0 (npm)"),
-    Vocabulary("flights", "shopping", {
-        "search": ("search_flights", "search_flight", "search_multi_city", "get_cheapest_flights",
-                   "get_best_flights"),
-        "details": ("get_flight_details", "get_offer_details", "get_flight_offers_price"),
-        "cart": ("hold_seat",),
-        "checkout": ("book_flight", "create_flight_booking"),
-    }, "flights-mcp 0.1.0 (PyPI, Duffel: search_flights, search_multi_city, get_offer_details), "
-       "google-flights-mcp 0.1.0 (PyPI: get_cheapest_flights, get_best_flights), mcp-amadeus 0.0.2 "
-       "(get_flight_offers_price), Kiwi.com's MCP server (search-flight), mcp-fliggy-travel (search_flight); "
-       "get_flight_details, hold_seat, create_flight_booking and book_flight as issue 16 names them"),
-    Vocabulary("trains", "shopping", {
-        "search": ("search_trains", "search_train"),
-    }, "mcp-fliggy-travel 6.0.1 (PyPI: search_train); search_trains as issue 16 names it"),
-    Vocabulary("car_rental", "shopping", {
-        "search": ("search_cars", "search_car_hire"), "checkout": ("rent_car",),
-    }, "AgentWeb's MCP server (search_cars), EconomyBookings' MCP server (search-car-hire); rent_car as issue 16 "
-       "names it"),
-    Vocabulary("procurement", "procurement", {
-        "search": ("search_catalog",),
-        "rfq": ("create_rfq", "submit_rfq", "request_quote", "request_for_quote", "create_quote_request"),
-        "quote": ("get_quote", "get_quotes", "list_quotes", "get_rfq_quotes", "review_quote", "get_rfq_status"),
-        "po": ("submit_po", "create_purchase_order", "submit_purchase_order", "create_po", "issue_po"),
-    }, "the first built-in list"),
-)
-STEP_KEYS = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
-
-
-def _merged(families: tuple[Vocabulary, ...]) -> dict[str, tuple[str, ...]]:
-    out: dict[str, dict[str, None]] = {key: {} for key in STEP_KEYS}
-    for family in families:
-        for step, names in family.steps.items():
-            out[step].update(dict.fromkeys(names))
-    return {key: tuple(names) for key, names in out.items()}
-
-
-# Tool-name patterns per step key, all families merged. ``purchase`` (lodging's terminal step) is
-# reached by confirmed-booking evidence, never by a name.
-BUILTIN_PATTERNS: dict[str, tuple[str, ...]] = _merged(VOCABULARY)
-# Lodging is inferred only from lodging-specific names: a flight's booking session is not a hotel.
-LODGING_HINTS = ("hotel", "propert", "stay", "room", "lodging", "accommodation", "airbnb")
-PROCUREMENT_STEPS = ("rfq", "quote", "po")
-COMMERCE_STEPS = ("search", "details", "cart", "checkout", "rfq", "quote", "po")
+    v.key: {lang: {s.key: s.label(lang) for s in v.steps} for lang in LANGUAGES} for v in BUILTINS}
 DEFAULT_ACTION_PATTERNS = ("create_*", "update_*", "delete_*", "remove_*", "send_*", "post_*", "submit_*",
                            "write_*", "set_*", "add_*", "cancel_*", "close_*", "merge_*", "assign_*", "publish_*",
                            "book_*", "pay_*", "transfer_*", "approve_*", "reply_*")
@@ -160,51 +50,16 @@ DEFAULT_ACTION_PATTERNS = ("create_*", "update_*", "delete_*", "remove_*", "send
 
 def builtin_tables_digest(vocabulary: Sequence[Vocabulary] = VOCABULARY) -> str:
     """What the code itself decides with, beside the settings: the vocabulary and the built-in variants
-    and hints. Part of every config hash, so `rescore --stale` also finds sessions an older release scored."""
-    tables = ([(v.family, v.variant, sorted(v.steps.items())) for v in vocabulary], sorted(BUILTIN_VARIANTS.items()),
-              sorted((k, sorted(v.items())) for k, v in STEP_LABELS.items()), LODGING_HINTS, PROCUREMENT_STEPS,
-              COMMERCE_STEPS, DEFAULT_ACTION_PATTERNS)
+    (steps, labels, terminal rungs, services, their own tables). Part of every config hash, so
+    `rescore --stale` also finds sessions an older release scored."""
+    tables = ([(v.family, v.variant, sorted(v.steps.items())) for v in vocabulary],
+              [(v.key, sorted((lang, v.name(lang)) for lang in LANGUAGES), [(s.key, s.en, s.ja) for s in v.steps],
+                v.terminal, v.services, v.priority, v.overrides, v.tables) for v in BUILTINS],
+              DEFAULT_ACTION_PATTERNS)
     return hashlib.sha256(repr(tables).encode()).hexdigest()[:16]
 
 
 BUILTIN_TABLES_DIGEST = builtin_tables_digest()
-
-
-class EvidenceSettings(_Model):
-    """Which tool-result fields count as evidence (UCP-shaped defaults)."""
-
-    order_id_keys: list[str] = Field(default_factory=lambda: ["order_id", "orderId", "order_number"],
-        description='Result keys whose value is an order id (an order exists).')
-    booking_id_keys: list[str] = Field(default_factory=lambda: ["booking_id", "bookingId", "reservation_id", "confirmation_number",
-                                  "confirmation_code", "confirmationNumber"],
-        description='Result keys whose value is a booking or confirmation id.')
-    order_objects: list[str] = Field(default_factory=lambda: ["order", "booking", "reservation"],
-        description="Values of a result's `object`/`type` that name an order or booking.")
-    confirmed_statuses: list[str] = Field(default_factory=lambda: ["confirmed", "completed", "complete", "paid", "booked", "succeeded", "success",
-                                     "fulfilled", "placed"],
-        description='Statuses that prove an order or booking was completed.')
-    checkout_url_keys: list[str] = Field(default_factory=lambda: ["checkout_url", "checkoutUrl", "continue_url", "payment_url", "checkout_link"],
-        description='Result keys whose value is a link to pay or continue a checkout.')
-    checkout_statuses: list[str] = Field(default_factory=lambda: ["ready_for_complete", "ready_for_payment", "requires_payment", "incomplete",
-                                    "requires_escalation", "payment_required", "checkout", "open", "pending_payment",
-                                    "awaiting_payment"],
-        description='Statuses of a checkout that is open and waits for the buyer.')
-    checkout_objects: list[str] = Field(default_factory=lambda: ["checkout", "checkout_session", "checkout_id"],
-        description="Values of a result's `object`/`type` that name a checkout.")
-    cart_keys: list[str] = Field(default_factory=lambda: ["cart_id", "cartId", "cart", "line_items", "hold_id", "booking_session_id"],
-        description='Result keys that prove a cart, hold or booking session exists.')
-    rfq_keys: list[str] = Field(default_factory=lambda: ["rfq_id", "rfqId", "rfq"],
-        description='Result keys that prove a request for quotation was made.')
-    quote_keys: list[str] = Field(default_factory=lambda: ["quote_id", "quoteId", "quote"],
-        description='Result keys that prove a quote was returned.')
-    po_keys: list[str] = Field(default_factory=lambda: ["po_id", "poId", "purchase_order_id", "purchase_order", "po_number"],
-        description='Result keys that prove a purchase order was placed.')
-    product_id_keys: list[str] = Field(default_factory=lambda: ["id", "product_id", "productId", "sku", "offer_id", "variant_id", "listing_id",
-                                  "hotel_id", "property_id", "room_id", "item_id"],
-        description='Result keys that identify a product, offer or room (details were read).')
-    payment_required_phrases: list[str] = Field(default_factory=lambda: ["payment method", "payment required", "requires_payment", "card",
-                                           "payment_required", "billing", "payment details", "no payment"],
-        description='Phrases in a result or error that mean the buyer must pay or add a payment method.')
 
 
 class UserStep(_Model):
@@ -232,6 +87,8 @@ class UserVariant(_Model):
     """
 
     steps: list[UserStep] = Field(min_length=1)
+    name: str | None = Field(None, description="Display name in English; the variant's key when unset.")
+    name_ja: str | None = Field(None, description="Display name in Japanese; the English one when unset.")
     outcomes: dict[str, UserOutcome] = Field(default_factory=dict, description="step key -> outcome rung")
 
     @field_validator("outcomes", mode="before")
@@ -292,15 +149,14 @@ class FunnelSettings(_Model):
     agents: dict[str, str] = Field(default_factory=dict, description="agent or service name -> variant")
     servers: dict[str, str] = Field(default_factory=dict, description="MCP server prefix -> variant")
     declared_services: dict[str, str] = Field(
-        default_factory=lambda: {"dev.ucp.shopping": "shopping", "dev.ucp.lodging": "lodging",
-                                 "dev.ucp.procurement": "procurement", "dev.ucp.food": "shopping"},
+        default_factory=lambda: dict(DECLARED_SERVICES),
         description="declared service (agentfunnel.server.services, or UCP in an MCP initialize result) -> variant")
     action_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTION_PATTERNS),
                                        description="Tool names (globs) of the generic variant's action step.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "FunnelSettings":
-        known = set(BUILTIN_PATTERNS) | {"discover", "read", "action"}
+        known = {s.key for v in BUILTINS for s in v.steps}
         for field in ("patterns", "extra_patterns"):
             for key in getattr(self, field):
                 if key not in known:
@@ -321,17 +177,18 @@ class FunnelSettings(_Model):
                     owner[low] = step
         return self
 
-    def step_patterns(self, key: str) -> tuple[str, ...]:
-        base = tuple(self.patterns[key]) if key in self.patterns else BUILTIN_PATTERNS.get(key, ())
+    def step_patterns(self, key: str, builtin: Mapping[str, Sequence[str]] = BUILTIN_PATTERNS) -> tuple[str, ...]:
+        """The step's patterns: the settings' ``patterns`` for it, else ``builtin``'s, plus ``extra_patterns``."""
+        base = tuple(self.patterns[key]) if key in self.patterns else tuple(builtin.get(key, ()))
         return tuple(map(tool_key, (*base, *self.extra_patterns.get(key, ()))))
 
     def variant_steps(self, variant: str) -> tuple[str, ...]:
         if variant in self.variants:
             return tuple(s.key for s in self.variants[variant].steps)
-        return BUILTIN_VARIANTS[variant]
+        return BY_KEY[variant].step_keys
 
     def variant_patterns(self) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
-        out = {v: [(k, self.step_patterns(k)) for k in steps] for v, steps in BUILTIN_VARIANTS.items() if v != "generic"}
+        out = {v.key: [(k, self.step_patterns(k)) for k in v.step_keys] for v in BUILTINS if not v.by_activity}
         for name, uv in self.variants.items():
             out[name] = [(s.key, tuple(map(tool_key, s.patterns))) for s in uv.steps]
         return out
@@ -340,7 +197,7 @@ class FunnelSettings(_Model):
         if variant in self.variants:
             s = next(s for s in self.variants[variant].steps if s.key == step)
             return (s.label_ja if lang == "ja" else s.label) or s.label or step
-        return STEP_LABELS.get(variant, {}).get(lang, {}).get(step, step)
+        return BY_KEY[variant].step_label(step, lang) if variant in BY_KEY else step
 
 
 class SchemaLimits(_Model):

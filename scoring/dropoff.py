@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, Protocol
 
 from . import evidence as ev
-from .config import EvidenceSettings
+from .evidence_settings import EvidenceSettings
 from .results import DropOff
 
 FIXES = {
@@ -48,13 +48,19 @@ def payment_mentions(error: str | None, result: Any, settings: EvidenceSettings)
     return ev.mentions(result, PAYMENT_STATUSES)
 
 
-class Call(Protocol):
-    tool_name: str | None
-    error: str | None
-    span_id: str
-    end_ns: int
-    flags: frozenset[str]  # the evidence in its result (when it succeeded)
-    mentions_payment: bool  # ``payment_mentions`` of the call
+class Call(Protocol):  # read-only members, so that a frozen dataclass meets it
+    @property
+    def tool_name(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def span_id(self) -> str: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def flags(self) -> frozenset[str]: ...  # the evidence in its result (when it succeeded)
+    @property
+    def mentions_payment(self) -> bool: ...  # ``payment_mentions`` of the call
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +181,50 @@ def _failed_ahead(tried: Sequence[str], facts: Sequence[StepFacts]) -> DropOff |
                    f"{call.tool_name}: {call.error}")
 
 
-def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequence[StepFacts],
-             terminal_pass: bool, end: Ending | None = None) -> DropOff | None:
-    """The drop-off of a commerce session that stopped before its terminal rung, else None.
+# What one step's facts can say about a session that stopped there: given the facts of its runs of calls
+# and the step it dropped at, a drop-off, or None. A variant names the checks of its steps.
+StepCheck = Callable[[Sequence[StepFacts], str], "DropOff | None"]
 
-    ``facts`` are those of consecutive runs of the session's calls, in session order.
+
+def payment_pending(facts: Sequence[StepFacts], nxt: str) -> DropOff | None:
+    """Checkout reached, but it needs payment data the agent cannot give."""
+    tool = _first(_each(facts, "payment_pending"))
+    if tool is None:
+        return None
+    return DropOff("checkout_payment_required", nxt, {"tool": tool}, FIXES["checkout_payment_required"])
+
+
+def cart_without_checkout(facts: Sequence[StepFacts], nxt: str) -> DropOff | None:
+    """A cart with no way to check out."""
+    tool = _first(_each(reversed(facts), "cart"))
+    if tool is None or any(_each(facts, "cart_can_check_out")):
+        return None
+    return DropOff("cart_no_checkout_url", nxt, {"tool": tool}, FIXES["cart_no_checkout_url"])
+
+
+def options_unmapped(facts: Sequence[StepFacts], nxt: str) -> DropOff | None:
+    """Details seen, but their options cannot be mapped to a variant id."""
+    tool = _first(_each(facts, "options_unmapped"))
+    if tool is None:
+        return None
+    return DropOff("variant_unmapped", nxt, {"tool": tool}, FIXES["variant_unmapped"])
+
+
+def search_without_ids(facts: Sequence[StepFacts], nxt: str) -> DropOff | None:
+    """Search results the agent could not act on."""
+    tool = _first(_each(reversed(facts), "search"))
+    if tool is None or any(_each(facts, "search_has_ids")):
+        return None
+    return DropOff("search_no_ids", nxt, {"tool": tool}, FIXES["search_no_ids"])
+
+
+def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequence[StepFacts],
+             terminal_pass: bool, end: Ending | None = None,
+             checks: Mapping[str, StepCheck] | None = None) -> DropOff | None:
+    """The drop-off of a session that stopped before its terminal rung, else None.
+
+    ``facts`` are those of consecutive runs of the session's calls, in session order; ``checks`` the
+    variant's step checks (``StepCheck``), by the step the session stopped at.
 
     The session stopped at the last step of the variant it reached. The drop-off step is the step
     it tried and failed at beyond that one (a tool error there is the reason, even when it skipped
@@ -202,31 +247,15 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     tried = [last] if final else beyond
 
     # 1. a step it tried beyond where it stopped failed (at the last step: after its latest success)
-    failed = _failed_ahead(tried, facts)
+    failed = _failed_ahead(tried, facts)  # type: ignore[arg-type]  # final: last is set
     if failed is not None:
         return failed
     if last is None:
         return None
     nxt = last if final else beyond[0]
-
-    # 2. checkout reached but it needs payment data the agent cannot give
-    if last == "checkout":
-        tool = _first(_each(facts, "payment_pending"))
-        if tool is not None:
-            return DropOff("checkout_payment_required", nxt, {"tool": tool}, FIXES["checkout_payment_required"])
-    # 3. a cart with no way to check out
-    if last == "cart":
-        tool = _first(_each(reversed(facts), "cart"))
-        if tool is not None and not any(_each(facts, "cart_can_check_out")):
-            return DropOff("cart_no_checkout_url", nxt, {"tool": tool}, FIXES["cart_no_checkout_url"])
-    # 4. details seen, but options cannot be mapped to a variant id
-    if last == "details":
-        tool = _first(_each(facts, "options_unmapped"))
-        if tool is not None:
-            return DropOff("variant_unmapped", nxt, {"tool": tool}, FIXES["variant_unmapped"])
-    # 5. search results the agent could not act on
-    if last == "search":
-        tool = _first(_each(reversed(facts), "search"))
-        if tool is not None and not any(_each(facts, "search_has_ids")):
-            return DropOff("search_no_ids", nxt, {"tool": tool}, FIXES["search_no_ids"])
+    # 2. what the results of the step it stopped at show (the variant's check of that step)
+    check = (checks or {}).get(last)
+    found = check(facts, nxt) if check is not None else None
+    if found is not None:
+        return found
     return (_ending_reason(end, nxt) if end is not None else None) or DropOff("unknown", nxt, {}, FIXES["unknown"])

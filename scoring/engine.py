@@ -82,6 +82,13 @@ def summarize(records: Iterable[SpanRecord], settings: Settings, config_hash: st
     return _summary(config_hash, tuple(fact.summarize(trace) for fact in FACTS))
 
 
+def from_states(config_hash: str, states: tuple[Any, ...]) -> TraceSummary:
+    """A summary of facts' states made elsewhere (in ``FACTS`` order): the compiled GenAI-semconv path's."""
+    if len(states) != len(FACTS):
+        raise ValueError(f"{len(states)} states for {len(FACTS)} facts")
+    return _summary(config_hash, states)
+
+
 def _summary(config_hash: str, states: tuple[Any, ...]) -> TraceSummary:
     extent = states[_EXTENT]
     return TraceSummary(config_hash, states, extent.first_key, extent.last_key)
@@ -192,9 +199,9 @@ def _merge_overlapping(parts: list[TraceSummary]) -> list[TraceSummary]:
     run: list[TraceSummary] = []
     reach: Key | None = None
     for p in parts:
-        if run and p.first_key <= reach:
+        if run and p.first_key <= reach:  # type: ignore[operator]  # parts have spans; reach is set with run
             run.append(p)
-            reach = max(reach, p.last_key)
+            reach = max(reach, p.last_key)  # type: ignore[type-var]
             continue
         if run:
             out.append(run[0] if len(run) == 1 else merge(run))

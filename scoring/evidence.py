@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config import EvidenceSettings
+from .evidence_settings import EvidenceSettings
 
 ORDER_CONFIRMED = "order_confirmed"
 ORDER_PENDING = "order_pending"

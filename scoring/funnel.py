@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 from ..semconv import SpanRecord
 from ..semconv.dialects.mcp import HANDSHAKE_METHODS, LISTING_METHOD, declared_services, tool_annotations
-from . import evidence as ev
-from .config import (BUILTIN_VARIANTS, COMMERCE_STEPS, LODGING_HINTS, PROCUREMENT_STEPS, FunnelSettings, UserVariant,
-                     matches, tool_key)
+from .config import FunnelSettings, UserVariant, matches, tool_key
+from .variants import BY_KEY, STEP_KEYS, Clues, Reading, Variant
+from .variants.registry import Registry, configured
 
-GLOBAL_ORDER = ("search", "details", "rfq", "quote", "po", "cart", "checkout", "purchase")
+# The order a name is matched in where the session's own variant has no step for it.
+GLOBAL_ORDER = STEP_KEYS
 
 
 @functools.lru_cache(maxsize=1024)  # a session's few tool names, split for every offer, call and catalog lookup
@@ -103,9 +104,12 @@ NO_SERVER_FACTS = ServerFacts()
 class StepMatcher:
     """Compiled once per config: step lookups for every variant."""
 
-    def __init__(self, funnel: FunnelSettings) -> None:
+    def __init__(self, funnel: FunnelSettings, variants: Registry | None = None) -> None:
         self.funnel = funnel
-        self._patterns = {k: funnel.step_patterns(k) for k in GLOBAL_ORDER}
+        self.variants = variants if variants is not None else Registry(funnel)
+        self._orders = {v.key: v.step_keys for v in self.variants.builtins if not v.by_activity}
+        self._global = self.variants.step_keys
+        self._patterns = {k: funnel.step_patterns(k, self.variants.patterns) for k in self.variants.step_keys}
         self._user = {name: [(s.key, tuple(map(tool_key, s.patterns))) for s in uv.steps]
                       for name, uv in funnel.variants.items()}
         self._actions = tuple(map(tool_key, funnel.action_patterns))
@@ -123,8 +127,7 @@ class StepMatcher:
             for key, pats in self._user[variant]:
                 if matches(bare, pats):
                     return key
-        order = BUILTIN_VARIANTS.get(variant or "", ()) if variant != "generic" else ()
-        for key in (*order, *GLOBAL_ORDER):
+        for key in (*self._orders.get(variant or "", ()), *self._global):
             if matches(bare, self._patterns.get(key, ())):
                 return key
         return None
@@ -139,13 +142,18 @@ class StepMatcher:
     def is_action(self, tool: str) -> bool:
         return matches(bare_key(tool), self._actions)
 
+    def by_activity(self, variant: str) -> bool:
+        """The variant's steps are kinds of activity (generic), read from annotations and action patterns."""
+        found = self.variants.get(variant)
+        return found is not None and found.by_activity
+
     def step(self, tool: str, variant: str, annotations: Mapping[str, str] | None = None) -> str | None:
         """The step key stored for one call in a session of ``variant``.
 
         In a generic session a tool's MCP annotations (``annotations``: bare name -> read | action,
         ``ServerFacts``) win over the action name patterns; unannotated tools fall back to them.
         """
-        if variant == "generic":
+        if self.by_activity(variant):
             kind = annotations.get(bare_key(tool)) if annotations else None
             return self.commerce_step(tool) or kind or ("action" if self.is_action(tool) else "read")
         return self.commerce_step(tool, variant)
@@ -166,87 +174,53 @@ class StepMatcher:
             server, _ = split_tool_name(tool)
             if server and server in self.funnel.servers:
                 return VariantChoice(self.funnel.servers[server], "config")
-        steps = {self.commerce_step(t) for t in tools} - {None}
+        steps = frozenset(step for t in tools if (step := self.commerce_step(t)) is not None)
+        clues = Clues(steps, self.variants.named_steps, tuple(split_tool_name(t)[1] for t in tools if self.commerce_step(t) is not None))
         for services, source in ((declared, "declared"), (announced, "mcp_initialize")):
             for service in services:
                 variant = self.funnel.declared_services.get(service)
                 if variant:
-                    if variant == "shopping" and steps & set(PROCUREMENT_STEPS):
-                        return VariantChoice("procurement", f"{source}+inferred")  # the procurement switch
+                    switched = self.variants.infer(clues, declared=variant)  # procurement over a declared shopping
+                    if switched is not None:
+                        return VariantChoice(switched.key, f"{source}+inferred")
                     return VariantChoice(variant, source)
         for tool in tools:
             user = self.user_variant_of(tool)
             if user:
                 return VariantChoice(user, "inferred")
-        if steps & set(PROCUREMENT_STEPS):
-            return VariantChoice("procurement", "inferred")
-        if any(any(h in split_tool_name(t)[1] for h in LODGING_HINTS) for t in tools
-               if self.commerce_step(t) is not None):
-            return VariantChoice("lodging", "inferred")
-        if steps & set(COMMERCE_STEPS):
-            return VariantChoice("shopping", "inferred")
-        return VariantChoice("generic", "inferred" if tools else "default")
+        inferred = self.variants.infer(clues)
+        if inferred is not None:
+            return VariantChoice(inferred.key, "inferred")
+        return VariantChoice(self.variants.fallback.key, "inferred" if tools else "default")
 
 
-# What a tool result shows of a checkout; on a store page (WebMCP), its checkout page and even a
-# confirmed order only show that the checkout was reached: such runs never pay.
-CHECKOUT_EVIDENCE = frozenset({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING})
-STORE_PAGE_CHECKOUT_EVIDENCE = CHECKOUT_EVIDENCE | {ev.CHECKOUT_PAGE, ev.ORDER_CONFIRMED}
-
-
-def _procurement_rung(steps: Sequence[str], flags: Collection[str]) -> str | None:
-    if "po" in steps or ev.PO in flags:
-        return "po_submitted"
-    if "quote" in steps or ev.QUOTE in flags:
-        return "quote_received"
-    if "rfq" in steps or ev.RFQ in flags:
-        return "rfq_submitted"
-    return "search_only" if "search" in steps else None
-
-
-def _purchase_rung(steps: Sequence[str], flags: Collection[str], store_page: bool) -> str | None:
-    """Shopping's and lodging's rung: a purchase only with a confirmation, never on a store page."""
-    if ev.ORDER_CONFIRMED in flags and not store_page:
-        return "purchase_completed"
-    if not (STORE_PAGE_CHECKOUT_EVIDENCE if store_page else CHECKOUT_EVIDENCE).isdisjoint(flags):
-        return "checkout_reached"
-    if "checkout" in steps:  # a successful checkout-step call, whatever its result did not show
-        return "checkout_reached"
-    if "cart" in steps or ev.CART in flags:
-        return "cart_created"
-    return "search_only" if "search" in steps or "details" in steps else None
-
-
-def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *, store_page: bool = False,
-                   answer: str | None = None, stopped_by_error: bool = False,
-                   user_variant: UserVariant | None = None) -> str:
+def outcome(variant: Variant, reading: Reading, answer: str | None = None) -> str:
     """The highest rung of ``variant``'s ladder that the session's steps and result evidence prove.
 
-    ``steps`` are the steps reached (by calls that did not error), in the variant's order; ``flags``
-    the evidence found in tool results (``scoring.evidence``). Steps are evidence too: where
-    telemetry carries no results (content capture off, MCP server spans with only the method and
-    tool name) they are the only evidence, so a successful checkout-step call is
+    ``reading.steps`` are the steps reached (by calls that did not error), in the variant's order;
+    ``reading.flags`` the evidence found in tool results (``scoring.evidence``). Steps are evidence
+    too: where telemetry carries no results (content capture off, MCP server spans with only the
+    method and tool name) they are the only evidence, so a successful checkout-step call is
     ``checkout_reached``, a cart-step call ``cart_created``, a search or details call
     ``search_only``, and a session never reads lower than its steps prove. A purchase (and
     lodging's ``purchase`` step) always needs a confirmation in a result. Below every rung:
     ``failed`` when an error stopped the session, else ``info_provided`` with an answer, else
     ``abandoned``.
     """
-    if user_variant is not None:
-        rung = user_variant.outcome_of(steps[-1]) if steps else None
-    elif variant == "generic":
-        if not steps:
-            return "failed" if stopped_by_error else "no_activity"
-        rung = "action_taken" if "action" in steps else "read_only"
-    elif variant == "procurement":
-        rung = _procurement_rung(steps, flags)
-    else:  # shopping and lodging
-        rung = _purchase_rung(steps, flags, store_page)
+    rung = variant.ladder(reading)
     if rung is not None:
         return rung
     # an error that stopped the session outranks an apology: "answered" needs no failed attempt
-    if stopped_by_error:
+    if reading.stopped_by_error:
         return "failed"
     if answer:
         return "info_provided"
     return "abandoned"
+
+
+def ladder_outcome(variant: str, steps: Sequence[str], flags: Collection[str], *, store_page: bool = False,
+                   answer: str | None = None, stopped_by_error: bool = False,
+                   user_variant: UserVariant | None = None) -> str:
+    """``outcome`` of a built-in variant (or of ``user_variant``, a configured one) by its key."""
+    found = configured(variant, user_variant) if user_variant is not None else BY_KEY[variant]
+    return outcome(found, Reading(tuple(steps), frozenset(flags), store_page, stopped_by_error), answer)

@@ -1,5 +1,6 @@
-"""Display names for outcomes, steps and stages, in English and Japanese; what each stage asks and the
-evidence that answers it; and the words for a criterion's result.
+"""Display names for outcomes and steps, in English and Japanese, and the words for a criterion's result.
+A stage's words (its name, what it asks, the evidence that answers it) are the stage's own
+(``scoring.stages``: ``stage_label``, ``stage_question``, ``stage_check``).
 
 Stored values and SQL filters never change with the language or variant: ``outcome`` holds the
 value (``purchase_completed``), and these tables give what a person reads ("Booked" in a lodging
@@ -7,6 +8,8 @@ funnel, 「予約完了」 in Japanese).
 """
 
 from __future__ import annotations
+
+from .variants import outcome_labels as variant_outcome_labels
 
 LANGUAGES = ("en", "ja")
 
@@ -59,61 +62,14 @@ OUTCOME_LABELS: dict[str, dict[str, str]] = {
     },
 }
 
-# Lodging reads the shopping ladder in booking terms.
-VARIANT_OUTCOME_LABELS: dict[str, dict[str, dict[str, str]]] = {
-    "lodging": {
-        "en": {"purchase_completed": "Booked", "checkout_reached": "Booking Attempted", "cart_created": "Room Held"},
-        "ja": {"purchase_completed": "予約完了", "checkout_reached": "予約手続き到達", "cart_created": "部屋確保"},
-    },
-}
+# Where a variant names an outcome its own way (lodging reads the shopping ladder in booking terms):
+# from the variants' registry.
+VARIANT_OUTCOME_LABELS: dict[str, dict[str, dict[str, str]]] = variant_outcome_labels()
 
 READS_AS_LABELS = {
     "en": {"pass": "pass", "partial": "partial", "info": "info", "fail": "fail", "unknown": "unknown",
            "neutral": "neutral"},
     "ja": {"pass": "成功", "partial": "部分的", "info": "情報", "fail": "失敗", "unknown": "不明", "neutral": "中立"},
-}
-
-STAGES = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability", "completion")
-STAGE_LABELS = {
-    "en": {"discovery": "Discovery", "selection": "Selection", "tool_resolution": "Tool Resolution",
-           "invocation": "Invocation", "execution": "Execution", "result_usability": "Result Usability",
-           "completion": "Completion"},
-    "ja": {"discovery": "発見", "selection": "選択", "tool_resolution": "操作の特定", "invocation": "呼び出し",
-           "execution": "実行", "result_usability": "結果の利用可能性", "completion": "完了"},
-}
-
-# The question each stage asks and the evidence that answers it: the stage table's other two columns.
-STAGE_QUESTIONS = {
-    "en": {"discovery": "Is the target in the agent's explicit candidate set?",
-           "selection": "Does the agent choose the target?",
-           "tool_resolution": "Does it choose an allowed operation?",
-           "invocation": "Are the arguments valid?",
-           "execution": "Does the operation succeed on the declared path?",
-           "result_usability": "Does the result hold what the task needs?",
-           "completion": "Does the final answer meet the task?"},
-    "ja": {"discovery": "明示的な候補集合に対象が現れるか？",
-           "selection": "エージェントは対象を選ぶか？",
-           "tool_resolution": "許可された操作を選ぶか？",
-           "invocation": "引数の構造と意味は正しいか？",
-           "execution": "設定した実行経路で操作が成功するか？",
-           "result_usability": "タスクに必要なデータが結果に含まれるか？",
-           "completion": "最終回答がタスクの要件を満たすか？"},
-}
-STAGE_CHECKS = {
-    "en": {"discovery": "candidate identity, presence and rank in the answer",
-           "selection": "the provider chosen: the target, a competitor, or none",
-           "tool_resolution": "the tools called against the case's allowed plan",
-           "invocation": "the arguments against the input schema and the case's expectations",
-           "execution": "the tool call's status, error and server",
-           "result_usability": "required result fields: present, typed, non-null, declared values",
-           "completion": "the judge, against fixed criteria and the returned facts"},
-    "ja": {"discovery": "候補の識別、存在、回答中の順位",
-           "selection": "選択したプロバイダー、競合の選択、選択の見送り",
-           "tool_resolution": "ケースで許可した計画とツールの識別情報との一致",
-           "invocation": "入力スキーマと、タスク固有の引数の期待値",
-           "execution": "設定したツール環境での実行記録",
-           "result_usability": "必須フィールドの存在、型、非null、定義した期待値",
-           "completion": "固定した基準と返された事実に照らした回答評価"},
 }
 
 # What a person reads for a ``criterion_results.result``: the judge's per-criterion assessment
@@ -135,18 +91,6 @@ def outcome_label(outcome: str, variant: str | None = None, lang: str = "en") ->
     lang = lang if lang in LANGUAGES else "en"
     override = VARIANT_OUTCOME_LABELS.get(variant or "", {}).get(lang, {})
     return override.get(outcome) or OUTCOME_LABELS[lang].get(outcome, outcome)
-
-
-def stage_label(stage: str, lang: str = "en") -> str:
-    return STAGE_LABELS.get(lang if lang in LANGUAGES else "en", {}).get(stage, stage)
-
-
-def stage_question(stage: str, lang: str = "en") -> str:
-    return STAGE_QUESTIONS[lang if lang in LANGUAGES else "en"].get(stage, "")
-
-
-def stage_check(stage: str, lang: str = "en") -> str:
-    return STAGE_CHECKS[lang if lang in LANGUAGES else "en"].get(stage, "")
 
 
 def criterion_result_label(result: str, lang: str = "en") -> str:

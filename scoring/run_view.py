@@ -117,7 +117,7 @@ def build_view(records: Sequence[SpanRecord], final_answer: str | None = None) -
     for r in ordered:
         if r.ignored == "same_call" and r.parent_span_id:
             inner.setdefault(r.parent_span_id, []).append(r)
-    calls = []
+    calls: list[Call] = []
     for r in (r for r in ordered if r.is_tool_call):
         name = r.tool_name or ""
         prefix, bare = split_server(name)

@@ -92,10 +92,12 @@ def note_refusal(refusal: Unchecked, what: str) -> None:
 
 def _refuse(uri: str) -> referencing.Resource:
     """Every URI not among the local resources: never fetched."""
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]  # see LOCAL
 
 
-LOCAL = referencing.Registry(retrieve=_refuse)  # jsonschema adds the specifications' own metaschemas to it
+# jsonschema adds the specifications' own metaschemas to it. (referencing's stubs mark its attrs classes in a form
+# mypy does not read, so it sees no fields on them.)
+LOCAL = referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
 
 
 # ----------------------------------------------------------------------------- linear-time patterns
@@ -205,7 +207,7 @@ def _timed(keyword: Any) -> Any:
 
 
 @lru_cache(maxsize=None)
-def _guarded(cls: type) -> type:
+def _guarded(cls: Any) -> type:
     """The draft's validator class, each keyword checking the clock and the regex keywords on RE2."""
     keywords = {name: _timed(_OVERRIDES.get(name, fn)) for name, fn in cls.VALIDATORS.items()}
     return _validators.extend(cls, keywords)

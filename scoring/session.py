@@ -20,7 +20,6 @@ from itertools import chain
 from operator import add, attrgetter, itemgetter
 
 from ..semconv import SpanRecord
-from . import evidence as ev
 from .assembled import Session, TraceShare
 from .call_reading import VariantView, annotated_view, repeated_times, validity, variant_views, wasted
 from .config import ScoringConfig
@@ -29,17 +28,19 @@ from .engine import Columns, TraceSummary, in_session_order, merge, summarize
 from .facts import activity, answers, calls, catalog, cost, cycles, extent, models, references, refused, roots
 from .facts import servers, services, tokens
 from .facts.base import Settings, first, most_common, present
-from .funnel import ServerFacts, StepMatcher, VariantChoice, ladder_outcome
+from .funnel import ServerFacts, StepMatcher, VariantChoice, outcome as ladder_outcome
 from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
+from .variants import BUILTINS, Activity, Reading, Variant
+from .variants.registry import Registry
 from .validity import ToolCatalog
 
 
 def _latest_ending(facts: Sequence[tuple[int, object, object] | None]) -> tuple[int, object, object] | None:
     """Of (end, span, ...) facts in session order, the one ending last; on a tie the earlier (``max``
     keeps the first of equals)."""
-    return max(filter(present, facts), key=itemgetter(0), default=None)
+    return max(filter(present, facts), key=itemgetter(0), default=None)  # type: ignore[arg-type]  # Nones filtered
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +59,12 @@ class _Steps:
 class SessionScorer:
     """Compiled once per configuration; ``summarize``, ``combine`` and ``score`` are pure."""
 
-    def __init__(self, config: ScoringConfig | None = None) -> None:
+    def __init__(self, config: ScoringConfig | None = None, builtins: Sequence[Variant] = BUILTINS) -> None:
+        """``builtins``: the built-in variants to read sessions against (``scoring.variants.BUILTINS``);
+        the configuration's own variants are added to them."""
         self.config = config or ScoringConfig()
-        self.matcher = StepMatcher(self.config.funnel)
+        self.variants = Registry(self.config.funnel, builtins)
+        self.matcher = StepMatcher(self.config.funnel, self.variants)
         self.prices = PriceTable(self.config.prices, self.config.use_default_prices)
         self.config_hash = self.config.config_hash()
         self.settings = Settings(self.config.evidence, self.prices, self.config.funnel.agents)
@@ -113,10 +117,10 @@ class SessionScorer:
         servers_said = ServerFacts.merged(col[servers.FACT])  # what its MCP servers said of themselves
         agent_name = self._agent_name(col)
         choice = self._variant(col, servers_said, agent_name)
-        variant = choice.variant
+        variant = self.variants[choice.variant]
         views = variant_views(col.parts, variant, self.matcher)
-        if variant == "generic" and servers_said.annotations:  # MCP tool annotations win over the name patterns
-            views = [annotated_view(part, view, self.matcher, servers_said.annotations)
+        if variant.by_activity and servers_said.annotations:  # MCP tool annotations win over the name patterns
+            views = [annotated_view(part, view, self.matcher, servers_said.annotations, variant)
                      for part, view in zip(col.parts, views)]
         call_steps: dict[str, str | None] = {}
         for view in views:
@@ -124,12 +128,9 @@ class SessionScorer:
         reached = set().union(*map(attrgetter("reached"), views))
         flags = frozenset().union(*col.each(calls.FACT, "flags"))
         store_page = any(col.each(activity.FACT, "store_pages"))
-        if variant == "generic" and (any(col.each(activity.FACT, "listings"))
-                                     or sum(map(len, col.each(calls.FACT, "calls"))) > sum(col.each(calls.FACT, "errors"))):
-            reached.add("discover")
-        if variant == "lodging" and ev.ORDER_CONFIRMED in flags and not store_page:
-            reached.add("purchase")
-        steps = tuple(s for s in self.config.funnel.variant_steps(variant) if s in reached)
+        reached |= variant.reach(Activity(flags, store_page, any(col.each(activity.FACT, "listings")),
+                                          sum(map(len, col.each(calls.FACT, "calls"))) > sum(col.each(calls.FACT, "errors"))))
+        steps = tuple(s for s in variant.step_keys if s in reached)
         return _Steps(choice, agent_name, views, call_steps, steps, flags, store_page)
 
     def _variant(self, col: Columns, servers_said: ServerFacts, agent_name: str | None) -> VariantChoice:
@@ -150,30 +151,30 @@ class SessionScorer:
                 or first(col[references.WORKFLOW_NAME]))
 
     def _score(self, session_id: str, col: Columns, read: _Steps) -> SessionScore:
-        cfg, variant = self.config, read.choice.variant
-        variant_steps = cfg.funnel.variant_steps(variant)
+        variant = self.variants[read.choice.variant]
+        variant_steps = variant.step_keys
         calls_col = col[calls.FACT]
         n_llms, n_calls = sum(col.each(activity.FACT, "llms")), sum(map(len, col.each(calls.FACT, "calls")))
         final_answer = self._final_answer(col)
-        refused_names = tuple(chain.from_iterable(col[refused.FACT]))
+        refused_names = tuple(chain.from_iterable(col[refused.FACT]))  # type: ignore[index]  # mypy reads V from chain's argument
         hit_cap = self._hit_cap(col, final_answer, n_llms, bool(refused_names))
         last_call_failed = bool(col.last(calls.FACT, "last_failed"))
         stopped_by_error = any(col.each(roots.FACT, "failed")) or last_call_failed or hit_cap
-        outcome = ladder_outcome(variant, read.steps, read.flags, store_page=read.store_page, answer=final_answer,
-                                 stopped_by_error=stopped_by_error, user_variant=cfg.funnel.variants.get(variant))
-        terminal = outcome in ("purchase_completed", "po_submitted")
+        outcome = ladder_outcome(variant, Reading(read.steps, read.flags, read.store_page, stopped_by_error), final_answer)
+        terminal = outcome in variant.terminal
         completion = 1.0 if terminal else len(read.steps) / len(variant_steps) if variant_steps else 0.0
         drop = None
-        if variant not in ("generic",) and variant not in cfg.funnel.variants:
-            drop = diagnose(variant_steps, read.steps, list(map(attrgetter("dropoff"), read.views)), terminal,
-                            self._ending(calls_col, final_answer, hit_cap))
+        if variant.dropoff is not None:
+            drop = diagnose(variant_steps, read.steps, list(map(attrgetter("dropoff"), read.views)),
+                            variant.finished(outcome, read.steps), self._ending(calls_col, final_answer, hit_cap),
+                            variant.dropoff)
         args_valid, invalid = self._validity(col)
         input_tokens, output_tokens = self._tokens(col)
         lost = wasted(calls_col, read.views)
         first_seen = min(filter(present, col.each(extent.FACT, "first_seen_ns")), default=None)
         last_seen = max(filter(present, col.each(extent.FACT, "last_seen_ns")), default=None)
         return SessionScore(
-            session_id=session_id, variant=variant, variant_source=read.choice.source, steps=read.steps,
+            session_id=session_id, variant=variant.key, variant_source=read.choice.source, steps=read.steps,
             completion_rate=round(completion, 6), outcome=outcome, outcome_reads_as=self._reads_as(variant, outcome),
             stopped_by_error=stopped_by_error, drop=drop, agent_name=read.agent_name,
             service_name=most_common(col.each(services.FACT, "services")), user_id=first(col[references.USER_ID]),
@@ -239,9 +240,10 @@ class SessionScorer:
         return (max(filter(present, col.each(roots.FACT, "input_max")), default=None),
                 max(filter(present, col.each(roots.FACT, "output_max")), default=None))
 
-    def _reads_as(self, variant: str, outcome: str) -> str:
-        user = self.config.funnel.variants.get(variant)
-        return user.reads_as(outcome) if user else OUTCOME_READS_AS.get(outcome, "unknown")
+    @staticmethod
+    def _reads_as(variant: Variant, outcome: str) -> str:
+        own = variant.reads_as(outcome) if variant.reads_as is not None else None
+        return own or OUTCOME_READS_AS.get(outcome, "unknown")
 
     @staticmethod
     def _hit_cap(col: Columns, final_answer: str | None, n_llms: int, refused: bool = False) -> bool:
@@ -270,7 +272,7 @@ class SessionScorer:
             return True
         if not n_llms:
             return False
-        end, _, asked_tools = _latest_ending(col.each(answers.FACT, "latest_llm"))
+        end, _, asked_tools = _latest_ending(col.each(answers.FACT, "latest_llm"))  # type: ignore[misc]  # n_llms: one ended
         return bool(asked_tools) and max(filter(present, col.each(calls.FACT, "last_end")), default=-1) <= end
 
     @staticmethod
@@ -287,7 +289,7 @@ class SessionScorer:
         for i, value in enumerate(values):
             if value.event_span is None:
                 continue
-            if runs and value.event_span[0] <= values[runs[-1][-1]].event_span[1]:
+            if runs and value.event_span[0] <= values[runs[-1][-1]].event_span[1]:  # type: ignore[index]  # runs: with spans
                 runs[-1].append(i)
             else:
                 runs.append([i])

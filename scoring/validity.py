@@ -22,9 +22,11 @@ from .funnel import split_tool_name
 from .schema_check import SchemaCheck, Unchecked, note_refusal
 
 
-class ToolCall(Protocol):
-    tool_name: str | None
-    arguments: Any
+class ToolCall(Protocol):  # read-only members, so that a frozen dataclass meets it
+    @property
+    def tool_name(self) -> str | None: ...
+    @property
+    def arguments(self) -> Any: ...
 
 
 def first_offers(offers: Iterable[tuple[Any, Mapping[str, Any]]]) -> dict[str, tuple[Any, Any] | None]:

@@ -81,8 +81,8 @@ def _str_or_none(value: Any) -> str | None:
 def tool_call(d: dict[str, Any]) -> ToolCall | None:
     """A tool call in any of the common shapes: GenAI parts, OpenAI ``{function: {name, arguments}}``, the AI
     SDK's ``{toolName, args}``, OpenInference's ``{tool_call: {function: ...}}``."""
-    d = d.get("tool_call") if isinstance(d.get("tool_call"), dict) else d
-    fn = d.get("function") if isinstance(d.get("function"), dict) else {}
+    d = inner if isinstance(inner := d.get("tool_call"), dict) else d
+    fn = f if isinstance(f := d.get("function"), dict) else {}
     name = _first(d, "name", "toolName") or fn.get("name")
     if not name:
         return None

@@ -21,6 +21,7 @@ from .attributes import (AGENTFUNNEL_CASE_ID, AGENTFUNNEL_EXPERIMENT, AGENTFUNNE
 from .dialects import REGISTRY, Dialect
 from .dialects.base import exception, step_limit_text, unknown_tool_name
 from .dialects.index import DialectIndex
+from .dropped import DROPPED, EXTRACT_ERROR, UNKNOWN_FIELD
 from .records import SpanRecord, SpanView, new_record
 
 # What the dialects may fill; normalize sets the rest itself, from the span and the keys all dialects share.
@@ -125,12 +126,25 @@ class NormalizeError(ValueError):
     """Strict mode: a dialect raised reading a span, or returned a field a record does not take."""
 
 
+_DETAIL_CHARS = 200  # of a span's name and an exception's message in a log line (telemetry's text)
+
+
+def _unknown_fields(dialect: str, span: SpanView, found: dict[str, Any], strict: bool) -> None:
+    """Fields a dialect returned that a record does not take: raised in strict mode, else dropped and counted."""
+    for field in sorted(set(found) - _DIALECT_FIELDS):
+        what = f"returned the field {field!r} for span {span.span_id} ({span.name[:_DETAIL_CHARS]!r})"
+        if strict:
+            raise NormalizeError(f"dialect {dialect} {what}: SpanRecord takes no such field from a dialect")
+        DROPPED.add(dialect, UNKNOWN_FIELD, field, what + ", which SpanRecord does not take: dropped")
+
+
 def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
               session_keys: Sequence[str] = (), strict: bool = False) -> SpanRecord:
     """The normalized record of one span; never raises on unknown or odd input.
 
     ``strict`` (for tests) raises ``NormalizeError`` naming the dialect, the span and the field where the
-    lenient default passes over a dialect's ``extract`` error or drops a field ``SpanRecord`` does not take.
+    lenient default passes over a dialect's ``extract`` error or drops a field ``SpanRecord`` does not take;
+    the default counts each in ``dropped.DROPPED`` and logs it once per dialect and field.
     """
     index = _REGISTRY_INDEX if dialects is REGISTRY else _index(tuple(dialects))
     fields: dict[str, Any] = {}  # what the dialects read; the first value for a field wins
@@ -139,14 +153,15 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
         try:
             found = dialect.extract(span)
         except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            what = (f"could not read span {span.span_id} ({span.name[:_DETAIL_CHARS]!r}): {type(exc).__name__}: "
+                    f"{str(exc)[:_DETAIL_CHARS]}")
             if strict:
-                raise NormalizeError(f"dialect {dialect.name} could not read span {span.span_id} ({span.name!r}): "
-                                     f"{type(exc).__name__}: {exc}") from exc
-            continue  # a dialect that cannot read this span (nor JSON nested past the recursion limit) leaves it
-        if strict and not _DIALECT_FIELDS.issuperset(found):
-            field = sorted(set(found) - _DIALECT_FIELDS)[0]
-            raise NormalizeError(f"dialect {dialect.name} returned the field {field!r} for span {span.span_id} "
-                                 f"({span.name!r}): SpanRecord takes no such field from a dialect")
+                raise NormalizeError(f"dialect {dialect.name} {what}") from exc
+            # a dialect that cannot read this span (nor JSON nested past the recursion limit) leaves it, counted
+            DROPPED.add(dialect.name, EXTRACT_ERROR, type(exc).__name__, what)
+            continue
+        if not _DIALECT_FIELDS.issuperset(found):
+            _unknown_fields(dialect.name, span, found, strict)
         if name == "unknown":
             name = dialect.name
         # None fills nothing, so a later dialect still can: Strands' and ADK's {"provider": None} do not

@@ -94,7 +94,7 @@ class SpanRecord:
         return self.ignored is None and (self.kind in ("llm", "agent", "tool") or self.harness is not None)
 
 
-def _builder(cls: type[T]) -> Callable[..., T]:
+def builder(cls: type[T]) -> Callable[..., T]:
     """A faster constructor for the frozen slots dataclass ``cls``: the same arguments give an equal
     ``cls`` instance.
 
@@ -105,7 +105,7 @@ def _builder(cls: type[T]) -> Callable[..., T]:
     """
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": MISSING}
     params, body = [], []
-    for f in fields(cls):
+    for f in fields(cls):  # type: ignore[arg-type]  # T is a dataclass: _builder is given record classes only
         namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
         value = f.name
         if f.default is not MISSING:
@@ -123,5 +123,5 @@ def _builder(cls: type[T]) -> Callable[..., T]:
     return cast(Callable[..., T], namespace["build"])
 
 
-new_view = _builder(SpanView)
-new_record = _builder(SpanRecord)
+new_view = builder(SpanView)
+new_record = builder(SpanRecord)

@@ -155,8 +155,10 @@ def _ui_db(path: Path, sessions: list[str], big: str | None = None, big_spans: i
         n = big_spans if sid == big else 1
         for k in range(n):
             attrs = {"marker": f"payload-{k:03d}", "filler": "x" * (100_000 if sid == big else 10)}
+            # stamped with a dialect, as an assembled trace's spans are (unstamped ones are reassembled at start)
             con.execute("INSERT INTO spans (trace_id, span_id, session_id, name, kind, start_time, end_time,"
-                        " status_code, attributes, received_at) VALUES (?, ?, ?, 'work', 'INTERNAL', ?, ?, 'UNSET', ?, ?)",
+                        " status_code, attributes, received_at, dialect)"
+                        " VALUES (?, ?, ?, 'work', 'INTERNAL', ?, ?, 'UNSET', ?, ?, 'unknown')",
                         [trace, f"s{k}", sid, t0 + dt.timedelta(milliseconds=k), t0 + dt.timedelta(milliseconds=k + 1),
                          json.dumps(attrs), t0])
     con.close()

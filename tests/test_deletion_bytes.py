@@ -303,7 +303,7 @@ def test_a_rewrite_loses_no_acknowledged_span_and_readers_never_see_a_closed_con
     # a reader kept open past rewrite_reader_wait_seconds is interrupted and closed; the rewrite goes on
     held = store.reader()
     assert store.rewrite().result(timeout=30)["bytes_after"] > 0
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="Connection already closed"):
         held.execute("SELECT 1")
     assert metrics.snapshot()["rewrite_readers_interrupted"] == 1 and metrics.snapshot()["file_rewrites"] == 4
     store.submit(_batch(7)).result()  # written after the last rewrite: into the file now in place, not the old one

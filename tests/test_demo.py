@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from agentfunnel.scoring.labels import STAGES, stage_label
+from agentfunnel.scoring.stages import REGISTRY, stage_label
 import docs_text
 from conftest import read_db, run_cli
 from test_report import _row
@@ -83,7 +83,7 @@ def test_demo_evaluation_runs_pass_as_the_demo_intends_and_compare_flags_the_reg
         assert f"{len(fit)} target-fit runs" in section.splitlines()[0]
         abstained = sum(1 for r in controls if r["correct_abstention"])
         assert f"negative controls: {abstained} of {len(controls)} abstained correctly" in section
-        for stage in STAGES:
+        for stage in REGISTRY.keys():
             failed_first = sum(1 for r in fit if r["first_failed_stage"] == stage)
             assert _row(section, stage_label(stage))[2] == str(failed_first), (experiment, stage)
 

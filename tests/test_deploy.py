@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import functools
 import textwrap
 import tomllib
@@ -19,7 +18,7 @@ import grpc
 import pytest
 import yaml
 
-from agentfunnel.collector.cli import build_parser
+from agentfunnel.collector.commands import build_parser
 from agentfunnel.collector.config import load_settings
 from agentfunnel.collector.receivers.http import HttpReceiver
 from agentfunnel.collector.receivers.status import check_bearer

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import pytest
 import yaml
 
-from agentfunnel.scoring.labels import STAGES, stage_label
+from agentfunnel.scoring.stages import REGISTRY, stage_label
 from conftest import read_db, run_cli, sql
 from otlp_build import trace_request
 from test_judge import FakeMessagesAPI, Reply, error_body, verdict_reply
@@ -164,8 +164,8 @@ def test_cases_add_drafts_a_case_its_session_passes_while_a_server_owns_the_file
     run_cli("ingest", "--db", str(scored), "--config", str(config), str(recording))
     run = read_db(scored, "SELECT * FROM case_runs")[0]
     assert (run["case_id"], run["passed"], run["first_failed_stage"]) == ("fx-lookup", True, None)
-    assert [run[s] for s in STAGES] == ["not_applicable", "not_applicable", "passed", "passed", "passed", "passed",
-                                        "not_applicable"]
+    assert [run[s] for s in REGISTRY.keys()] == ["not_applicable", "not_applicable", "passed", "passed", "passed",
+                                                 "passed", "not_applicable"]
 
 
 # ---------------------------------------------------------------------------- agentfunnel judge, on the file and through the server
@@ -314,7 +314,7 @@ def test_the_report_shows_where_runs_fail_first_and_the_criteria_missed_most(tmp
 
     out = run_cli("report", "--db", str(db)).stdout
     assert "Evaluation runs" in out and "Experiment fx-exp" in out and "4 target-fit runs, 1 passed (25%)" in out
-    for stage in STAGES:
+    for stage in REGISTRY.keys():
         r = view[stage]
         assert _row(out, stage_label(stage))[:6] == [
             str(r["reached"]), str(r["passed"]), str(r["failed"]), str(r["missing"]), _pct(r["cumulative"]),
@@ -333,9 +333,9 @@ def test_the_report_shows_where_runs_fail_first_and_the_criteria_missed_most(tmp
     run_cli("report", "--db", str(db), "--html", str(page))
     tables = html_tables(page.read_text(encoding="utf-8"))
     stage_rows = tables["data stages"][1:]
-    assert [r[0] for r in stage_rows] == [stage_label(s) for s in STAGES]
+    assert [r[0] for r in stage_rows] == [stage_label(s) for s in REGISTRY.keys()]
     for row in stage_rows:
-        r = view[next(s for s in STAGES if stage_label(s) == row[0])]
+        r = view[next(s for s in REGISTRY.keys() if stage_label(s) == row[0])]
         assert row[1:7] == [str(r["reached"]), str(r["passed"]), str(r["failed"]), str(r["missing"]),
                             _pct(r["cumulative"]), _pct(r["conditional"])]
         assert bool(row[8]) == bool(r["failed"])  # what to look at, where runs failed first

@@ -24,7 +24,7 @@ from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.report import FailureShape, Tails
 from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
-from agentfunnel.collector.store.rows import insert_rows
+from agentfunnel.collector.store.rows import case_run_tables, insert_rows
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.stages import evaluate_run
 from conftest import read_db, run_cli, shared_demo
@@ -147,7 +147,9 @@ def test_the_report_shows_each_experiments_most_common_shape(demo):
 def _db(rows: list[dict]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     migrate(con)
-    insert_rows(con, "case_run_rows", rows)
+    runs, stage_rows = case_run_tables(rows)
+    insert_rows(con, "case_run_rows_compacted", runs)
+    insert_rows(con, "stage_result_rows_compacted", stage_rows)
     return con
 
 
@@ -201,7 +203,8 @@ def test_every_kind_of_problem_is_named_from_its_stage_evidence():
     competitor = [agent("XE."), llm("Options: FXRates or XE. XE it is.", "tool_call"),
                   call("mcp__xe__convert", {"from": "EUR"}, {"rate": 1.1})]
     rows.append(_case_run(case_of(**CHOOSING), competitor, experiment="competitor"))
-    got = {(r["experiment"], r["kind"]): r for r in _rows(_db(rows), "SELECT * FROM failure_problems")}
+    con = _db(rows)
+    got = {(r["experiment"], r["kind"]): r for r in _rows(con, "SELECT * FROM failure_problems")}
     assert set(got) == {("wrong type", "field_wrong_type"), ("null", "field_null"),
                         ("undeclared", "undeclared_value"), ("absent", "field_missing"),
                         ("hallucinated", "hallucinated_tool"), ("no tool", "no_tool_called"),
@@ -211,7 +214,8 @@ def test_every_kind_of_problem_is_named_from_its_stage_evidence():
     assert got[("undeclared", "undeclared_value")]["location"] == "$.date"
     assert got[("hallucinated", "hallucinated_tool")]["tool"] == "mcp__fxrates__get_fx"
     assert got[("competitor", "chose_competitor")]["detail"] == "XE"
-    assert shapes_by_hand(rows) == view_shapes(_rows(_db(rows), "SELECT * FROM failure_shapes"))
+    by_view = view_shapes(_rows(con, "SELECT * FROM failure_shapes"))
+    assert shapes_by_hand(_rows(con, "SELECT * FROM case_runs")) == by_view
 
 
 # -- the report section ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from agentfunnel.collector.decode import decode_logs_json, decode_traces_json
 from agentfunnel.collector.feedback.analysis import load
 from agentfunnel.collector.feedback.model import Bounds, FeedbackError, from_item, sentiment
 from agentfunnel.collector.feedback.otlp import feedback_in
-from agentfunnel.collector.feedback.render import section_html, session_block_html, terminal_renderables
+from agentfunnel.collector.report.feedback import section_html, session_block_html, terminal_renderables
 from agentfunnel.collector.store.feedback_table import insert_feedback
 from agentfunnel.collector.store.schema import migrate
 from conftest import ServerProcess, run_cli

@@ -96,7 +96,7 @@ def _judged_db(path, agent_model="claude-3-haiku"):
                     "input, failure_class) VALUES (?, 'exp', 'c', ?, ?, ?, ?, 'the task', ?)",
                     [sid, passed, "complete" if passed else "incomplete", agent_model, answer,
                      None if passed else "wrong_output"])
-        con.execute("INSERT INTO case_run_rows (session_id, case_id, experiment, passed, first_failed_stage) "
+        con.execute("INSERT INTO case_run_rows_compacted (session_id, case_id, experiment, passed, first_failed_stage) "
                     "VALUES (?, 'c', 'exp', ?, ?)", [sid, passed, None if passed else "completion"])
         criteria = [{"criterion": C1, "status": "satisfied" if passed else "missing", "evidence": "1.10"},
                     {"criterion": C2, "status": "missing" if i % 3 == 0 else "satisfied", "evidence": "date"}]

@@ -747,7 +747,7 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
     # 5. maintenance: on its schedule (every 5 s here) on every replica, then merged, each table is a file or two;
     #    expired, one snapshot is left and every row still reads
     for r in cluster.replicas:
-        _wait_for(lambda: _metrics(r).get("lake_maintenance", 0) >= 1, "a maintenance round on every replica")
+        _wait_for(lambda: _metrics(r).get("lake_maintenance", 0) >= 1, "a maintenance round on every replica")  # noqa: B023 -- waited on at once
     for r in cluster.replicas:
         r.stop()
     facts = lake_maintenance(LAKE_PYTHON, cluster.configs[0], "compact-and-expire")  # type: ignore[arg-type]

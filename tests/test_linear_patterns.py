@@ -13,7 +13,7 @@ from agentfunnel.collector.config import PrivacySettings
 from agentfunnel.collector.privacy import Redactor
 from agentfunnel.scoring.assertions import AssertionSpec, evaluate_assertions
 from agentfunnel.scoring.case_models import ArgumentExpectation
-from agentfunnel.scoring.stage_checks import _expectation_problem
+from agentfunnel.scoring.stages.reading import expectation_problem as _expectation_problem
 
 EVIL = "(a+)+$"
 CRAFTED = "a" * 40 + "!"

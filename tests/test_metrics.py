@@ -32,10 +32,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from agentfunnel.collector.batches import ResourceContext
+from agentfunnel.collector.decoded import ResourceContext
 from agentfunnel.collector.config import StoreSettings
 from agentfunnel.collector.otlp_values import NestingTooDeep
-from agentfunnel.collector.batches import BUCKET_BYTES, DECODED_ROW_BYTES, decoded_cost
+from agentfunnel.collector.decoded import BUCKET_BYTES, DECODED_ROW_BYTES, decoded_cost
 from agentfunnel.collector.decode_metrics import (MetricLimits, decode_metrics_json, decode_metrics_protobuf,
                                                   metric_shape)
 from agentfunnel.collector.pipeline import Admission, Pipeline

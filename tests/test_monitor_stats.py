@@ -142,3 +142,16 @@ def test_the_documented_configuration_is_valid():
     block = re.search(r"```yaml\n(.*?)```", docs_text.page("docs/monitors.md"), re.S).group(1)
     rules = Settings.model_validate(yaml.safe_load(block)).monitors.rules
     assert {r.measure.kind for r in rules} == {"drop_off_share", "step_conversion", "cost_quantile", "pass_hat_k"}
+
+
+def test_the_html_reports_firings_escape_what_telemetry_wrote():
+    """A monitor's message quotes telemetry (a variant, a reason, a version): the HTML report escapes it, and links
+    the first session behind the firing through the report's own session link."""
+    from agentfunnel.collector.monitors.report import html_section
+
+    firing = {"monitor": "m<1>", "fired_at": dt.datetime(2026, 3, 1, 12, 10, 34), "session_ids": ["s-1", "s-2"],
+              "message": 'share of variant <img src=x onerror=alert(1)> is 40% "above" 0.03'}
+    page = html_section([firing], "en", lambda sid: f'<a href="/ui/sessions/{sid}">{sid}</a>')
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page and "m&lt;1&gt;" in page
+    assert "2026-03-01 12:10 UTC" in page and 'sessions behind it (2): <a href="/ui/sessions/s-1">s-1</a>' in page
+    assert html_section([], "en", str) == ""

@@ -136,7 +136,7 @@ def test_a_request_is_admitted_at_what_it_costs_once_decoded():
     """A small protobuf body of many spans holds far more than its bytes until its commit."""
     from agentfunnel.collector.decode import decode_traces_protobuf
     from agentfunnel.collector.errors import Saturated
-    from agentfunnel.collector.batches import decoded_cost
+    from agentfunnel.collector.decoded import decoded_cost
 
     body = trace_request([{"trace_id": b"\x01" * 16, "span_id": i.to_bytes(8, "big"), "name": "s"}
                           for i in range(1, 2001)]).SerializeToString()

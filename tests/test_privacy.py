@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from agentfunnel.collector.batches import ResourceContext, SpanBatch, to_json
+from agentfunnel.collector.batches import SpanBatch
+from agentfunnel.collector.decoded import ResourceContext, to_json
 from agentfunnel.collector.config import ConfigError, PrivacySettings, load_settings
 from agentfunnel.collector.decode import decode_logs_json, decode_traces_protobuf_reference, decode_traces_protobuf_wire
 from agentfunnel.collector.decode_metrics import decode_metrics_json
@@ -161,6 +162,13 @@ def test_an_integer_card_number_is_redacted_and_other_integers_stay():
         "card": "[redacted:payment_card]", "amex": ["[redacted:payment_card]"], "tokens": 1234567890123456,
         "big": 9223372036854775807, "n": 7}
     assert Redactor(PrivacySettings(detectors=["email"])).redact(_one_span_batch({"card": 4111111111111111})) == 0
+
+
+def test_a_json_value_redacted_without_naming_detectors_uses_the_redactors_own():
+    """``value`` with no ``active`` detectors reads an integer card number as it reads a string, with all of its own."""
+    redactor = Redactor(PrivacySettings(detectors=["payment_card"]))
+    assert redactor.value({"n": 4111111111111111, "s": "card 4111 1111 1111 1111", "k": 10**13}, Counter()) == {
+        "n": "[redacted:payment_card]", "s": "card [redacted:payment_card]", "k": 10**13}
 
 
 @pytest.mark.parametrize("decoder", DECODERS)

@@ -45,7 +45,7 @@ def _send_with_sdk(exporter, service: str) -> dict[str, dict]:
 def _check(db, made, service):
     rows = {r["name"]: r for r in sql(db, f"select * from spans where service_name = '{service}'")}
     assert set(rows) == {"invoke_agent shop", "execute_tool add_to_cart"}
-    root, child = made["root"], made["child"]
+    root = made["root"]
     r, c = rows["invoke_agent shop"], rows["execute_tool add_to_cart"]
     assert r["trace_id"] == format(root.context.trace_id, "032x")
     assert r["span_id"] == format(root.context.span_id, "016x")

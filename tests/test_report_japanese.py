@@ -22,7 +22,7 @@ from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.report.terminal import render_terminal
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
-from agentfunnel.scoring import dropoff, labels
+from agentfunnel.scoring import dropoff, labels, stages
 from conftest import run_cli, shared_demo
 
 # The stage names, questions and checks exactly as the Japanese documentation's stage table gives them.
@@ -51,6 +51,9 @@ def fields(s: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(s) if name is not None}
 
 
+STAGE_WORDS = ("label", "question", "evidence", "fix")
+
+
 def lang_tables() -> dict[str, dict[str, dict[str, str]]]:
     """Every ``{lang: {key: text}}`` table of the label modules, found by its shape, so a table added later is
     walked too (``labels.VARIANT_OUTCOME_LABELS`` nests one per variant)."""
@@ -69,6 +72,9 @@ def lang_tables() -> dict[str, dict[str, dict[str, str]]]:
         for attr, value in vars(module).items():
             if attr.isupper():
                 walk(f"{module.__name__.rsplit('.', 1)[-1]}.{attr}", value)
+    for part in STAGE_WORDS:  # each stage's own words, as one table per kind across the registered stages
+        found[f"stages.{part}"] = {lang: {s.key: getattr(s, part)[lang] for s in stages.REGISTRY
+                                          if lang in getattr(s, part)} for lang in labels.LANGUAGES}
     return found
 
 
@@ -97,9 +103,9 @@ def english_labels(min_len: int = 8) -> set[str]:
 def test_the_walk_finds_every_label_table():
     names = set(TABLES)
     for expected in ("text.TEXT", "text.VARIANT_NAMES", "text.DROP_REASON_NAMES",
-                     "text.STAGE_FIX_TEXT", "text.DROP_FIX_TEXT", "text.FAILURE_CLASS_NAMES",
-                     "labels.OUTCOME_LABELS", "labels.READS_AS_LABELS", "labels.STAGE_LABELS", "labels.STAGE_QUESTIONS",
-                     "labels.STAGE_CHECKS", "labels.CRITERION_RESULT_LABELS", "labels.VARIANT_OUTCOME_LABELS['lodging']"):
+                     "stages.fix", "text.DROP_FIX_TEXT", "text.FAILURE_CLASS_NAMES",
+                     "labels.OUTCOME_LABELS", "labels.READS_AS_LABELS", "stages.label", "stages.question",
+                     "stages.evidence", "labels.CRITERION_RESULT_LABELS", "labels.VARIANT_OUTCOME_LABELS['lodging']"):
         assert expected in names, f"{expected} is not walked: {sorted(names)}"
 
 
@@ -125,9 +131,10 @@ def test_the_walk_would_catch_an_english_or_missing_entry():
 
 
 def test_tables_cover_what_they_name():
-    stages = set(labels.STAGES)
-    for table in (labels.STAGE_LABELS, labels.STAGE_QUESTIONS, labels.STAGE_CHECKS, report_text.STAGE_FIX_TEXT):
-        assert set(table["en"]) == set(table["ja"]) == stages
+    keys = set(stages.REGISTRY.keys())
+    for part in STAGE_WORDS:
+        table = TABLES[f"stages.{part}"]
+        assert set(table["en"]) == set(table["ja"]) == keys
     assert set(labels.CRITERION_RESULT_LABELS["ja"]) == set(labels.CRITERION_RESULTS)
     assert set(report_text.DROP_FIX_TEXT["ja"]) == set(dropoff.FIXES)
     assert set(dropoff.FIXES) | {"tool_error"} <= set(report_text.DROP_REASON_NAMES["ja"])
@@ -135,9 +142,9 @@ def test_tables_cover_what_they_name():
 
 
 def test_stage_names_questions_and_checks_are_the_documentations():
-    assert tuple(labels.stage_label(s, "ja") for s in labels.STAGES) == SEED_STAGES
-    assert tuple(labels.stage_question(s, "ja") for s in labels.STAGES) == SEED_QUESTIONS
-    assert tuple(labels.stage_check(s, "ja") for s in labels.STAGES) == SEED_CHECKS
+    assert tuple(stages.stage_label(s, "ja") for s in stages.REGISTRY.keys()) == SEED_STAGES
+    assert tuple(stages.stage_question(s, "ja") for s in stages.REGISTRY.keys()) == SEED_QUESTIONS
+    assert tuple(stages.stage_check(s, "ja") for s in stages.REGISTRY.keys()) == SEED_CHECKS
     words = labels.CRITERION_RESULT_LABELS["ja"]
     assert (words["satisfied"], words["missing"]) == ("条件を満たす", "必要な情報が不足")
     assert (words["contradicted"], words["unsupported"]) == ("ツール結果と矛盾", "ツール結果で裏付けられない")
@@ -204,26 +211,26 @@ def test_the_english_reports_of_the_demo_keep_their_words(demo, tmp_path):
     page = _page(demo, tmp_path, "en")
     for out in (terminal, page):
         assert not CJK.search(out), CJK.findall(out)[:10]
-        for stage in labels.STAGES:
-            assert labels.stage_label(stage) in out
+        for stage in stages.REGISTRY.keys():
+            assert stages.stage_label(stage) in out
         assert "Where runs fail first" in out and "Include a checkout link in cart responses." in out
-    assert labels.stage_question("invocation") in page and labels.stage_question("invocation") not in terminal
+    assert stages.stage_question("invocation") in page and stages.stage_question("invocation") not in terminal
     with_questions = run_cli("report", "--db", str(demo), "--stage-questions").stdout
-    assert labels.stage_question("invocation") in with_questions
-    assert labels.stage_check("invocation") in " ".join(with_questions.split())
+    assert stages.stage_question("invocation") in with_questions
+    assert stages.stage_check("invocation") in " ".join(with_questions.split())
 
 
 # ---------------------------------------------------------------------------- criterion results
 
 
 def _with_misses() -> ReportData:
-    stages = [StageRow(s, 4, 4, 4, 0, 0, 1.0, None if i == 0 else 1.0) for i, s in enumerate(labels.STAGES)]
+    rows = [StageRow(s, 4, 4, 4, 0, 0, 1.0, None if i == 0 else 1.0) for i, s in enumerate(stages.REGISTRY.keys())]
     misses = [CriterionMiss("criterion", "states the date", 6, 6, 1.0, 4, 1, 0, "run-1",
                             {"missing": 1, "contradicted": 2, "unsupported": 1, "judge_pending": 1}),
               CriterionMiss("assertion", "every step renderable", 4, 2, 0.5, 2, 0, 0, "run-2", {"failed": 2})]
     data = ReportData(Summary(sessions=4, closed=4))
     data.variant_sessions = {None: 4}
-    data.experiments = [ExperimentRuns("exp", 4, 0, 0, 0, stages, misses)]
+    data.experiments = [ExperimentRuns("exp", 4, 0, 0, 0, rows, misses)]
     return data
 
 
@@ -254,9 +261,10 @@ def test_the_report_reads_each_criterions_results_from_the_database(tmp_path):
         evidence = ({"status": "missing", "criteria": ["states the date"]} if result is None else
                     {"status": "incomplete", "criteria": ["states the date"],
                      "assessed": [{"name": "states the date", "assessment": result}]})
-        con.execute("INSERT INTO case_run_rows (session_id, case_id, experiment, run_id, fit, probe, completion,"
-                    " completion_evidence, passed, first_failed_stage) VALUES (?, 'fx', 'exp', ?, true, false,"
-                    " 'failed', ?, false, 'completion')", [run, run, json.dumps(evidence)])
+        con.execute("INSERT INTO case_run_rows_compacted (session_id, case_id, experiment, run_id, fit, probe, passed,"
+                    " first_failed_stage) VALUES (?, 'fx', 'exp', ?, true, false, false, 'completion')", [run, run])
+        con.execute("INSERT INTO stage_result_rows_compacted (session_id, stage, stage_order, state, evidence, scored)"
+                    " VALUES (?, 'completion', 70, 'failed', ?, true)", [run, json.dumps(evidence)])
     con.close()
     [e] = load_report(db, Filters()).experiments
     [miss] = e.misses

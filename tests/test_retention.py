@@ -21,7 +21,7 @@ import pytest
 from agentfunnel.collector.config import ConfigError, load_settings
 from agentfunnel.collector.retention import NotSupported, Retention, parse_time
 from agentfunnel.collector.telemetry import Metrics
-from agentfunnel.collector.cli import build_parser
+from agentfunnel.collector.commands import build_parser
 from conftest import ServerProcess, run_cli
 from otlp_build import trace_request
 

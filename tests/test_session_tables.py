@@ -21,7 +21,7 @@ from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
 from agentfunnel.collector.store.local import LocalSessionTables
-from agentfunnel.collector.store.rows import UnknownColumn, insert_rows
+from agentfunnel.collector.store.rows import UnknownColumn, case_run_tables, insert_rows
 from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.scoring import SessionScorer
@@ -71,7 +71,9 @@ def test_every_row_builder_names_exactly_its_tables_columns(con):
     assert set(call_step_rows(x, NOW)[0]) == _columns(con, "call_scores")
     assert set(funnel_step_rows(SessionScorer())[0]) == _columns(con, "funnel_steps")
     result = evaluate_run(case_of(), x.records, x.score, GOOD)
-    assert set(case_run_row(x.score, result)) | {"updated_at"} == _columns(con, "case_runs")
+    runs, stage_rows = case_run_tables([{**case_run_row(x.score, result), "updated_at": NOW}])
+    assert set(runs[0]) == _columns(con, "case_run_results")
+    assert {frozenset(r) for r in stage_rows} == {frozenset(_columns(con, "stage_results"))}
     judgment = Judgment.model_validate({
         "status": "complete", "passed": True, "score": 1.0, "judge_model": "m", "backend": "anthropic",
         "base_url": "http://127.0.0.1:1", "rubric_id": "r", "rubric_version": "1", "rubric_sha256": "0" * 64,

@@ -25,7 +25,7 @@ import pytest
 from agentfunnel.collector.assembly import assemble
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.cases import parse_suite
-from agentfunnel.scoring.stages import STAGE_FIX, evaluate_run, wants_judgment
+from agentfunnel.scoring.stages import evaluate_run, stage_fix, wants_judgment
 from agentfunnel.semconv import SpanView
 from test_stage_recordings import RECORDINGS, cases, views_of
 from test_stages import Judgment, crit
@@ -97,7 +97,7 @@ def test_a_refused_invented_tool_is_an_invalid_tool_call_not_a_cap_hit(framework
     assert tr.state == "failed" and tr.evidence["hallucinated"] == [INVENTED], tr.evidence
     assert INVENTED in tr.evidence["reason"] and "no tool was called" not in tr.evidence["reason"]
     assert (r.first_failed_stage, r.failure_class, r.hit_cap) == ("tool_resolution", "invalid_tool_call", False)
-    assert r.fix_hint == STAGE_FIX["tool_resolution"]
+    assert r.fix_hint == stage_fix("tool_resolution")
     assert not wants_judgment(case, records, score)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.cases import parse_suite
-from agentfunnel.scoring.labels import STAGES
+from agentfunnel.scoring.stages import REGISTRY
 from agentfunnel.scoring.stages import CaseRunResult, evaluate_run
 from agentfunnel.semconv import SpanRecord
 
@@ -114,7 +114,7 @@ def good_run(answer=FULL_ANSWER, tool="mcp__fxrates__get_rate", args=ARGS, resul
 
 def test_answer_omitting_the_date_fails_only_at_completion():
     r = run(case_of(), good_run(ANSWER), DATE_MISSING)
-    assert list(r.stages) == list(STAGES)
+    assert list(r.stages) == list(REGISTRY.keys())
     assert states(r) == {"discovery": "not_applicable", "selection": "not_applicable", "tool_resolution": "passed",
                          "invocation": "passed", "execution": "passed", "result_usability": "passed",
                          "completion": "failed"}
@@ -184,7 +184,7 @@ EXITS = [
 @pytest.mark.parametrize("name,changes,records,stage,failure,hint", EXITS, ids=[e[0] for e in EXITS])
 def test_first_failing_stage_and_later_stages_not_observed(name, changes, records, stage, failure, hint):
     r = run(case_of(**changes), records)
-    order = list(STAGES)
+    order = list(REGISTRY.keys())
     i = order.index(stage)
     assert r.first_failed_stage == stage and not r.passed
     assert all(r.stages[s].state in ("passed", "not_applicable") for s in order[:i]), states(r)
@@ -301,9 +301,9 @@ def test_negative_controls_are_decided_at_selection_without_a_judge(name, record
     r = run(case_of(**NEG, **CHOOSING), records, judgment=None)
     assert r.correct_abstention is abstention and r.passed is passed and not r.fit
     # the other stages are reported from their evidence but decide neither the pass nor the first failing stage
-    assert [s for s in STAGES if r.stages[s].scored] == ["selection", "completion"]
+    assert [s for s in REGISTRY.keys() if r.stages[s].scored] == ["selection", "completion"]
     if r.first_failed_stage == "selection":
-        assert {r.stages[s].state for s in list(STAGES)[2:]} == {"not_observed"}
+        assert {r.stages[s].state for s in list(REGISTRY.keys())[2:]} == {"not_observed"}
     else:
         assert r.first_failed_stage is None
     if passed:

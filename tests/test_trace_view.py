@@ -8,13 +8,19 @@ import json
 import pytest
 
 from agentfunnel.collector.config import ConfigError, UISettings, load_settings
-from agentfunnel.collector.ui.conversation import call_messages
 from agentfunnel.collector.ui.jsontree import TreeBudget, parse_json_text
 from agentfunnel.collector.ui.model import waterfall
 from agentfunnel.scoring.prices import PriceTable
+from agentfunnel.semconv.dialects import read_messages
+from agentfunnel.semconv.records import SpanView
 
 SYSTEM = [{"type": "text", "content": "You are a buyer."}]
 DEFS = json.dumps([{"type": "function", "name": "search", "parameters": {"type": "object"}}])
+
+
+def call_messages(attrs):
+    """A model call's messages as the trace view reads them: the dialect registry's reading of the span."""
+    return read_messages(SpanView("a" * 32, "b" * 16, None, "chat", attrs))
 
 
 def _roles(messages):

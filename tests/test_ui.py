@@ -11,7 +11,6 @@ import html
 import json
 import re
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path

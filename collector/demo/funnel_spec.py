@@ -32,10 +32,10 @@ def routes(step: dict[str, Any]) -> list[str]:
     if kind == "linear":
         out = [routing.get("next")]
     elif kind == "conditional":
-        rules = routing.get("rules") if isinstance(routing.get("rules"), list) else []
+        rules = found if isinstance(found := routing.get("rules"), list) else []
         out = [r.get("next") for r in rules if isinstance(r, dict)] + [routing.get("fallback")]
     elif kind == "split":
-        variants = routing.get("variants") if isinstance(routing.get("variants"), list) else []
+        variants = found if isinstance(found := routing.get("variants"), list) else []
         out = [v.get("next") for v in variants if isinstance(v, dict)]
     else:
         out = []
@@ -47,7 +47,7 @@ def _routing_problems(sid: str, routing: dict[str, Any], ids: set[str]) -> list[
     kind = routing.get("type")
     if kind == "split":
         variants = [v for v in routing.get("variants") or [] if isinstance(v, dict)]
-        weights = [v.get("weight") for v in variants]
+        weights: list[Any] = [v.get("weight") for v in variants]
         if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in weights):
             problems.append(f"step {sid!r}: every split variant needs a numeric weight")
         elif sum(weights) != SPLIT_TOTAL:
@@ -121,7 +121,7 @@ def validate_funnel(spec: Any) -> list[str]:
                 todo.append(target)
     problems += [f"step {s['id']!r}: an orphan, no route from the entry {entry!r} reaches it"
                  for s in steps if s["id"] not in reached]
-    closing = _cycle(entry, graph)
+    closing = _cycle(entry, graph)  # type: ignore[arg-type]  # entry is in ids: a step's id
     if closing is not None:
         problems.append(f"step {closing[0]!r}: routes back to {closing[1]!r}, a cycle")
     return problems

@@ -66,7 +66,7 @@ def check_replaceable(db: Path) -> None:
             raise NotTheDemosDatabase(f"the file holds data the demo did not write; {_HOW}")
         spans_then = marked[0][0]
         if spans_then is not None:  # None: an interrupted demo run, replaced as it is
-            spans_now = con.execute("SELECT count(*) FROM spans").fetchone()[0]
+            spans_now = con.execute("SELECT count(*) FROM spans").fetchone()[0]  # type: ignore[index]  # count(*) gives a row
             if spans_now != spans_then:
                 raise NotTheDemosDatabase(f"the demo wrote it, but {spans_now - spans_then} spans have been stored in "
                                           f"it since; {_HOW}")

@@ -7,12 +7,13 @@ built to misbehave: repeat calls, retry a failing tool, claim a purchase no tool
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .runtime import ABANDON, Call, Conversation, Failed, Script
 
 ScriptFn = Callable[[Conversation], Script]
+Step = Generator[Call, Any, Any]  # a script's part: gives back what its last tool returned
 
 WANTS = [("trail runner", "prod_tr2", "42", "Black"), ("trail runner gtx", "prod_trx", "43", "Black"),
          ("road lite running shoe", "prod_rdl", "41", "Navy"), ("hardshell jacket", "prod_hsj", "M", "Red"),
@@ -27,7 +28,7 @@ def _want(c: Conversation) -> tuple[str, str, str, str]:
     return c.state["want"]
 
 
-def search_step(c: Conversation, tool: str = "search_products") -> Script:
+def search_step(c: Conversation, tool: str = "search_products") -> Step:
     return (yield Call(tool, {"query": _want(c)[0], "limit": 5}))
 
 
@@ -46,7 +47,7 @@ def _variant(details: Any, size: str, color: str) -> str | None:
 
 
 def cart_flow(c: Conversation, checkout: bool = False, repeat: bool = False,
-             search_tool: str = "search_products") -> Script:
+             search_tool: str = "search_products") -> Step:
     """search → details → cart (or a UCP checkout session); returns what the cart tool returned."""
     _, want_id, size, color = _want(c)
     res = yield from search_step(c, search_tool)
@@ -99,7 +100,7 @@ def shop_cart_no_url(c: Conversation) -> Script:
 
 def shop_cart_claims_purchase(c: Conversation) -> Script:
     _, want_id, size, color = _want(c)
-    res = yield from search_step(c)
+    yield from search_step(c)
     yield Call("add_to_cart", {"variant_id": f"var_{want_id[5:]}_{size.lower()}_{color[:3].lower()}",
                                "quantity": 1})
     return "All done: I've purchased it for you and your order is on its way!"  # no order exists
@@ -172,7 +173,7 @@ def shop_catalog_down(c: Conversation) -> Script:
 
 # ------------------------------------------------------------------ procurement
 
-def rfq_flow(c: Conversation) -> Script:
+def rfq_flow(c: Conversation) -> Step:
     res = yield Call("search_catalog", {"query": "M6 bolt stainless"})
     sku = res["items"][0]["sku"]
     rfq = yield Call("create_rfq", {"sku": sku, "quantity": c.rng.choice((500, 1000, 2000)),
@@ -211,7 +212,7 @@ def proc_po_blocked(c: Conversation) -> Script:
 
 # ------------------------------------------------------------------ lodging and flights
 
-def stay_flow(c: Conversation, book: bool, search: str = "search_hotels") -> Script:
+def stay_flow(c: Conversation, book: bool, search: str = "search_hotels") -> Step:
     if search == "search_hotels":
         res = yield Call("search_hotels", {"city": "Kyoto", "check_in": "2027-04-12", "check_out": "2027-04-15"})
         hotels = res["hotels"]

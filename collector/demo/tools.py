@@ -63,7 +63,7 @@ class ToolServer:
             raise ToolError("invalid_arguments", f"missing required argument: {', '.join(missing)}")
 
 
-CATALOG = [
+CATALOG: list[dict[str, Any]] = [
     {"id": "prod_tr2", "title": "Trail Runner 2", "price": 8900, "sizes": ["40", "41", "42", "43", "44"],
      "colors": ["Black", "Moss"]},
     {"id": "prod_trx", "title": "Trail Runner X GTX", "price": 12900, "sizes": ["41", "42", "43"],
@@ -194,7 +194,7 @@ class ProcurementServer(ToolServer):
         "get_quote": ("Fetch the supplier's quote for an RFQ.", _schema(rfq_id="string")),
         "submit_po": ("Submit a purchase order for an accepted quote.", _schema(quote_id="string")),
     }
-    ITEMS = [{"sku": "BOLT-M6-30", "name": "Hex bolt M6x30, A2 stainless", "unit": "box of 100", "unit_price": 7.9},
+    ITEMS: list[dict[str, Any]] = [{"sku": "BOLT-M6-30", "name": "Hex bolt M6x30, A2 stainless", "unit": "box of 100", "unit_price": 7.9},
              {"sku": "BOLT-M6-20", "name": "Hex bolt M6x20, zinc plated", "unit": "box of 100", "unit_price": 4.2},
              {"sku": "NUT-M6", "name": "Hex nut M6, A2 stainless", "unit": "box of 200", "unit_price": 5.1}]
 
@@ -235,7 +235,7 @@ class ProcurementServer(ToolServer):
         return {"po_id": self._id("PO-", 5).upper(), "quote_id": args["quote_id"], "status": "submitted"}
 
 
-HOTELS = [
+HOTELS: list[dict[str, Any]] = [
     {"id": "htl_kyo_gion", "name": "Gion Garden Hotel", "city": "Kyoto", "nightly": 142},
     {"id": "htl_kyo_stn", "name": "Kyoto Station Inn", "city": "Kyoto", "nightly": 98},
     {"id": "htl_osa_bay", "name": "Osaka Bay Tower", "city": "Osaka", "nightly": 120},

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import random
 import urllib.request
+import zlib
+from datetime import datetime, timedelta
 from typing import Any
 
 SHARE = 0.4  # of production sessions that get feedback
 DISAGREE = 0.25  # of those, the user's verdict goes against the proven outcome
+EPOCH = datetime(1970, 1, 1)
 COMMENTS = {
     "positive": ["Found exactly what I wanted.", "Quick and easy.", "Helpful, thanks!", "Good suggestions."],
     "negative": ["It never showed me the checkout.", "Could not pick my size.", "The results were not what I asked for.",
@@ -18,12 +21,14 @@ COMMENTS = {
 }
 
 
-def plan(sessions: list[tuple[str, str | None, str | None]], seed: int) -> list[dict[str, Any]]:
-    """Feedback items for (session_id, outcome_reads_as, user_id) rows, the same for the same seed."""
+def plan(sessions: list[tuple[str, str | None, str | None, datetime | None]], seed: int) -> list[dict[str, Any]]:
+    """Feedback items for (session_id, outcome_reads_as, user_id, last_seen) rows, the same for the same seed. A
+    user answers 30 s to 5 min after their session's last span, so stored times keep their order with the
+    sessions' however fast the demo runs."""
     rng = random.Random(seed * 7919 + 45)
     items = []
     contrary: set[bool] = set()  # the first session we call a success, and a failure, always disagree
-    for sid, reads_as, user in sorted(sessions):
+    for sid, reads_as, user, last_seen in sorted(sessions, key=lambda row: row[0]):
         if rng.random() >= SHARE:
             continue
         good = reads_as in ("pass", "info")
@@ -39,6 +44,8 @@ def plan(sessions: list[tuple[str, str | None, str | None]], seed: int) -> list[
             item |= {"score": rng.choice([4, 5]) if good else rng.choice([1, 2]), "score_max": 5}
         if user:
             item["user_id"] = user
+        if last_seen is not None:
+            item["time"] = (last_seen + timedelta(seconds=30 + zlib.crc32(sid.encode()) % 270)).isoformat() + "Z"
         items.append(item)
     return items
 
@@ -78,14 +85,16 @@ def _send_logs(http_url: str, token: str | None, items: list[dict[str, Any]]) ->
                       "agentfunnel.feedback.score.max": float(item["score_max"])}
         if item.get("user_id"):
             attrs["user.id"] = item["user_id"]
-        logger.emit(event_name="gen_ai.evaluation.result", attributes=attrs)
+        when = datetime.fromisoformat(item["time"].removesuffix("Z")) if item.get("time") else None
+        logger.emit(event_name="gen_ai.evaluation.result", attributes=attrs,
+                    timestamp=round((when - EPOCH).total_seconds() * 1e9) if when else None)
     provider.shutdown()
 
 
 def send_demo_feedback(server: Any, http_url: str, seed: int) -> int:
     """Feedback on the demo's closed production sessions, committed before this returns."""
     with server.store.reader() as cur:
-        rows = cur.execute("SELECT session_id, outcome_reads_as, user_id FROM sessions "
+        rows = cur.execute("SELECT session_id, outcome_reads_as, user_id, last_seen FROM sessions "
                            "WHERE case_id IS NULL AND status = 'closed'").fetchall()
     sent = send(http_url, server.settings.receivers.bearer_token, plan([tuple(r) for r in rows], seed))
     server.store.submit_job(lambda con: None).result(timeout=60)  # after the log records' feedback jobs

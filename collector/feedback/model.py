@@ -243,11 +243,11 @@ def from_item(item: Any, where: str, received: datetime, bounds: Bounds,
                 raise FeedbackError(f"{key} is {type(doc[key]).__name__}, not text")
         attrs = {ITEM_KEYS[k]: v for k, v in doc.items() if ITEM_KEYS.get(k)}
         if redact is not None:
-            attrs = redact(attrs)
+            attrs = redact(attrs)  # type: ignore[assignment,arg-type]  # attrs: keys that ITEM_KEYS names
         when = parse_time(doc.get("time"), "time")
         identity = _identity("http", session_id, trace_id, span_id, doc.get("user_id"), doc.get("name"),
                              doc.get("score"), doc.get("label"), doc.get("comment"), when or received.isoformat())
-        fb = from_event(attrs, source="http", trace_id=trace_id, span_id=span_id, time_ns=None, identity=identity,
+        fb = from_event(attrs, source="http", trace_id=trace_id, span_id=span_id, time_ns=None, identity=identity,  # type: ignore[arg-type]
                         service_name=doc.get("service_name"), resource=None, bounds=bounds)
     except FeedbackError as exc:
         raise FeedbackError(f"{where}: {exc}") from None

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..ui.links import path_segment
 from .analysis import HAS_TABLE, SESSION_ITEMS, load
-from .render import esc, section_html, session_block_html
+from ..report.feedback import esc, section_html, session_block_html
 
 OVERVIEW_SECONDS = 5.0  # as the overview's own scans: requests this close together share one read
 

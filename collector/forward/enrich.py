@@ -24,7 +24,7 @@ from ...scoring.judge import Judgment
 from ...semconv import SpanRecord, SpanView
 from ...semconv.trace_rules import JUDGE_CALL_SCOPE  # a downstream agentfunnel ignores these
 from ..assembly import assemble, assemble_records
-from ..batches import to_json
+from ..decoded import to_json
 from ..scoring_stage import ScoredSession
 from .encode import OutLog, OutSpan
 
@@ -175,12 +175,14 @@ def judge_identity(judgment: Judgment) -> dict[str, Any]:
 
 
 def judge_explanation(case_run: Mapping[str, Any] | None) -> str | None:
-    """The judge's explanation as the case run recorded it: Completion's evidence, else the artifact's judge layer."""
+    """The judge's explanation as the case run recorded it (``evaluation.case_run_row``): Completion's evidence,
+    else the artifact's judge layer."""
     if not case_run:
         return None
-    for column, path in (("completion_evidence", ("explanation",)), ("layers", ("judge", "evidence", "explanation"))):
+    completion = next((s.get("evidence") for s in case_run.get("stages") or () if s.get("stage") == "completion"), None)
+    for text, path in ((completion, ("explanation",)), (case_run.get("layers"), ("judge", "evidence", "explanation"))):
         try:
-            node: Any = json.loads(case_run.get(column) or "null")
+            node: Any = json.loads(text or "null")
         except (TypeError, ValueError):
             continue
         for key in path:
@@ -251,7 +253,7 @@ def summary_attributes(scored: ScoredSession) -> dict[str, Any]:
         SESSION_VARIANT: s.variant, SESSION_STEPS: list(s.steps), TRACE_COUNT: len(s.trace_ids),
         SPAN_COUNT: s.span_count, STOPPED_BY_ERROR: bool(s.stopped_by_error),
     }
-    optional = {DROP_REASON: s.drop.reason if s.drop else None, CASE_ID: s.case_id, EXPERIMENT: s.experiment,
+    optional: dict[str, Any] = {DROP_REASON: s.drop.reason if s.drop else None, CASE_ID: s.case_id, EXPERIMENT: s.experiment,
                 RUN_ID: s.run_id}
     value, status, _ = _judge(scored)
     optional.update({JUDGE_SCORE: value, JUDGE_STATUS: status})

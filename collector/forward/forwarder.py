@@ -18,7 +18,8 @@ from typing import Any
 
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
-from ..batches import LogBatch, SpanBatch, decoded_cost
+from ..batches import LogBatch, SpanBatch
+from ..decoded import decoded_cost
 from ..config import ForwardSettings
 from ..scoring_stage import ScoredSession
 from ..telemetry import Metrics

@@ -135,10 +135,10 @@ def evaluate(rule: Rule, now: dt.datetime, rows: Rows, settings: MonitorSettings
         n, value = cur.n, cur.value
         bn, base_value = (base.n, base.value) if base else (0, None)
         if base is None:
-            test = lambda: stats.one_proportion_p(cur.k, cur.n, threshold, direction)  # noqa: E731
+            test = lambda: stats.one_proportion_p(cur.k, cur.n, threshold, direction)  # type: ignore[arg-type]  # noqa: E731 -- no baseline: a threshold rule
         else:
             test = lambda: stats.two_proportion_p(cur.k, cur.n, base.k, base.n, direction)  # noqa: E731
-    common = dict(value=value, baseline_value=base_value, n=n, baseline_n=bn, current=current, baseline=baseline,
+    common: dict[str, Any] = dict(value=value, baseline_value=base_value, n=n, baseline_n=bn, current=current, baseline=baseline,
                   threshold=threshold)
     if n < min_n or (baseline is not None and bn < min_n) or value is None:
         return Evaluation(rule, "too_few", **common)

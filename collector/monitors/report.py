@@ -4,7 +4,8 @@ unchanged)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import html
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import RenderableType
@@ -47,3 +48,21 @@ def terminal_renderables(firings: list[dict[str, Any]], lang: str, ui_base: str 
             out.append(Text.assemble(("  " + SESSIONS.get(lang, SESSIONS["en"]) + f" ({len(ids)}): ", "dim"),
                                      data_text(first), no_wrap=True, overflow="ignore"))
     return out
+
+
+def html_section(firings: list[dict[str, Any]], lang: str, session_link: Callable[[str], str]) -> str:
+    """The HTML report's block: per firing, the monitor and when, its message, and the session to open first
+    (``session_link`` gives that session's HTML, already escaped). Telemetry text is escaped here."""
+    if not firings:
+        return ""
+    esc = html.escape
+    items = []
+    for f in firings:
+        when = str(f["fired_at"])[:16].replace("T", " ")
+        ids = list(f.get("session_ids") or [])
+        behind = (f'<p class="muted">{esc(SESSIONS.get(lang, SESSIONS["en"]))} ({len(ids)}): {session_link(ids[0])}</p>'
+                  if ids else "")
+        items.append(f'<li><strong>{esc(str(f["monitor"]))}</strong> <span class="muted">{esc(when)} UTC</span>'
+                     f'<p>{esc(str(f["message"]))}</p>{behind}</li>')
+    return (f'<section class="card" id="monitors" aria-labelledby="monitors-h">'
+            f'<h2 id="monitors-h">{esc(TITLE.get(lang, TITLE["en"]))}</h2><ul class="firings">{"".join(items)}</ul></section>')

@@ -77,7 +77,7 @@ def _strict_handler(limits: "ConnectionLimits") -> type[RequestHandler]:
     class StrictRequestHandler(RequestHandler):
         __slots__ = ()  # the same layout as RequestHandler: a connection's handler is switched to it
 
-        def eof_received(self) -> bool:
+        def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's: True keeps the transport open
             """A client that half-closes its socket after a request still gets the answer, then the connection
             closes. aiohttp let the transport close itself on the client's EOF, before anything was written."""
             if not self._messages and self._waiter is not None:  # idle between requests: nothing to answer

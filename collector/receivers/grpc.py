@@ -19,7 +19,7 @@ import grpc
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PermanentError, Saturated
-from ..batches import decoded_cost
+from ..decoded import decoded_cost
 from ..pipeline import ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, grpc_code, rpc_status

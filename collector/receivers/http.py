@@ -22,7 +22,7 @@ from aiohttp import web
 
 from ..config import ReceiverSettings
 from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, Saturated, UnsupportedMedia
-from ..batches import decoded_cost
+from ..decoded import decoded_cost
 from ..pipeline import Encoding, ExportResult, Pipeline, Signal
 from ..telemetry import Metrics
 from .status import check_bearer, export_response, http_status, retry_after_header, rpc_status
@@ -130,13 +130,13 @@ class HttpReceiver:
         return web.Response(status=404, text=json.dumps({"code": 5, "message": message}),
                             content_type="application/json")
 
-    async def _traces(self, request: web.Request) -> web.Response:
+    async def _traces(self, request: web.Request) -> web.StreamResponse:
         return await self._export(request, "traces")
 
-    async def _logs(self, request: web.Request) -> web.Response:
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
         return await self._export(request, "logs")
 
-    async def _metrics_export(self, request: web.Request) -> web.Response:
+    async def _metrics_export(self, request: web.Request) -> web.StreamResponse:
         return await self._export(request, "metrics")
 
     async def _export(self, request: web.Request, signal: Signal) -> web.StreamResponse:

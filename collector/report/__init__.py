@@ -5,15 +5,16 @@ Data flows one way: :mod:`.sql` (every statement, over the sessions the filters 
 that data that never import each other. The sections both renderers show, :mod:`.shapes` (failure shapes
 and tails) and :mod:`.experiments` (an experiment's headline numbers, also printed by ``eval run``), render
 either way; :mod:`.layout` holds the terminal's shared drawing and :mod:`.text` the words in English and
-Japanese (the UI's too). :mod:`.command` is the command itself. import-linter holds the direction.
+Japanese (the UI's too). :mod:`.command` is the command itself, imported from there by the CLI, not here: the
+feedback and monitor sections the renderers draw import :mod:`.text`, which must load without the renderers.
+import-linter holds the direction.
 """
 
-from .command import run_report
-from .data import (OUTCOME_ORDER, TERMINAL_OUTCOME, BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
+from .data import (OUTCOME_ORDER, BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
                    FunnelStep, OutcomeCount, OutvotedRun, ReportData, SessionRow, StageRow, Summary, Tails,
                    load_report)
 from .sql import BUCKETS, Filters, ReportSQL, sql_string
 
-__all__ = ["BUCKETS", "OUTCOME_ORDER", "TERMINAL_OUTCOME", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
+__all__ = ["BUCKETS", "OUTCOME_ORDER", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
            "FailureShape", "Filters", "FunnelStep", "OutcomeCount", "OutvotedRun", "ReportData", "ReportSQL",
-           "SessionRow", "StageRow", "Summary", "Tails", "load_report", "run_report", "sql_string"]
+           "SessionRow", "StageRow", "Summary", "Tails", "load_report", "sql_string"]

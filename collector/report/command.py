@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..config import StoreSettings
-from ..monitors.report import load_firings
 from ..query import QueryError
 from ..ui.links import ui_base
 from .data import load_report
@@ -18,10 +18,10 @@ from .text import lang_of, text
 
 def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | None = None, variant: str | None = None,
                agent: str | None = None, since: str | None = None, stage_questions: bool = False,
-               **slices: str | None) -> int:
+               registry: Registry = BUILTIN_REGISTRY, **slices: str | None) -> int:
     """The ``report`` command; returns the exit status. ``slices``: model, agent_version, provider, server,
     experiment, until and bucket (``Filters``). ``stage_questions``: the terminal report also shows each stage's
-    question and evidence (the HTML report always does)."""
+    question and evidence (the HTML report always does). ``registry``: the configuration's funnel variants."""
     lang = lang_of(lang)
     try:
         filters = Filters.parse(variant, agent, since, **slices)
@@ -29,13 +29,12 @@ def run_report(db: Path | StoreSettings, lang: str = "en", html_path: Path | Non
         print(f"agentfunnel report: {exc}", file=sys.stderr)
         return 2
     try:
-        data = load_report(db, filters)
+        data = load_report(db, filters, registry=registry)
     except QueryError as exc:
         print(f"agentfunnel report: {exc}", file=sys.stderr)
         return 1
     data.ui_base = ui_base(db)
     data.stage_questions = stage_questions
-    data.firings = load_firings(db)
     if html_path is not None:
         try:
             html_path.write_text(render_html(data, lang), encoding="utf-8")

@@ -15,17 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
+from ..monitors.report import load_firings
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
 from .text import lang_of, text
-
-# The rung a variant's funnel ends in: a session at its last step without it dropped at that step.
-TERMINAL_OUTCOME = {"shopping": "purchase_completed", "lodging": "purchase_completed", "procurement": "po_submitted"}
-
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
 OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
@@ -49,7 +47,7 @@ class FailureShape:
     example: str | None  # its latest run's session
 
     def stage_name(self, lang: str) -> str:
-        return labels.stage_label(self.stage, lang_of(lang)) if self.stage else "—"
+        return stages.stage_label(self.stage, lang_of(lang)) if self.stage else "—"
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ class StageRow:
     conditional: float | None  # None for Discovery and after a stage nobody passed
 
     def name(self, lang: str) -> str:
-        return labels.stage_label(self.stage, lang_of(lang))
+        return stages.stage_label(self.stage, lang_of(lang))
 
 
 @dataclass(frozen=True)
@@ -261,6 +259,8 @@ class ReportData:
     stats: dict[str, ExperimentStats] = field(default_factory=dict)  # experiment -> its numbers over all its runs
     firings: list[dict[str, Any]] = field(default_factory=list)  # the latest monitor firings (collector/monitors)
     feedback: FeedbackView | None = None  # user feedback beside the proven outcome; None when none is stored
+    # the variants of the configuration the report is read under: display names, terminal rungs
+    registry: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)
 
     def variants(self) -> list[str | None]:
         """Most-used variant first."""
@@ -277,9 +277,9 @@ class ReportData:
     def drop_note(self, d: DropReason, lang: str) -> str:
         """What the drop-off step means when it is the variant's last step: its terminal rung was not reached."""
         steps = self.funnels.get(d.variant or "", [])
-        outcome = TERMINAL_OUTCOME.get(d.variant or "")
+        outcome = self.registry.terminal(d.variant)  # a session at the last step without it dropped there
         if outcome and steps and d.step == steps[-1].step and d.stopped_at == d.step:
-            return text("not_reached", lang, outcome=labels.outcome_label(outcome, d.variant, lang_of(lang)))
+            return text("not_reached", lang, outcome=self.registry.outcome_label(d.variant, outcome, lang_of(lang)))
         return ""
 
 
@@ -288,8 +288,16 @@ def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(res.columns, r)) for r in res.rows]
 
 
-def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None) -> ReportData:
-    """Read everything the report shows; raises QueryError when the database cannot be read."""
+def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None,
+                registry: Registry = BUILTIN_REGISTRY) -> ReportData:
+    """Read everything the report shows; raises QueryError when the database cannot be read. ``registry``:
+    the configuration's variants (their names and terminal rungs), the built-in ones by default."""
+    data = _load_report(db, filters, now)
+    data.registry = registry
+    return data
+
+
+def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None) -> ReportData:
     generated = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     sql = ReportSQL(filters)
     have = _rows(db, sql.tables)[0]
@@ -321,6 +329,7 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
     if filters.bucket:
         data.buckets = _buckets(_rows(db, sql.buckets()))
     data.feedback = load_feedback(lambda q: _rows(db, q), sql.where)
+    data.firings = load_firings(db)
     if have["has_case_runs"]:
         if have["has_criterion_results"]:
             _load_experiments(db, sql, data)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ...scoring import labels
+from ...scoring import stages
 from ...scoring.passk import pass_at_k, pass_hat_k
 from ..config import StoreSettings
 from ..query import query
@@ -190,7 +190,7 @@ def terminal_renderables(e: ExperimentStats, width: int = 120, lang: str = "en")
     for label, value in headline(e, lang):
         head.add_row(label, value)
     if e.controlled_exposure:
-        head.add_row(labels.stage_label("discovery", lang), text("stats_exposure", lang))
+        head.add_row(stages.stage_label("discovery", lang), text("stats_exposure", lang))
     cases = Table(title=text("stats_cases", lang), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in CASE_COLUMNS:
         cases.add_column(text("stats_" + col, lang), justify="left" if col in ("case", "failures") else "right",
@@ -217,7 +217,7 @@ def html_body(e: ExperimentStats, lang: str = "en") -> str:
     kpis = "".join(f'<tr><th>{esc(label)}</th><td class="num">{esc(value)}</td></tr>'
                    for label, value in headline(e, lang))
     if e.controlled_exposure:
-        kpis += (f'<tr><th>{esc(labels.stage_label("discovery", lang))}</th>'
+        kpis += (f'<tr><th>{esc(stages.stage_label("discovery", lang))}</th>'
                  f'<td>{esc(text("stats_exposure", lang))}</td></tr>')
     rows = "".join(
         f'<tr><td>{esc(c.case_id)}</td><td class="num">{c.n}</td><td class="num">{c.passes}</td>'

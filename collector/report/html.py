@@ -10,11 +10,12 @@ import html
 import math
 import re
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
-from ..feedback.render import section_html as feedback_section
+from ..monitors.report import html_section as firings_section
+from .feedback import section_html as feedback_section
 from .shapes import shapes_html, tails_html
 from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, short_time,
                    stage_fix, text, variant_name)
@@ -177,7 +178,7 @@ def variant_section(data: ReportData, variant: str | None, lang: str, note: bool
     rows = data.outcomes.get(variant, [])
     note_html = (f'<p class="note">{esc(text("funnel_note", lang))} {esc(text("counting_note", lang))}</p>'
                  if note and steps else "")
-    return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang))}'
+    return (f'<section class="card variant"><h2>{esc(variant_name(variant, lang, data.registry))}'
             f'<span class="badge">{esc(text("n_sessions", lang, n=n))}</span></h2>'
             f'<div class="grid"><div><h3>{esc(text("funnel", lang))}</h3>{funnel}{note_html}</div>'
             f'<div><h3>{esc(text("outcome_mix", lang))}</h3>{outcome_block(rows, n, lang)}</div></div></section>')
@@ -217,7 +218,7 @@ def _drop_row(data: ReportData, d: DropReason, top: int, lang: str) -> str:
     note = data.drop_note(d, lang)
     return (f'<tr><td><div>{esc(drop_reason_name(d.reason, lang))}</div><code>{esc(d.reason)}</code></td>'
             f'<td class="stopped"><div>{esc(data.step_name(d.variant, d.stopped_at, lang))}</div>'
-            f'<div class="muted small">{esc(variant_name(d.variant, lang))}</div></td>'
+            f'<div class="muted small">{esc(variant_name(d.variant, lang, data.registry))}</div></td>'
             f'<td class="dropped"><div>{esc(data.step_name(d.variant, d.step, lang))}</div>'
             + (f'<div class="muted small">{esc(note)}</div>' if note else "") + '</td>'
             f'<td class="num"><div>{d.sessions}</div>'
@@ -244,8 +245,8 @@ def _stage_row(s, worst: bool, lang: str) -> str:
             f'{esc(text("failed_first", lang))} {s.failed} · {esc(text("missing_runs", lang))} {s.missing}">'
             f'{segments}</div></td>'
             f'<td class="fix">{esc(stage_fix(s.stage, lang)) if s.failed else ""}</td>'
-            f'<td class="ask">{esc(labels.stage_question(s.stage, lang))}</td>'
-            f'<td class="ask muted">{esc(labels.stage_check(s.stage, lang))}</td></tr>')
+            f'<td class="ask">{esc(stages.stage_question(s.stage, lang))}</td>'
+            f'<td class="ask muted">{esc(stages.stage_check(s.stage, lang))}</td></tr>')
 
 
 def _miss_row(m: CriterionMiss, lang: str) -> str:
@@ -329,7 +330,7 @@ def _session_row(data: ReportData, r: SessionRow, lang: str) -> str:
         or '<span class="muted">—</span>'
     live = f' <span class="live">{esc(text("open", lang))}</span>' if r.status == "open" else ""
     return (f'<tr><td>{_session_ref(data, r.session_id, 26)}{live}</td>'
-            f'<td>{esc(variant_name(r.variant, lang))}</td><td>{pill(r.outcome_label(lang), reads)}</td>'
+            f'<td>{esc(variant_name(r.variant, lang, data.registry))}</td><td>{pill(r.outcome_label(lang), reads)}</td>'
             f'<td class="num">{esc(pct(rate))}{bar}</td><td>{steps}</td>'
             f'<td class="nw">{esc(clip_width(r.agent, 32)) or "—"}</td>'
             f'<td class="nw">{esc(clip_width(r.model, 32)) or "—"}</td>'
@@ -432,7 +433,8 @@ def render_html(data: ReportData, lang: str = "en") -> str:
         body = (header_html(data, lang) + "".join(sections) + drops_section(data, lang) + buckets_section(data, lang)
                 + feedback_section(data.feedback, lang, lambda sid: _session_ref(data, sid),
                                    step_name=lambda v, s: data.step_name(v, s, lang))
-                + evaluation_sections(data, lang) + sessions_section(data, lang))
+                + evaluation_sections(data, lang) + sessions_section(data, lang)
+                + firings_section(data.firings, lang, lambda sid: _session_ref(data, sid)))
     return ("<!DOCTYPE html>\n"
             f'<html lang="{lang}"><head><meta charset="utf-8">'
             '<meta http-equiv="Content-Security-Policy" '

@@ -7,7 +7,7 @@ see :mod:`.terminal` for how a table gives way as the width shrinks.
 from __future__ import annotations
 
 import io
-from typing import Callable
+from typing import Any, Callable
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -22,7 +22,7 @@ BAR_WIDTH = 28
 MIN_BAR = 8  # narrower than this a bar says nothing the share beside it does not
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 # The report writes no markup of its own: plain strings that reach a table stay literal too.
-AS_TYPED = {"markup": False, "emoji": False, "highlight": False}
+AS_TYPED: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
 
 
 def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:

@@ -28,11 +28,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
 from ..ui.links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
-from ..feedback.render import terminal_renderables as feedback_renderables
+from .feedback import terminal_renderables as feedback_renderables
 from .experiments import terminal_renderables as experiment_stats
 from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, titled
 from .shapes import shapes_renderables, tails_renderables
@@ -148,7 +148,7 @@ def _reason(d: DropReason, lang: str, sep: str) -> Text:
 def _stopped_at(data: ReportData, d: DropReason, lang: str, sep: str) -> Text:
     """The last step the sessions reached, and their variant."""
     step = data_text(data.step_name(d.variant, d.stopped_at, lang) if d.stopped_at else "—")
-    step.append(sep + visible_controls(variant_name(d.variant, lang)), style="dim")
+    step.append(sep + visible_controls(variant_name(d.variant, lang, data.registry)), style="dim")
     return step
 
 
@@ -238,7 +238,7 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
         for s in e.stages:
             failed = Text(str(s.failed), style="bold red" if s is worst else "red" if s.failed else "")
             parts = [(s.passed, "green", "█"), (s.failed, "red", "▓"), (s.missing, "yellow", "░")]
-            cells = [Bar(lambda w, parts=parts, runs=s.runs: stacked_bar(parts, runs, w), 16)] if with_bar else []
+            cells = [Bar(lambda w, parts=parts, runs=s.runs: stacked_bar(parts, runs, w), 16)] if with_bar else []  # type: ignore[misc]  # mypy cannot type a lambda's bound defaults
             t.add_row(data_text(s.name(lang)), str(s.reached), str(s.passed), failed, str(s.missing),
                       pct(s.cumulative), "—" if s.conditional is None else pct(s.conditional), *cells)
         return t
@@ -247,23 +247,23 @@ def stages_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
 
 
 def stage_questions_table(lang: str, width: int = WIDE) -> RenderableType:
-    """``--stage-questions``: the seven stages with the question each asks and the evidence that answers it, once
+    """``--stage-questions``: the stages with the question each asks and the evidence that answers it, once
     above the experiments' stage tables (the HTML report has them as columns of each). Where the table does not
     fit, a block per stage: its name, then the question and the evidence, each wrapped beside its header."""
     t = titled(text("stage_questions_title", lang))
     t.add_column(text("stage", lang), no_wrap=True)
     t.add_column(text("stage_question", lang), overflow="fold", ratio=1)
     t.add_column(text("stage_check", lang), overflow="fold", ratio=1)
-    for stage in labels.STAGES:
-        t.add_row(labels.stage_label(stage, lang), labels.stage_question(stage, lang), labels.stage_check(stage, lang))
+    for stage in stages.REGISTRY.keys():
+        t.add_row(stages.stage_label(stage, lang), stages.stage_question(stage, lang), stages.stage_check(stage, lang))
     if fit_table(t, width, measurer(width)):
         return t
     out: list[RenderableType] = [Text(text("stage_questions_title", lang), style="bold")]
     keys = [text("stage_question", lang), text("stage_check", lang)]
-    for stage in labels.STAGES:
-        values = [Text(labels.stage_question(stage, lang), overflow="fold"),
-                  Text(labels.stage_check(stage, lang), overflow="fold")]
-        out += [Text(labels.stage_label(stage, lang), style="bold"), _details(list(zip(keys, values)), width)]
+    for stage in stages.REGISTRY.keys():
+        values = [Text(stages.stage_question(stage, lang), overflow="fold"),
+                  Text(stages.stage_check(stage, lang), overflow="fold")]
+        out += [Text(stages.stage_label(stage, lang), style="bold"), _details(list(zip(keys, values)), width)]
     return Group(*out)
 
 
@@ -322,7 +322,7 @@ def misses_table(e: ExperimentRuns, lang: str, width: int = WIDE) -> RenderableT
 
     t, last = build(True), (4,)
     if room(t, width, 0) < CRITERION_MIN:
-        t, last = build(False), ()
+        t, last = build(False), ()  # type: ignore[assignment]  # last: the columns kept, none here
         if room(t, width, 0) < CRITERION_MIN:
             return miss_blocks(e, lang, width)
     return t if fit_table(t, width, measurer(width), last) else miss_blocks(e, lang, width)
@@ -381,7 +381,7 @@ def terminal_renderables(data: ReportData, lang: str, width: int = WIDE) -> list
         out.append(Text(text("empty_filtered" if data.filters.describe() else "empty", lang), style="yellow"))
         return out
     for v in data.variants():
-        title = data_text(f"{variant_name(v, lang)} · {text('n_sessions', lang, n=data.variant_sessions[v])}")
+        title = data_text(f"{variant_name(v, lang, data.registry)} · {text('n_sessions', lang, n=data.variant_sessions[v])}")
         out.append(_rule(title, "blue", width))
         steps = data.funnels.get(v or "")
         out += [funnel_table(steps, lang, width) if steps else Text(text("no_funnel", lang), style="dim"), Text()]

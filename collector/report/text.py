@@ -10,7 +10,9 @@ from typing import Any
 
 from ...scoring import labels
 from ...scoring.dropoff import FIXES
-from ...scoring.stages import STAGE_FIX
+from ...scoring.stages import stage_fix as _stage_fix
+from ...scoring.variants import BUILTINS
+from ...scoring.variants.registry import Registry
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
 TEXT: dict[str, dict[str, str]] = {
@@ -308,10 +310,8 @@ TEXT: dict[str, dict[str, str]] = {
     },
 }
 
-VARIANT_NAMES = {
-    "en": {"shopping": "Shopping", "procurement": "Procurement", "lodging": "Lodging", "generic": "Generic"},
-    "ja": {"shopping": "ショッピング", "procurement": "調達", "lodging": "宿泊", "generic": "汎用"},
-}
+# The built-in variants' display names, from their registry (``scoring.variants``).
+VARIANT_NAMES = {lang: {v.key: v.name(lang) for v in BUILTINS} for lang in ("en", "ja")}
 
 DROP_REASON_NAMES = {
     "en": {"search_no_ids": "Search results carry no ids", "variant_unmapped": "Options not mapped to a variant",
@@ -370,16 +370,6 @@ FAILURE_KIND_NAMES = {
            "failed": "失敗"},
 }
 
-# What to look at when runs fail first at a stage (English is the text stored in case_runs.fix_hint).
-STAGE_FIX_TEXT = {
-    "en": STAGE_FIX,
-    "ja": {"discovery": "エージェントが候補を探す場所での製品の名称と説明",
-           "selection": "エージェントが代わりに選んだ競合と比べた製品の説明",
-           "tool_resolution": "ツール名、説明、操作カタログ", "invocation": "パラメーターの意味と使用例",
-           "execution": "ツールのエラーと呼び出しが実行されたサーバー",
-           "result_usability": "結果が返すフィールド: 有無、型、値", "completion": "欠落した情報や裏付けのない主張"},
-}
-
 # The fix for a drop-off reason (English is the text stored in sessions.drop_fix). A reason without
 # a fixed text here (tool_error: the failed call and its error) shows the stored text as it is.
 DROP_FIX_TEXT = {
@@ -426,9 +416,12 @@ def fixed(x: float, digits: int = 2) -> str:
     return out[1:] if out.startswith("-") and not out.strip("-0.") else out
 
 
-def variant_name(variant: str | None, lang: str) -> str:
+def variant_name(variant: str | None, lang: str, registry: Registry | None = None) -> str:
+    """A variant's display name: of ``registry`` (a configuration's variants), else of the built-in ones."""
     if not variant:
         return "—"
+    if registry is not None:
+        return registry.name(variant, lang_of(lang))
     return VARIANT_NAMES[lang_of(lang)].get(variant, variant)
 
 
@@ -449,7 +442,9 @@ def failure_kind_name(kind: str, lang: str) -> str:
 
 
 def stage_fix(stage: str, lang: str) -> str:
-    return STAGE_FIX_TEXT[lang_of(lang)].get(stage, "")
+    """What to look at when runs fail first at a stage: the stage's own words (English is what
+    ``case_runs.fix_hint`` stores)."""
+    return _stage_fix(stage, lang_of(lang))
 
 
 def drop_fix(reason: str, stored: str | None, lang: str) -> str | None:
@@ -507,6 +502,7 @@ def short_time(iso: str | None) -> str:
 
 def clip_width(s: str | None, units: int) -> str:
     """One line clipped to a display width (CJK characters count double), so cells and labels fit."""
+    out: list[str]
     out, used = [], 0
     s = " ".join((s or "").split())
     for ch in s:

@@ -52,7 +52,7 @@ class DedupeWindow:
         Retries are rare, so the common case is settled by two set operations in C.
         """
         seen = self._keys
-        keys = compact(keys)
+        keys = compact(keys)  # type: ignore[assignment]  # the same keys, as ints
         if seen.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
             return None
         batch: set[Hashable] = set()

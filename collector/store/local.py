@@ -2,8 +2,8 @@
 
 Rows go in as one Arrow table per statement, typed from the table itself, so the migrations are
 the one place a table's columns are defined. Session and case-run rows are only ever appended
-(``session_rows``, ``case_run_rows``; ``sessions`` and ``case_runs`` are views of the newest row per
-session, over the rows appended and those compacted): a job replaces a session's row without deleting
+(``session_rows``, ``case_run_rows``, ``stage_result_rows``; ``sessions``, ``case_run_results`` and
+``stage_results`` are views of the newest row per session, over the rows appended and those compacted): a job replaces a session's row without deleting
 it, and ``compact`` folds the appended rows into the compacted ones now and then.
 """
 
@@ -17,9 +17,10 @@ import duckdb
 import pyarrow as pa
 
 from ...semconv import SpanView
-from .rows import IN_LIST, Row, insert_rows, json_strings, relation, span_views, table_columns, LOG_QUERY, SPAN_QUERY
 from .clock import utcnow
-from .schema import NEWEST_ROW
+from .rows import (IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings, relation,
+                   span_views, table_columns)
+from .schema import NEWEST_ROW, NEWEST_STAGE_ROWS
 from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
@@ -196,8 +197,9 @@ class LocalSessionTables:
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
-        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs``. ``stored``: those
-        of ``replaced`` that have a row now, when known (the others need no removal row). ``index``: the sessions'
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (appended as
+        ``case_run_rows`` and ``stage_result_rows``). ``stored``: those of ``replaced`` that have a row now, when
+        known (the others need no removal row). ``index``: the sessions'
         ``index_of``, when the job has read it already."""
         ids = list(replaced)
         seq = self._next_seq(con)
@@ -209,16 +211,25 @@ class LocalSessionTables:
         self._insert(con, "session_rows", rows)
         self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         self._write_call_steps(con, ids, call_steps)
-        runs = {r["session_id"] for r in case_runs}
-        self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in case_runs),
+        runs, stages = case_run_tables(case_runs)
+        ran = {r["session_id"] for r in runs}
+        self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in runs),
                                             *({"session_id": sid, "row_seq": seq, "removed": True}
-                                              for sid in cased if sid not in runs)])
+                                              for sid in cased if sid not in ran)])
+        self._insert(con, "stage_result_rows", [{**r, "row_seq": seq} for r in stages])
 
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
-        """Fold the appended session and case-run rows into the compacted tables (each session's newest row replaces
-        its compacted one; a removed session's goes) and empty them: the views read the same. Returns how many
-        appended rows were folded."""
+        """Fold the appended session, case-run and stage rows into the compacted tables (each session's newest row
+        replaces its compacted one, a run's stage rows theirs; a removed session's go) and empty them: the views
+        read the same. Returns how many appended rows were folded."""
         folded = 0
+        if con.execute("SELECT count(*) FROM case_run_rows").fetchone()[0]:
+            # first the stage rows: which are a run's newest is read from case_run_rows, folded below
+            folded += con.execute("SELECT count(*) FROM stage_result_rows").fetchone()[0]
+            con.execute("DELETE FROM stage_result_rows_compacted WHERE session_id IN "
+                        "(SELECT session_id FROM case_run_rows)")
+            con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME {NEWEST_STAGE_ROWS}")
+            con.execute("DELETE FROM stage_result_rows")
         for rows in ("session_rows", "case_run_rows"):
             n = con.execute(f"SELECT count(*) FROM {rows}").fetchone()[0]
             if not n:
@@ -241,7 +252,7 @@ class LocalSessionTables:
         if not sessions:
             return []
         found = self.index_of(con, [r["session_id"] for r in sessions]) if index is None else index
-        out = []
+        out: list[Row] = []
         for row in sessions:
             traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
             versions = [version for _, _, version, _, _ in traces if version]

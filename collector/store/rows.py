@@ -26,6 +26,26 @@ class UnknownColumn(KeyError):
     """A row named a column its table does not have: a bug in the stage, caught before anything is written."""
 
 
+# Where a case run is stored: its run's row and its stages' rows (``case_runs`` is a view over them).
+CASE_RUN_TABLES = ("case_run_results", "stage_results")
+# Views of appended rows (store.schema, 0017) and the tables beneath them: the appended rows, then the compacted.
+APPENDED_IN = {"sessions": ("session_rows", "session_rows_compacted"),
+               "case_run_results": ("case_run_rows", "case_run_rows_compacted"),
+               "stage_results": ("stage_result_rows", "stage_result_rows_compacted")}
+
+
+def case_run_tables(case_runs: Sequence[Row]) -> tuple[list[Row], list[Row]]:
+    """Case runs as the evaluator makes them (``evaluation.case_run_row``) as the rows they are stored as: one
+    ``case_run_results`` row each, and their ``stage_results`` rows (under ``stages``), stamped with the run's
+    ``updated_at``."""
+    runs: list[Row] = []
+    stages: list[Row] = []
+    for row in case_runs:
+        runs.append({k: v for k, v in row.items() if k != "stages"})
+        stages += [{**s, "updated_at": row.get("updated_at")} for s in row.get("stages", ())]
+    return runs, stages
+
+
 def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, pa.DataType]:
     """The table's columns as the migrations made them (in this connection's schema), in their stored order."""
     return {name: _ARROW_OF_DUCKDB[kind] for name, kind in describe(con, table).items()}

@@ -979,14 +979,135 @@ MIGRATIONS.append((
 MIGRATIONS.append(("0014_monitor_firings", create_firings_sql()))
 MIGRATIONS.append(("0015_feedback", create_feedback_sql()))
 
+# Stage results one row per run and stage (``stage_results``), beside one row per run (``case_run_results``): a
+# stage is a row, not two columns, so a stage added to the registry (scoring.stages) needs no migration, and the
+# stage funnel is a GROUP BY over the rows (``stage_order`` is the stage's place when the run was scored; a
+# funnel's ``stage_index`` counts its stages 1, 2, ...). The seven stages' existing columns move over (this
+# list of them is history: the stages as they were when case_runs had them as columns). ``case_runs`` stays,
+# as a view with its columns as before, for the queries written against it; a stage added later is in
+# ``stage_results`` only.
+MIGRATIONS.append((
+    "0016_stage_results",
+    """
+    CREATE TABLE case_run_results (
+        session_id VARCHAR PRIMARY KEY,
+        case_id VARCHAR,
+        experiment VARCHAR,
+        run_id VARCHAR,
+        fit BOOLEAN,
+        probe BOOLEAN,
+        controlled_exposure BOOLEAN,
+        first_failed_stage VARCHAR,
+        passed BOOLEAN,
+        correct_abstention BOOLEAN,
+        failure_class VARCHAR,
+        layers JSON,
+        failed_assertions VARCHAR[],
+        fix_hint VARCHAR,
+        case_sha256 VARCHAR,
+        updated_at TIMESTAMP
+    );
+    CREATE TABLE stage_results (
+        session_id VARCHAR NOT NULL,
+        stage VARCHAR NOT NULL,
+        stage_order INTEGER,
+        state VARCHAR,
+        evidence JSON,
+        scored BOOLEAN,
+        updated_at TIMESTAMP
+    );
+    INSERT INTO case_run_results
+    SELECT session_id, case_id, experiment, run_id, fit, probe, controlled_exposure, first_failed_stage, passed,
+           correct_abstention, failure_class, layers, failed_assertions, fix_hint, case_sha256, updated_at
+    FROM case_runs;
+    INSERT INTO stage_results
+    SELECT r.session_id, s.stage, s.stage_order,
+           CASE s.stage WHEN 'discovery' THEN r.discovery WHEN 'selection' THEN r.selection
+                WHEN 'tool_resolution' THEN r.tool_resolution WHEN 'invocation' THEN r.invocation
+                WHEN 'execution' THEN r.execution WHEN 'result_usability' THEN r.result_usability
+                ELSE r.completion END,
+           CASE s.stage WHEN 'discovery' THEN r.discovery_evidence WHEN 'selection' THEN r.selection_evidence
+                WHEN 'tool_resolution' THEN r.tool_resolution_evidence WHEN 'invocation' THEN r.invocation_evidence
+                WHEN 'execution' THEN r.execution_evidence WHEN 'result_usability' THEN r.result_usability_evidence
+                ELSE r.completion_evidence END,
+           r.scored_stages IS NULL OR list_contains(r.scored_stages, s.stage),
+           r.updated_at
+    FROM case_runs r, (VALUES ('discovery', 10), ('selection', 20), ('tool_resolution', 30), ('invocation', 40),
+                              ('execution', 50), ('result_usability', 60), ('completion', 70)) s(stage, stage_order);
+    DROP TABLE case_runs;
+    -- the wide rows as case_runs had them: each of the seven stages' state and evidence as two columns
+    CREATE VIEW case_runs AS
+    WITH wide AS (
+        SELECT session_id,
+               any_value(state) FILTER (WHERE stage = 'discovery') AS discovery,
+               any_value(evidence) FILTER (WHERE stage = 'discovery') AS discovery_evidence,
+               any_value(state) FILTER (WHERE stage = 'selection') AS selection,
+               any_value(evidence) FILTER (WHERE stage = 'selection') AS selection_evidence,
+               any_value(state) FILTER (WHERE stage = 'tool_resolution') AS tool_resolution,
+               any_value(evidence) FILTER (WHERE stage = 'tool_resolution') AS tool_resolution_evidence,
+               any_value(state) FILTER (WHERE stage = 'invocation') AS invocation,
+               any_value(evidence) FILTER (WHERE stage = 'invocation') AS invocation_evidence,
+               any_value(state) FILTER (WHERE stage = 'execution') AS execution,
+               any_value(evidence) FILTER (WHERE stage = 'execution') AS execution_evidence,
+               any_value(state) FILTER (WHERE stage = 'result_usability') AS result_usability,
+               any_value(evidence) FILTER (WHERE stage = 'result_usability') AS result_usability_evidence,
+               any_value(state) FILTER (WHERE stage = 'completion') AS completion,
+               any_value(evidence) FILTER (WHERE stage = 'completion') AS completion_evidence,
+               CASE WHEN bool_and(scored) THEN NULL
+                    ELSE coalesce(list(stage ORDER BY stage_order) FILTER (WHERE scored), []) END AS scored_stages
+        FROM stage_results GROUP BY session_id
+    )
+    SELECT r.session_id, r.case_id, r.experiment, r.run_id, r.fit, r.probe, r.controlled_exposure,
+           w.discovery, w.discovery_evidence, w.selection, w.selection_evidence,
+           w.tool_resolution, w.tool_resolution_evidence, w.invocation, w.invocation_evidence,
+           w.execution, w.execution_evidence, w.result_usability, w.result_usability_evidence,
+           w.completion, w.completion_evidence,
+           r.first_failed_stage, r.passed, r.correct_abstention, r.failure_class, r.layers, r.failed_assertions,
+           r.fix_hint, r.case_sha256, r.updated_at, w.scored_stages
+    FROM case_run_results r LEFT JOIN wide w USING (session_id);
+    -- every stage a run has a row of, in its order: a run passed a stage when it passed it, the stage does not
+    -- apply or is not scored, and it passed every earlier one
+    CREATE OR REPLACE MACRO stage_funnel_of(session_ids) AS TABLE
+    WITH runs AS (
+        SELECT r.session_id, r.experiment FROM case_run_results r
+        WHERE NOT coalesce(r.probe, false) AND coalesce(r.fit, true)
+          AND (session_ids IS NULL OR r.session_id IN (SELECT unnest(session_ids)))
+    ),
+    passed_through AS (
+        SELECT r.experiment, s.stage, s.stage_order, s.session_id, s.state, s.scored,
+               bool_and(s.state IN ('passed', 'not_applicable') OR NOT s.scored) OVER (
+                   PARTITION BY r.experiment, s.session_id ORDER BY s.stage_order
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS ok
+        FROM runs r JOIN stage_results s USING (session_id)
+    ),
+    counted AS (
+        SELECT experiment, stage, min(stage_order) AS stage_order, count(*) AS runs,
+               count(*) FILTER (WHERE ok) AS passed,
+               count(*) FILTER (WHERE state = 'failed' AND scored) AS failed,
+               count(*) FILTER (WHERE state = 'missing') AS missing,
+               count(*) FILTER (WHERE state = 'not_observed') AS not_observed,
+               count(*) FILTER (WHERE state = 'pending') AS pending,
+               count(*) FILTER (WHERE NOT scored) AS unscored
+        FROM passed_through GROUP BY experiment, stage
+    )
+    SELECT experiment, stage, CAST(row_number() OVER w AS INTEGER) AS stage_index, runs, passed, failed, missing,
+           not_observed, passed / runs AS cumulative, passed / nullif(lag(passed) OVER w, 0) AS conditional,
+           coalesce(lag(passed) OVER w, runs) AS reached, pending, unscored, stage_order
+    FROM counted
+    WINDOW w AS (PARTITION BY experiment ORDER BY stage_order, stage);
+    CREATE OR REPLACE VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL);
+    """,
+))
+
 # Session writes are appends: every (re)scoring of a session appends a row to ``session_rows`` (its
-# case run one to ``case_run_rows``), numbered by ``row_seq`` (increasing in a file's writes), and a
-# session that no longer exists gets a ``removed`` row. A periodic compaction
-# (``sessions.compact_every_seconds``) folds them into ``session_rows_compacted`` (one row per
-# session) and empties the appended table. ``sessions`` and ``case_runs`` are views with the columns
-# they always had: the newest appended row of a session, else its compacted one; reading them costs a
-# pass over the compacted rows and the few appended since, as reading the table did. A later column
-# goes on both tables, and the view is made again.
+# case run one to ``case_run_rows``, and the run's stages theirs to ``stage_result_rows``), numbered by
+# ``row_seq`` (increasing in a file's writes), and a session that no longer exists gets a ``removed``
+# row. A periodic compaction (``sessions.compact_every_seconds``) folds them into the ``_compacted``
+# tables (one row per session; per run and stage) and empties the appended ones. ``sessions``,
+# ``case_run_results`` and ``stage_results`` are views with the columns they had: the newest appended
+# row of a session, else its compacted one (``case_runs`` and ``stage_funnel`` read them as before);
+# reading them costs a pass over the compacted rows and the few appended since, as reading the table
+# did. A later column goes on both tables, and the view is made again.
 NEWEST_ROW = "QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY row_seq DESC) = 1"
 
 
@@ -996,6 +1117,16 @@ def _appended_view(view: str, rows: str) -> str:
             f"SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE;")
 
 
+# A run's stage rows are appended with its case_run_rows row, under the same row_seq: the view shows those of the
+# run's newest row (none when that row says removed), else the compacted ones.
+_NEWEST_RUN = f"SELECT session_id, row_seq FROM (SELECT * FROM case_run_rows {NEWEST_ROW}) WHERE removed IS NOT TRUE"
+NEWEST_STAGE_ROWS = (f"SELECT s.* EXCLUDE (row_seq) FROM stage_result_rows s JOIN ({_NEWEST_RUN}) n "
+                     "ON s.session_id = n.session_id AND s.row_seq = n.row_seq")
+_STAGE_VIEW = ("CREATE VIEW stage_results AS SELECT * FROM stage_result_rows_compacted WHERE session_id NOT IN "
+               "(SELECT session_id FROM case_run_rows WHERE session_id IS NOT NULL) UNION ALL BY NAME "
+               f"{NEWEST_STAGE_ROWS};")
+
+
 MIGRATIONS.append((
     "0017_append_only_sessions",
     f"""
@@ -1003,9 +1134,13 @@ MIGRATIONS.append((
     CREATE TABLE session_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM sessions LIMIT 0;
     DROP TABLE sessions;
     {_appended_view("sessions", "session_rows")}
-    CREATE TABLE case_run_rows_compacted AS SELECT * FROM case_runs;
-    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_runs LIMIT 0;
-    DROP TABLE case_runs;
-    {_appended_view("case_runs", "case_run_rows")}
+    CREATE TABLE case_run_rows_compacted AS SELECT * FROM case_run_results;
+    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_run_results LIMIT 0;
+    CREATE TABLE stage_result_rows_compacted AS SELECT * FROM stage_results;
+    CREATE TABLE stage_result_rows AS SELECT *, 0::BIGINT AS row_seq FROM stage_results LIMIT 0;
+    DROP TABLE case_run_results;
+    DROP TABLE stage_results;
+    {_appended_view("case_run_results", "case_run_rows")}
+    {_STAGE_VIEW}
     """,
 ))

@@ -280,7 +280,7 @@ class Store:
                                lake.ship_interval_seconds, lake.ship_batch_rows,
                                keep_assembled_seconds=lake.snapshot_retention_seconds,
                                prune_every_seconds=lake.compact_interval_seconds or lake.snapshot_retention_seconds)
-        newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "
+        newest = self.con.execute("SELECT max(t) FROM (SELECT max(received_at) AS t FROM spans UNION ALL "  # type: ignore[index]  # max() gives a row
                                   "SELECT max(received_at) FROM logs UNION ALL SELECT max(received_at) FROM metrics)"
                                   ).fetchone()[0]
         self._last_received = newest or datetime.min
@@ -706,7 +706,7 @@ class Store:
         for item in items:
             b = item.batch
             keys = (list(map(operator.add, b.trace_id, b.span_id)) if isinstance(b, SpanBatch)
-                    else b.point_id if isinstance(b, MetricBatch) else b.record_id)
+                    else b.point_id if isinstance(b, MetricBatch) else b.record_id)  # type: ignore[union-attr]  # items written here carry a batch
             mask = self.dedupe.fresh_mask(keys)
             if mask is None and pending.isdisjoint(keys):  # the usual case: nothing seen before
                 fresh = keys
@@ -724,7 +724,7 @@ class Store:
             elif isinstance(b, MetricBatch):
                 metric_parts.append((b, part_mask))
             else:
-                log_parts.append((b, part_mask))
+                log_parts.append((b, part_mask))  # type: ignore[arg-type]
 
         t0 = time.perf_counter()
         tables: dict[str, pa.Table] = {}

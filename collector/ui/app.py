@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,16 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-# the report before the feedback package: the report's HTML draws feedback (feedback.render), which reads the
-# report's words, so the report package is first to load
-from ..report.text import lang_of
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..feedback import ui as feedback_ui
 from ..query import QueryError
-from . import monitor_pages, pages, queries
+from ..report.text import lang_of
+from . import monitor_pages, pages, queries, review_pages
+from ..config import UISettings
 from .filters import FilterError, SessionFilters
 from .queries import Reader
 from .words import t
+from .writes import REVIEWER_COOKIE, Writes
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,9 @@ COOKIE = "agentfunnel_ui"
 LANG_COOKIE = "agentfunnel_lang"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+# same-origin, not no-referrer: under no-referrer Chromium sends ``Origin: null`` with the UI's own form posts, so
+# the origin checks of the sign-in and of the writes would refuse them; other sites still get no referrer
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
            "X-Frame-Options": "DENY", "Cross-Origin-Opener-Policy": "same-origin"}
 STATIC_TYPES = {".css": "text/css", ".js": "text/javascript"}
 
@@ -133,6 +136,12 @@ class UI:
     count: Callable[[str, str], None] | None = None  # (counter, label): the server's metrics
     ui_settings: Any = None  # config.UISettings: the session page's JSON-tree bounds
     prices: Any = None  # scoring.prices.PriceTable: each model call's cost
+    write: Callable[[Callable[[Any], Any]], Any] | None = None  # a job on the store's writer (a Future); None: reads only
+    draft: Callable[[str, str], Any] | None = None  # (session id, case id): the case drafted into the suite
+    suite: str | None = None  # cases.suite, where "add as a case" appends
+    prefix: str = PREFIX
+    headers: dict[str, str] = field(default_factory=lambda: dict(HEADERS))
+    variants: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)  # the configuration's funnel variants
 
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
@@ -140,6 +149,8 @@ class UI:
         pages.warm()
         self._pool = self.pool or ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="agentfunnel-ui")
         self._busy = asyncio.Semaphore(self.max_concurrent)
+        self.ui_settings = self.ui_settings or UISettings()
+        self._writes = Writes(self)
         self._cookie_value = (hmac.new(self.token.encode(), b"agentfunnel-ui-v1", hashlib.sha256).hexdigest()
                               if self.token else None)
 
@@ -155,6 +166,8 @@ class UI:
         r.add_get(PREFIX + "/compare", self._page(self._compare))
         r.add_get(PREFIX + "/monitors", self._page(self._monitors))
         r.add_get(PREFIX + "/monitors/{firing_id}", self._page(self._firing))
+        r.add_get(PREFIX + "/review", self._page(self._review))
+        self._writes.mount(app, PREFIX)
         r.add_get(PREFIX + "/static/{name}", self._static_file)
         r.add_get(PREFIX + "/login", self._login_form)
         r.add_post(PREFIX + "/login", self._login)
@@ -219,8 +232,13 @@ class UI:
             lang = "ja" if accept.lower().startswith("ja") else "en"
         params = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=False) if k != "lang"]
         path = request.path + ("?" + urlencode(params) if params else "")
+        drafted = request.query.get("drafted")
+        notice = review_pages.WORDS[lang_of(lang)]["drafted"].format(id=drafted[:200]) if drafted else ""
+        extra = {"writes": self._writes.enabled, "csrf": self._writes.csrf or "", "notice": notice,
+                 "reviewer": request.cookies.get(REVIEWER_COOKIE, "")[:200]}
         return pages.Context(lang=lang_of(lang), base=PREFIX + "/", path=path,
-                             metrics=self.metrics() if self.metrics else None)
+                             metrics=self.metrics() if self.metrics else None, extra=extra,
+                             variants=self.variants)
 
     @staticmethod
     def _html(status: int, body: str, extra: dict[str, str] | None = None) -> web.Response:
@@ -291,8 +309,9 @@ class UI:
             return 404, pages.error_page(404, t("not_found", ctx.lang), t("no_session", ctx.lang, id=sid), ctx)
         if found.more_parts or found.too_big or found.part:
             self._count("ui_payloads_paged", "")
-        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices,
-                                       feedback_ui.session_block(self.reader, found.session, ctx.lang))
+        blocks = (feedback_ui.session_block(self.reader, found.session, ctx.lang)
+                  + review_pages.session_block(self.reader, found.session, ctx, self.suite))
+        return 200, pages.session_page(found, ctx, self.evidence_settings, self.ui_settings, self.prices, blocks)
 
     def _experiments(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, pages.experiments_page(queries.experiments(self.reader), ctx)
@@ -315,6 +334,9 @@ class UI:
                 raise FilterError("experiment names are at most 300 characters, without NUL")
         rows = queries.compare(self.reader, a, b) if a and b else None
         return 200, pages.compare_page(rows, a, b, names, ctx)
+
+    def _review(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
+        return 200, review_pages.review_page(self.reader, self.ui_settings, ctx)
 
     def _monitors(self, request: web.Request, ctx: pages.Context) -> tuple[int, str]:
         return 200, monitor_pages.monitors_page(monitor_pages.firings(self.reader), ctx)
@@ -344,7 +366,7 @@ async def serve_file(reader: Reader, host: str, port: int, announce: Callable[[s
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port  # type: ignore[union-attr]
+    bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port  # type: ignore[union-attr,attr-defined]
     shown = f"[{host}]" if ":" in host else host
     announce(f"http://{shown}:{bound}{PREFIX}/")
     stop = stop or asyncio.Event()

@@ -6,7 +6,7 @@ outcome. Pure functions, so a page's numbers are tested without a server or a br
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,11 +14,14 @@ from ...scoring import evidence as ev
 from ...scoring import labels
 from ...scoring.config import EvidenceSettings
 from ...scoring.prices import PriceTable
+from ...semconv.dialects import read_messages
+from ...semconv.messages import Message, loads
+from ...scoring.variants import Activity, Variant
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ...semconv.normalize import normalize
-from ...semconv.records import SpanView
 from ..report import OUTCOME_ORDER
 from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
-from .conversation import CallMessage, call_messages, loads
+from .conversation import span_view
 from .filters import SessionFilters
 from .jsontree import Block, TreeBudget
 from .queries import OverviewRows, Row
@@ -98,7 +101,7 @@ def outcome_label(outcome: str | None, variant: str | None, lang: str) -> str:
     return labels.outcome_label(outcome, variant, lang_of(lang))
 
 
-def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
+def overview_view(rows: OverviewRows, lang: str, registry: Registry = BUILTIN_REGISTRY) -> OverviewView:
     """Funnels ("reached this step or a later one", as ``funnel_conversion`` counts), outcome mixes and
     drop-off reasons, all summed from one grouped scan; each links to the list it counts."""
     groups = rows.groups
@@ -108,13 +111,13 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
     for g in groups:
         per_variant[g["variant"]] += int(g["n"])
     total = sum(per_variant.values())
-    order = {s["variant"]: [] for s in rows.steps}
+    order: dict[str, list[str]] = {s["variant"]: [] for s in rows.steps}
     for s in rows.steps:
         order[s["variant"]].append(s["step"])
     variants = []
     for variant in sorted(per_variant, key=lambda v: (-per_variant[v], v or "~")):
         n = per_variant[variant]
-        view = VariantView(variant, variant_name(variant, lang), n)
+        view = VariantView(variant, variant_name(variant, lang, registry), n)
         steps = order.get(variant or "", [])
         if steps:
             at = [0] * len(steps)
@@ -148,8 +151,8 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
             continue
         key = (g["variant"], g["drop_reason"], g["drop_step"])
         cur = drops.setdefault(key, [0, None, 0])
-        cur[0] += int(g["n"])
-        if int(g["n"]) > cur[2]:
+        cur[0] += int(g["n"])  # type: ignore[operator]  # cur: [sessions, the fix most of them show, its sessions]
+        if int(g["n"]) > cur[2]:  # type: ignore[operator]
             cur[1], cur[2] = g["fix"], int(g["n"])
     drop_views = [DropView(v, reason, drop_reason_name(reason, lang), step, step_label(rows.steps, v, step, lang),
                            count, drop_fix(reason, fix, lang), base.link(variant=v, drop_reason=reason, drop_step=step))
@@ -164,6 +167,26 @@ def overview_view(rows: OverviewRows, lang: str) -> OverviewView:
 
 
 # ---------------------------------------------------------------------------- one session
+
+
+@dataclass(frozen=True)
+class CallPart:
+    """A tool call or a tool result of a model call's message, its JSON as the page shows it (a bounded tree)."""
+
+    name: str | None  # the tool called; None for a result
+    id: str | None
+    block: Block | None  # None: nothing sent
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """One message of a model call as the page shows it: the dialect's reading, its JSON within the tree budget."""
+
+    role: str
+    text: str
+    output: bool
+    tool_calls: list[CallPart]
+    tool_results: list[CallPart]
 
 
 @dataclass
@@ -202,31 +225,23 @@ class TraceView:
     cost: float | None = None
 
 
-def _span_view(s: Row, attrs: Any) -> SpanView:
-    events = loads(s.get("events"))
-    return SpanView(s.get("trace_id") or "", s["span_id"], s.get("parent_span_id"), s.get("name") or "",
-                    attrs if isinstance(attrs, dict) else {}, {}, events if isinstance(events, list) else [],
-                    s.get("kind") or "INTERNAL", s.get("status_code") or "UNSET")
-
-
 def _usage(bar: SpanBar, s: Row, attrs: Any, prices: PriceTable | None) -> str | None:
     """Fill ``bar``'s tokens, model and cost as the scorer reads them; the span's kind (llm, agent, tool, other)."""
     if not isinstance(attrs, dict) or not attrs:
         return None
-    rec = normalize(_span_view(s, attrs))
+    rec = normalize(span_view(s, attrs))
     bar.input_tokens, bar.output_tokens, bar.model = rec.input_tokens, rec.output_tokens, rec.model
     if prices is not None and (rec.input_tokens is not None or rec.output_tokens is not None):
         bar.cost = prices.cost(rec.model, rec.input_tokens, rec.output_tokens)
     return rec.kind
 
 
-def _blocks(messages: list[CallMessage], budget: TreeBudget) -> list[CallMessage]:
-    for m in messages:
-        for c in m.tool_calls:
-            c.block = budget.block(c.arguments)
-        for r in m.tool_results:
-            r.block = budget.block(r.result)
-    return messages
+def _shown(messages: list[Message], budget: TreeBudget) -> list[CallMessage]:
+    """A model call's messages with their tool calls' arguments and tool results as trees, in message order; a run's
+    input (an agent or chain span's) is the conversation's, not a model call's."""
+    return [CallMessage(m.role, m.text, m.output, [CallPart(c.name, c.id, budget.block(c.arguments)) for c in m.tool_calls],
+                        [CallPart(None, r.id, budget.block(r.result)) for r in m.tool_results])
+            for m in messages if not m.run]
 
 
 def _sum(values: list[Any]) -> Any:
@@ -264,8 +279,8 @@ def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | N
         stack = [(s, 0) for s in reversed(children[None])]
         while stack:
             s, depth = stack.pop()
-            start = s.get("start_us") if s.get("start_us") is not None else t0
-            end = s.get("end_us") if s.get("end_us") is not None else start
+            start = v if (v := s.get("start_us")) is not None else t0
+            end = v if (v := s.get("end_us")) is not None else start
             bar = SpanBar(s["span_id"], s.get("name") or "", s.get("kind"), min(depth, 12),
                           100.0 * (start - t0) / scale, max(0.3, 100.0 * (end - start) / scale),
                           (start - t0) / 1000.0, (end - start) / 1000.0 if s.get("end_us") else None,
@@ -278,10 +293,10 @@ def waterfall(spans: Sequence[Row], calls: Sequence[Row], budget: TreeBudget | N
                 if _usage(bar, s, attrs, prices) == "llm":
                     model_calls.append(bar)
                 if isinstance(attrs, dict) and not bar.tool_call:
-                    bar.messages = _blocks(call_messages(attrs, s.get("events")), budget)
+                    bar.messages = _shown(read_messages(span_view(s, attrs)), budget)
             out.append(bar)
             stack.extend((c, depth + 1) for c in reversed(children.get(s["span_id"], [])))
-        traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),
+        traces.append(TraceView(trace_id, n, min((s.get("start_time") for s in rows if s.get("start_time")), default=None),  # type: ignore[type-var]  # the spans' start times, Nones left out
                                 (t1 - t0) / 1000.0, out, _sum([b.input_tokens for b in model_calls]),
                                 _sum([b.output_tokens for b in model_calls]), _sum([b.cost for b in model_calls])))
     return traces
@@ -301,33 +316,32 @@ class CallView:
     result_block: Block | None = None
 
 
-# outcome -> the result flags that prove it (scoring.funnel.ladder_outcome), and the step that does without results
-PROOF = {
-    "purchase_completed": ({ev.ORDER_CONFIRMED}, None),
-    "checkout_reached": ({ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.ORDER_PENDING, ev.CHECKOUT_PAGE}, "checkout"),
-    "cart_created": ({ev.CART}, "cart"),
-    "po_submitted": ({ev.PO}, "po"), "quote_received": ({ev.QUOTE}, "quote"), "rfq_submitted": ({ev.RFQ}, "rfq"),
-    "search_only": (set(), "search|details"), "action_taken": (set(), "action"), "read_only": (set(), "read|discover"),
-}
-
-
 def _errored(c: Row) -> bool:
     return bool(c.get("error")) or c.get("status_code") == "ERROR"
 
 
+def _evidence_steps(variant: Variant | None) -> Callable[[frozenset[str]], frozenset[str]]:
+    """The steps one call's result evidence reaches in ``variant`` (``Variant.reach``), none for a variant not known here."""
+    if variant is None:
+        return lambda _: frozenset()
+    return lambda flags: variant.reach(Activity(flags, store_page=False, listed=False, worked=False))
+
+
 def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: str,
-               settings: EvidenceSettings | None = None) -> list[CallView]:
+               settings: EvidenceSettings | None = None, registry: Registry = BUILTIN_REGISTRY) -> list[CallView]:
     """Each tool call with its funnel step, whether it counted there, and what its result proves.
 
     A call reaches its step only when it did not error, and repeats do not stack (SPEC §5), so
-    the first successful call of a step is the one that counted.
+    the first successful call of a step is the one that counted. What proves the outcome is the
+    session's variant's rule (``Variant.proofs``, from ``registry``).
     """
     settings = settings or EvidenceSettings()
     variant = session.get("variant")
     reached = set(session.get("steps") or [])
     outcome = session.get("outcome") or ""
-    flags_wanted, step_wanted = PROOF.get(outcome, (set(), None))
-    step_set = set((step_wanted or "").split("|")) - {""}
+    proof = registry.proof(variant, outcome)
+    reach = _evidence_steps(registry.get(variant or ""))
+    flags_wanted, step_set = proof.flags, set(proof.steps)
     counted_steps: set[str] = set()
     variant_steps = {x["step"] for x in steps}
     views = []
@@ -350,10 +364,10 @@ def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: s
         proves = sorted(ev.find(result, settings)) if result is not None and not _errored(c) else []
         labelled = [{"variant": variant, **s} for s in steps]
         also = None
-        if ev.ORDER_CONFIRMED in proves and "purchase" in reached and "purchase" in variant_steps \
-                and "purchase" not in counted_steps:  # SPEC §5: lodging's purchase is reached by the confirmation
-            counted_steps.add("purchase")
-            also = step_label(labelled, variant, "purchase", lang)
+        # a step its result reached besides its own (lodging's purchase: a confirmation, SPEC §5)
+        for extra in sorted(reach(frozenset(proves)) & reached & variant_steps - counted_steps)[:1]:
+            counted_steps.add(extra)
+            also = step_label(labelled, variant, extra, lang)
         views.append(CallView(c, args, result, step_label(labelled, variant, step, lang) if step else "—", counted,
                               proves, False, also))
     proving = [v for v in views if set(v.proves) & flags_wanted]
@@ -364,10 +378,10 @@ def call_views(calls: Sequence[Row], session: Row, steps: Sequence[Row], lang: s
     return views
 
 
-def outcome_proof(session: Row, views: Sequence[CallView]) -> str:
+def outcome_proof(session: Row, views: Sequence[CallView], registry: Registry = BUILTIN_REGISTRY) -> str:
     """Which kind of evidence the outcome rests on: a word key for the evidence panel."""
     outcome = session.get("outcome") or ""
-    flags_wanted, _ = PROOF.get(outcome, (set(), None))
+    flags_wanted = registry.proof(session.get("variant"), outcome).flags
     if any(set(v.proves) & flags_wanted for v in views if v.evidence):
         return "proof"
     if any(v.evidence for v in views):
@@ -383,12 +397,13 @@ STAGE_STATE_CLASS = {"passed": "pass", "failed": "fail", "missing": "partial", "
                      "not_applicable": "neutral", "pending": "info"}
 
 
-def stages_view(case_run: Row | None) -> list[dict[str, Any]]:
+def stages_view(case_run: Row | None, stage_rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """A case run's stages as its page lists them: every stage it has a row of (``stage_results``), in order."""
     if not case_run:
         return []
-    return [{"stage": s, "state": case_run.get(s), "cls": STAGE_STATE_CLASS.get(case_run.get(s) or "", "unknown"),
-             "evidence": loads(case_run.get(f"{s}_evidence")), "first": case_run.get("first_failed_stage") == s}
-            for s in labels.STAGES]
+    return [{"stage": r["stage"], "state": r["state"], "cls": STAGE_STATE_CLASS.get(r["state"] or "", "unknown"),
+             "evidence": loads(r["evidence"]), "first": case_run.get("first_failed_stage") == r["stage"]}
+            for r in stage_rows]
 
 
 CRITERION_CLASS = {"satisfied": "pass", "missing": "fail", "contradicted": "fail", "unsupported": "partial"}

@@ -18,8 +18,9 @@ from urllib.parse import urlencode
 import jinja2
 from markupsafe import Markup
 
-from ...scoring import labels
+from ...scoring import labels, stages
 from ...scoring.prices import PriceTable
+from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 from ..config import UISettings
 from ..report.text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
 from . import model
@@ -42,6 +43,7 @@ class Context:
     metrics: dict[str, Any] | None = None  # the server's /metrics snapshot; None when reading a file offline
     path: str = "/ui/"  # the page's own path and query, for the language switch
     extra: dict[str, Any] = field(default_factory=dict)
+    variants: Registry = field(default_factory=lambda: BUILTIN_REGISTRY)  # the configuration's funnel variants
 
 
 def _json(value: Any) -> str:
@@ -99,7 +101,7 @@ def _env() -> jinja2.Environment:
 
 ENV = _env()
 TEMPLATES = ("overview.html", "sessions.html", "session.html", "experiments.html", "experiment.html", "compare.html",
-             "error.html", "login.html")
+             "error.html", "login.html", "review.html", "review_block.html")
 
 
 def warm() -> None:
@@ -114,8 +116,10 @@ def _render(name: str, ctx: Context, **data: Any) -> str:
     sep = "&" if "?" in ctx.path else "?"
     return ENV.get_template(name).render(
         ctx=ctx, lang=lang, w=lambda key, **kw: t(key, lang, **kw), base=ctx.base,
-        lang_link=f"{ctx.path}{sep}lang={other}", labels=labels, variant_name=lambda v: variant_name(v, lang),
-        outcome_label=lambda o, v=None: model.outcome_label(o, v, lang), stage_label=lambda s: labels.stage_label(s, lang),
+        lang_link=f"{ctx.path}{sep}lang={other}", labels=labels, stage_keys=stages.REGISTRY.keys(),
+        variant_name=lambda v: variant_name(v, lang, ctx.variants),
+        outcome_label=lambda o, v=None: model.outcome_label(o, v, lang),
+        stage_label=lambda s: stages.stage_label(s, lang),
         reason_label=lambda r: drop_reason_name(r, lang), stage_fix=lambda s: stage_fix(s, lang),
         reads_label=lambda r: labels.READS_AS_LABELS[lang].get(r or "unknown", r or ""),
         reads_of=lambda o, r=None: r or labels.OUTCOME_READS_AS.get(o or "", "unknown"), **data)
@@ -126,7 +130,7 @@ def _render(name: str, ctx: Context, **data: Any) -> str:
 
 def overview_page(rows: OverviewRows, ctx: Context, feedback: str = "") -> str:
     """``feedback``: the feedback block's HTML (escaped where it was made)."""
-    view = model.overview_view(rows, ctx.lang)
+    view = model.overview_view(rows, ctx.lang, ctx.variants)
     health = None
     if ctx.metrics is not None:
         m = ctx.metrics
@@ -141,7 +145,7 @@ def overview_page(rows: OverviewRows, ctx: Context, feedback: str = "") -> str:
 
 def sessions_page(rows: ListRows, f: SessionFilters, ctx: Context) -> str:
     steps = sorted({(s["variant"], s["step"], s["step_index"]) for s in rows.steps}, key=lambda x: (x[0], x[2]))
-    step_choices = []
+    step_choices: list[tuple[str, str]] = []
     for variant, step, _ in steps:
         if f.variant and variant != f.variant:
             continue
@@ -170,7 +174,7 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None,
     """``ui_settings`` bound the page's JSON trees; ``prices`` price each model call's tokens; ``feedback``: the
     feedback block's HTML (escaped where it was made)."""
     s = rows.session
-    calls = model.call_views(rows.calls, s, rows.steps, ctx.lang, evidence_settings)
+    calls = model.call_views(rows.calls, s, rows.steps, ctx.lang, evidence_settings, ctx.variants)
     budget = TreeBudget(ui_settings or UISettings())
     for c in calls:  # tool calls first: they are what the page is read for
         c.arguments_block, c.result_block = budget.block(c.row.get("arguments")), budget.block(c.row.get("result"))
@@ -184,8 +188,8 @@ def session_page(rows: SessionRows, ctx: Context, evidence_settings: Any = None,
                    turns=turns, traces=traces, shown=sum(len(t.spans) for t in traces), span_total=rows.span_total,
                    steps=steps,
                    step_label=lambda st: model.step_label(steps, s.get("variant"), st, ctx.lang),
-                   proof=model.outcome_proof(s, calls), drop_evidence=drop_evidence,
-                   stages=model.stages_view(rows.case_run), case_run=rows.case_run, judgments=judgments,
+                   proof=model.outcome_proof(s, calls, ctx.variants), drop_evidence=drop_evidence,
+                   stages=model.stages_view(rows.case_run, rows.stage_rows), case_run=rows.case_run, judgments=judgments,
                    has_messages=has_messages, Message=Message, live=s.get("status") == "open",
                    part=rows.part, more_parts=rows.more_parts, too_big=rows.too_big, feedback=Markup(feedback))
 

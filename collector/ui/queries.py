@@ -11,6 +11,7 @@ its tool calls by trace ids and start time. Pages are pure functions of what the
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -286,6 +287,7 @@ class SessionRows:
     judgments: list[Row]
     steps: list[Row]
     part: int = 0  # which part of the payloads the rows carry (``page_payload_bytes`` each)
+    stage_rows: list[Row] = field(default_factory=list)  # the case run's stages, in funnel order
     more_parts: bool = False  # a later part holds payloads
     too_big: int = 0  # rows whose payload alone is over the budget: never on a page
 
@@ -340,7 +342,7 @@ def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | N
         "start_time, span_id"), {**bounds, **paging, "n": MAX_SPANS}) if trace_ids else []
     total = len(spans)
     if total >= MAX_SPANS:
-        total = int(r.one(f"SELECT count(*) AS n FROM spans WHERE {span_where}", bounds)["n"])
+        total = int(r.one(f"SELECT count(*) AS n FROM spans WHERE {span_where}", bounds)["n"])  # type: ignore[index]  # count(*) gives a row
     first, last = s.get("first_seen"), s.get("last_seen")
     calls = r.rows(_paged(
         f"SELECT span_id, trace_id, tool_name, call_id, arguments, result, {_clipped('error')}, status_code, step,"
@@ -357,8 +359,11 @@ def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | N
         f" AND trace_id IN ({traces}) ORDER BY time LIMIT $n", ("body", "attributes"), "time"),
         {**tp, **paging, "since": bounds["since"], "until": bounds["until"], "n": MAX_LOGS}
     ) if trace_ids and "logs" in have else []
-    case_run = (r.one("SELECT * FROM case_runs WHERE session_id = $id", {"id": session_id})
-                if "case_runs" in have and s.get("case_id") else None)
+    # the run's own row and its stages' rows, read apart: the case_runs view pivots every run's stages first
+    case_run = (r.one("SELECT * FROM case_run_results WHERE session_id = $id", {"id": session_id})
+                if "case_run_results" in have and s.get("case_id") else None)
+    stage_rows = (r.rows("SELECT stage, state, evidence FROM stage_results WHERE session_id = $id"
+                         " ORDER BY stage_order, stage", {"id": session_id}) if case_run is not None else [])
     judgments = (r.rows("SELECT * EXCLUDE (judgment) FROM judgments WHERE session_id = $id"
                         " ORDER BY created_at DESC LIMIT 5", {"id": session_id})
                  if "judgments" in have and s.get("case_id") else [])
@@ -366,7 +371,7 @@ def session_detail(r: Reader, session_id: str, part: int = 0) -> SessionRows | N
                    " ORDER BY step_index", {"v": s.get("variant")}) if "funnel_steps" in have else []
     rows = [*spans, *calls, *logs]
     budget = paging["budget"]
-    return SessionRows(s, spans, total, calls, logs, case_run, judgments, steps, part,
+    return SessionRows(s, spans, total, calls, logs, case_run, judgments, steps, part, stage_rows,
                        more_parts=any(x["_part"] > part and x["_size"] <= budget for x in rows),
                        too_big=sum(1 for x in rows if x["_size"] > budget))
 
@@ -463,9 +468,11 @@ def _side(r: Reader, pattern: str) -> tuple[dict[str, Row], Row]:
     return {c["case_id"]: c for c in cases}, totals
 
 
+# a run's stages as {stage: state}, every stage it has a row of (stage_results)
 _RUN_BRIEF = ("SELECT s.session_id, s.case_id, s.experiment, s.passed, s.failure_class, s.final_answer, s.cost_usd,"
-              " s.duration_ms, s.tool_call_count, s.first_seen, s.last_seen, r.first_failed_stage, r.fix_hint, r.discovery,"
-              " r.selection, r.tool_resolution, r.invocation, r.execution, r.result_usability, r.completion")
+              " s.duration_ms, s.tool_call_count, s.first_seen, s.last_seen, r.first_failed_stage, r.fix_hint,"
+              " (SELECT json_group_object(x.stage, x.state) FROM stage_results x WHERE x.session_id = s.session_id)"
+              " AS stage_states")
 
 
 def compare(r: Reader, a: str, b: str) -> CompareRows:
@@ -490,8 +497,9 @@ def compare(r: Reader, a: str, b: str) -> CompareRows:
                        " WHERE start_time >= $lo::TIMESTAMP - INTERVAL 1 DAY AND start_time <= $hi::TIMESTAMP"
                        f" AND session_id IN ({in_list('s', ids, ip)}) GROUP BY session_id", ip)
         by_id = {c["session_id"]: c for c in calls}
-        for pair in examples.values():
-            for row in pair:
+        for pair in examples.values():  # type: ignore[assignment]  # pair and row: names used above for lists
+            for row in pair:  # type: ignore[assignment]
                 if row:
                     row["tools"] = (by_id.get(row["session_id"]) or {}).get("tools") or []
+                    row["stage_states"] = json.loads(row["stage_states"] or "{}")
     return CompareRows(a, b, cases_a, cases_b, totals_a, totals_b, examples)

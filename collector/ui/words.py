@@ -10,7 +10,7 @@ from ..report.text import lang_of
 WORDS: dict[str, dict[str, str]] = {
     "en": {
         "ui_title": "agentfunnel", "overview": "Overview", "session_list": "Sessions", "experiments": "Experiments",
-        "compare": "Compare", "monitors": "Monitors", "skip": "Skip to content", "search": "Search", "search_ph": "inputs, answers, tool data…",
+        "compare": "Compare", "monitors": "Monitors", "review": "Review", "skip": "Skip to content", "search": "Search", "search_ph": "inputs, answers, tool data…",
         "apply": "Apply", "clear": "Clear all", "any": "any", "remove_filter": "Remove filter",
         "open_now": "Open sessions now", "none_open": "No session is open.", "ingest": "Ingest health",
         "offline": "Reading a database file (agentfunnel ui): nothing is being ingested here.",
@@ -146,7 +146,7 @@ WORDS: dict[str, dict[str, str]] = {
         "reads": "評価", "count_note": "バー: 各ステップまたはその先に到達したセッション。バー・結果・離脱理由を"
         "クリックすると該当するセッションを一覧します。",
         "overview_note": "", "agent_ver_note": "", "prev_step": "前ステップから", "of_all": "全体比",
-        "bad_filter": "条件が正しくありません", "variant_col": "種別", "monitors": "モニター",
+        "bad_filter": "条件が正しくありません", "variant_col": "種別", "monitors": "モニター", "review": "レビュー",
     },
 }
 

@@ -80,12 +80,12 @@ def frozen(values: Iterable[Any]) -> frozenset:
 
 def earliest(*values: At | None) -> At | None:
     """Of (span, value) facts, the one on the earliest span."""
-    return min(filter(present, values), key=lambda v: v[0], default=None)
+    return min(filter(present, values), key=lambda v: v[0], default=None)  # type: ignore[index]  # Nones filtered
 
 
 def latest_ending(*values: tuple[int, Key, Any] | None) -> tuple[int, Key, Any] | None:
     """Of (end, span, ...) facts, the one ending last; on a tie the one on the earlier span."""
-    return min(filter(present, values), key=lambda v: (-v[0], v[1]), default=None)
+    return min(filter(present, values), key=lambda v: (-v[0], v[1]), default=None)  # type: ignore[index]  # Nones filtered
 
 
 def lowest(*values: Any) -> Any:

@@ -31,7 +31,7 @@ def flag_set(flags: Iterable[str]) -> frozenset[str]:
 
 
 def reads_as_invalid(error: str | None) -> bool:
-    return bool(error) and any(s in error.lower() for s in VALIDATION_SIGNALS)
+    return bool(error and any(s in error.lower() for s in VALIDATION_SIGNALS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class CallFacts:
 
 def call_facts(key: Key, r: SpanRecord, flags: frozenset[str], evidence: EvidenceSettings) -> CallFacts:
     canonical = json.dumps(r.arguments, sort_keys=True, default=str)
-    return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags,
+    return CallFacts(key, key[2], key[1], r.tool_name, canonical, r.error, flags,  # type: ignore[arg-type]  # a tool call's span: named
                      reads_as_invalid(r.error) or r.unknown_tool is not None,
                      payment_mentions(r.error, r.result, evidence), r.arguments, r.trace_id)
 

@@ -3,6 +3,7 @@ the names offered without one. The session's catalog validates every call's argu
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +17,18 @@ class Catalog:
     schemaless: frozenset[str]  # tools offered by name only
 
 
+def catalog_of(offers: Iterable[tuple[Key, Mapping[str, Any]]]) -> Catalog:
+    """The catalog of tool definitions offered on spans, in span order."""
+    offered = first_offers(offers)
+    return Catalog({name: (offer[0], shared(offer[1])) for name, offer in offered.items() if offer is not None},
+                   frozen(name for name, offer in offered.items() if offer is None))
+
+
 class CatalogFact(Fact[Catalog, Catalog]):
     name = "catalog"
 
     def summarize(self, trace: Trace) -> Catalog:
-        offered = first_offers((key, r.tool_definitions) for key, r in zip(trace.keys, trace.records)
-                               if r.tool_definitions)
-        return Catalog({name: (offer[0], shared(offer[1])) for name, offer in offered.items() if offer is not None},
-                       frozen(name for name, offer in offered.items() if offer is None))
+        return catalog_of((key, r.tool_definitions) for key, r in zip(trace.keys, trace.records) if r.tool_definitions)
 
     def merge(self, a: Catalog, b: Catalog) -> Catalog:
         schemas = dict(a.schemas)

@@ -33,16 +33,17 @@ def _keep(entries: Iterable[tuple], ran: frozenset[str], refused: frozenset[str]
     return tuple(e for e in entries if e[1] not in ran and e[1] not in refused and e[1] not in offered)
 
 
-def _bare_and_named(names: Iterable[str]) -> frozenset[str]:
+def bare_and_named(names: Iterable[str]) -> frozenset[str]:
     return frozen(n for name in names for n in (name, split_tool_name(name)[1]))
 
 
 def summarize_requests(keyed: Iterable[tuple[tuple, SpanRecord]]) -> Requests:
     pairs = list(keyed)
-    offered = _bare_and_named(name for _, r in pairs for name in r.tool_definitions)
-    ran = _bare_and_named(r.tool_name for _, r in pairs if r.is_tool_call and not r.unknown_tool)
+    offered = bare_and_named(name for _, r in pairs for name in r.tool_definitions)
+    # a tool call's span is named (is_tool_call), so its tool_name is a str
+    ran = bare_and_named(r.tool_name for _, r in pairs if r.is_tool_call and not r.unknown_tool)  # type: ignore[misc]
     span_refused = tuple((key, r.tool_name) for key, r in pairs if r.is_tool_call and r.unknown_tool)
-    refused = frozenset(n for _, n in span_refused)
+    refused: frozenset[str] = frozenset(n for _, n in span_refused)  # type: ignore[misc]
     asked = _keep(((key, name) for key, r in pairs if r.kind == "llm" and not r.ignored
                    for name in r.requested_tools), ran, refused, offered)
     unknown = _keep(((key, r.unknown_tool) for key, r in pairs if r.unknown_tool and not r.is_tool_call),

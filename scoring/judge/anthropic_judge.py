@@ -266,10 +266,10 @@ class AnthropicJudge:
             try:
                 with self._sem:
                     self._count("requests")
-                    message = self._client.messages.create(
+                    message = self._client.messages.create(  # type: ignore[call-overload]  # tool, tool_choice: dicts
                         model=s.model, max_tokens=s.max_tokens, system=prompt.system,
                         messages=[{"role": "user", "content": prompt.user}],
-                        tools=[prompt.tool], tool_choice=prompt.tool_choice,  # type: ignore[list-item,arg-type]
+                        tools=[prompt.tool], tool_choice=prompt.tool_choice,
                         extra_body={"temperature": s.temperature},  # this SDK has no typed temperature argument
                     )
                 return message, attempt

@@ -11,6 +11,7 @@ from importlib.metadata import EntryPoint, entry_points
 from collections.abc import Iterable
 
 from ..attributes import GEN_AI_TOOL_NAME
+from ..dropped import DROPPED, MESSAGES_ERROR
 from ..messages import Message, system_message
 from ..records import SpanView
 from .adk import GoogleADK
@@ -77,7 +78,7 @@ def read_messages(span: SpanView, dialects: Iterable[Dialect] = REGISTRY) -> lis
 
     The first dialect, in registry order, that returns messages wins; a run's input (``Message.run``)
     counts only when no dialect finds other messages. A tool span has none (its arguments and result are
-    the call's), and a dialect that cannot read the span is passed over as ``normalize`` passes it over.
+    the call's), and a dialect that cannot read the span is passed over (and counted) as ``normalize`` passes it over.
     """
     if GEN_AI_TOOL_NAME in span.attributes:
         return []
@@ -86,7 +87,9 @@ def read_messages(span: SpanView, dialects: Iterable[Dialect] = REGISTRY) -> lis
     for dialect in dialects:
         try:
             got = dialect.messages(span)
-        except READ_ERRORS:
+        except READ_ERRORS as exc:
+            DROPPED.add(dialect.name, MESSAGES_ERROR, type(exc).__name__,
+                        f"could not read the messages of span {span.span_id}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         if got is None:
             continue

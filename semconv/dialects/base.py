@@ -133,7 +133,7 @@ def tool_definitions(value: Any) -> dict[str, Any]:
         item = parse_json(item)
         if not isinstance(item, dict):
             continue
-        fn = item.get("function") if isinstance(item.get("function"), dict) else item
+        fn = f if isinstance(f := item.get("function"), dict) else item
         name = fn.get("name")
         if isinstance(name, str) and name:
             schema = parse_json(fn.get("parameters", fn.get("inputSchema", fn.get("input_schema"))))
@@ -141,7 +141,7 @@ def tool_definitions(value: Any) -> dict[str, Any]:
     return out
 
 
-_scan_json = json.JSONDecoder().scan_once  # json.loads' own scanner, without its Python wrapper
+_scan_json = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' own scanner (set in __init__, not in typeshed), without its Python wrapper
 
 
 def parse_json(value: Any) -> Any:
@@ -219,7 +219,7 @@ def message_text(message: Any) -> str | None:
         return None
     parts = message.get("parts")
     if isinstance(parts, list):
-        texts = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+        texts: list[Any] = [p.get("content") for p in parts if isinstance(p, dict) and p.get("type") == "text"
                  and isinstance(p.get("content"), str)]
         return "".join(texts) if texts else None
     content = message.get("content")

@@ -72,8 +72,8 @@ class OtelGenAI:
             messages = None
         if not isinstance(messages, list):
             messages = None
-        out["finish_reason"] = (_requested_tools(messages) or finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS))
-                                or _output_finish(messages, a))
+        out["finish_reason"] = (tool_call_finish(messages) or finish_reason(a.get(GEN_AI_RESPONSE_FINISH_REASONS))
+                                or output_finish(messages, a))
         out["tool_definitions"] = tool_definitions(a.get(GEN_AI_TOOL_DEFINITIONS)) or None
         if kind == "tool":
             out["tool_name"] = a.get(GEN_AI_TOOL_NAME) or after_prefix(span.name, "execute_tool ")
@@ -159,7 +159,7 @@ def _legacy_requested(a: dict) -> tuple[str, ...]:
     return tuple(str(a[k]) for k in keys if isinstance(a[k], str) and a[k])
 
 
-def _requested_tools(messages: list | None) -> str | None:
+def tool_call_finish(messages: list | None) -> str | None:
     """What the output says beats the reported reason: some emitters report "stop" for a tool call, and a
     call to a structured-output pseudo-tool (Pydantic AI's final_result) is an answer, not a tool request."""
     if messages is None:
@@ -171,7 +171,7 @@ def _requested_tools(messages: list | None) -> str | None:
     return "tool_call" if any(c not in STRUCTURED_OUTPUT_TOOLS for c in calls) else "stop"
 
 
-def _output_finish(messages: list | None, a: dict) -> str | None:
+def output_finish(messages: list | None, a: dict) -> str | None:
     if messages and isinstance(messages[-1], dict):
         return finish_reason(messages[-1].get("finish_reason"))
     return finish_reason(a.get(f"{GEN_AI_COMPLETION}.0.finish_reason"))
@@ -252,7 +252,7 @@ def _content_text(content: object) -> str | None:
     if isinstance(content, str):
         return content or None
     if isinstance(content, list):
-        texts = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
+        texts: list[Any] = [p.get("text") if isinstance(p.get("text"), str) else p.get("content") for p in content
                  if isinstance(p, dict) and p.get("type", "text") == "text"]
         texts = [t for t in texts if isinstance(t, str)]
         return "".join(texts) or None

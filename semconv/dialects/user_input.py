@@ -39,7 +39,7 @@ USER_ROLES = frozenset({"user", "human"})
 _HUMAN_CLASSES = frozenset({"HumanMessage", "HumanMessageChunk"})
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
 _WS = re.compile(r"[ \t\n\r]*")
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not in typeshed
 # OpenLIT writes a prompt as "role: text" lines (continuation lines belong to the message above)
 _TRANSCRIPT_ROLE = re.compile(r"^(system|user|assistant|tool|developer|function|model): ", re.MULTILINE)
 
@@ -51,20 +51,20 @@ def items(value: Any) -> Iterator[Any]:
         return
     if not isinstance(value, str):
         return
-    i = _WS.match(value).end()
+    i = _WS.match(value).end()  # type: ignore[union-attr]  # _WS matches everywhere (it may match nothing)
     if value[i:i + 1] != "[":
         return
-    i = _WS.match(value, i + 1).end()
+    i = _WS.match(value, i + 1).end()  # type: ignore[union-attr]
     while value[i:i + 1] not in ("]", ""):
         try:
             item, i = _scan(value, i)
         except (StopIteration, ValueError, RecursionError):
             return
         yield item
-        i = _WS.match(value, i).end()
+        i = _WS.match(value, i).end()  # type: ignore[union-attr]
         if value[i:i + 1] != ",":
             return
-        i = _WS.match(value, i + 1).end()
+        i = _WS.match(value, i + 1).end()  # type: ignore[union-attr]
 
 
 def content_text(content: Any) -> str | None:
@@ -99,7 +99,7 @@ def user_text(message: Any) -> str | None:
             kind = message["kwargs"].get("type") or (ids[-1] if isinstance(ids, list) and ids else None)
             return content_text(message["kwargs"].get("content")) if kind == "human" or kind in _HUMAN_CLASSES else None
         if message.get("type") == "human":  # LangChain's dumpd form, {"type", "data"}, or the message's own fields
-            body = message.get("data") if isinstance(message.get("data"), dict) else message
+            body = data if isinstance(data := message.get("data"), dict) else message
             return content_text(body.get("content"))
         return None
     if isinstance(message, list) and len(message) == 2 and message[0] in ("user", "human"):

@@ -17,6 +17,7 @@ import duckdb
 
 from ...config import LakeSettings
 from ..connect import lock_down, settle_optional_imports
+from ..rows import APPENDED_IN
 from ..schema import MIGRATIONS, Migration, migrate, transaction
 from ..tables import Sources
 from .placement import CATALOG, RACED, READERS, LakeUnavailable, retry_conflicts, schema_of
@@ -166,7 +167,6 @@ def _migrate_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
 
 # ---------------------------------------------------------------------------- readers' views
 
-_DROPPED = re.compile(r"^\s*(?:--[^\n]*\n\s*)*DROP\s+TABLE\s+(\w+)", re.IGNORECASE)
 _OBJECT = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
 # how the union of one table over every schema keeps one row per key (None: every row)
 _LATEST = "ORDER BY updated_at DESC NULLS LAST, replica"
@@ -178,27 +178,29 @@ _DEDUPE: dict[str, str] = {
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
     "session_rows_compacted": f"PARTITION BY session_id {_LATEST}",  # what replicas ship (their session_rows: none)
     "case_run_rows_compacted": f"PARTITION BY session_id {_LATEST}",
+    "stage_result_rows_compacted": f"PARTITION BY session_id, stage {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
+_DROPPED = re.compile(r"^\s*(?:--[^\n]*\n\s*)*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)", re.IGNORECASE)
+# a replica ships its appended rows compacted: their appended tables stay empty there
 _PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces",
-            "session_rows", "case_run_rows"}  # a replica ships its session rows compacted: these stay empty there
+            "session_rows", "case_run_rows", "stage_result_rows"}
 # views of appended and compacted rows whose readers' version reads only the compacted ones (all the lake holds)
-_COMPACTED_ONLY = {"sessions": "session_rows_compacted", "case_runs": "case_run_rows_compacted"}
+_COMPACTED_ONLY = {view: compacted for view, (_, compacted) in APPENDED_IN.items()}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
-    """Table names, and the view and macro statements, of the migrations in order; a table a migration dropped is
-    not among them, and a view made in its place (``sessions`` over ``session_rows``) comes first, before the
-    views that read it."""
+    """Table names, and the view and macro statements, of the migrations in order. A table a later migration
+    dropped is no table; a view made in its place goes first, since the views before it read it by name."""
     tables: list[str] = []
-    derived: list[str] = []
     dropped: set[str] = set()
+    derived: list[tuple[str, str]] = []
     parser = duckdb.connect(":memory:")
     for _, sql in migrations:
         for statement in parser.extract_statements(sql):
             gone = _DROPPED.match(statement.query)
             if gone is not None:
-                tables.remove(gone.group(1))
+                tables = [t for t in tables if t != gone.group(1)]
                 dropped.add(gone.group(1))
                 continue
             m = _OBJECT.match(statement.query)
@@ -207,13 +209,11 @@ def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
             if m.group(1).upper() == "TABLE":
                 tables.append(m.group(2))
             else:
-                made = re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?", r"\1CREATE OR REPLACE ",
-                              statement.query, count=1, flags=re.IGNORECASE)
-                if m.group(2) in dropped:
-                    derived.insert(0, made)
-                else:
-                    derived.append(made)
-    return tables, derived
+                derived.append((m.group(2), re.sub(r"^(\s*(?:--[^\n]*\n\s*)*)CREATE\s+(?:OR\s+REPLACE\s+)?",
+                                                   r"\1CREATE OR REPLACE ", statement.query, count=1,
+                                                   flags=re.IGNORECASE)))
+    return tables, [sql for name, sql in derived if name in dropped] + [sql for name, sql in derived
+                                                                        if name not in dropped]
 
 
 def union_sql(table: str, schemas: list[str]) -> str:
@@ -243,11 +243,13 @@ def reader_views(schemas: list[str]) -> list[str]:
     for t in ("spans", "logs", "trace_index"):
         out.append(f"CREATE OR REPLACE VIEW {READERS}._{t}_everywhere AS "
                    + " UNION ALL BY NAME ".join(f"SELECT * FROM {CATALOG}.{s}.{t}" for s in schemas))
+    # the views of appended rows read their compacted table alone here, so they come first: the views made over them
+    # before they were views (case_runs over case_run_results) read them by name
+    out += [f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {compacted}" for view, compacted in _COMPACTED_ONLY.items()]
     for statement in derived:
         m = _OBJECT.match(statement)
-        name = m.group(2) if m is not None else None
-        out.append(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {_COMPACTED_ONLY[name]}"
-                   if name in _COMPACTED_ONLY else statement)
+        if m is None or m.group(2) not in _COMPACTED_ONLY:
+            out.append(statement)
     return out
 
 
@@ -309,7 +311,7 @@ def build_readers(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def local_catalog(con: duckdb.DuckDBPyConnection) -> str:
     """The replica's own file as SQL names it (its catalog, quoted)."""
-    return '"' + str(con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""') + '"'
+    return '"' + str(con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""') + '"'  # type: ignore[index]  # an aggregate gives a row
 
 
 def open_replica(con: duckdb.DuckDBPyConnection, lake: LakeSettings) -> None:
@@ -355,7 +357,7 @@ def open_reader(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
 
 
 def snapshot(con: duckdb.DuckDBPyConnection) -> int:
-    return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])
+    return int(con.execute(f"SELECT id FROM {CATALOG}.current_snapshot()").fetchone()[0])  # type: ignore[index]  # an aggregate gives a row
 
 
 def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, after: int, upto: int,
@@ -368,7 +370,7 @@ def assembled_elsewhere(con: duckdb.DuckDBPyConnection, lake: LakeSettings, afte
     if upto <= after:
         return []
     if maybe_expired:
-        oldest = con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{CATALOG}')").fetchone()[0]
+        oldest = con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{CATALOG}')").fetchone()[0]  # type: ignore[index]  # an aggregate gives a row
         if oldest is not None and oldest > after + 1:
             if after > 0:
                 return None
@@ -479,5 +481,5 @@ def _maintain(con: duckdb.DuckDBPyConnection, call: str) -> None:
 
 def file_count(con: duckdb.DuckDBPyConnection) -> int:
     """Parquet data files the lake's current snapshot reads (every schema)."""
-    return int(con.execute(f"SELECT count(*) FROM {META}.ducklake_data_file "
+    return int(con.execute(f"SELECT count(*) FROM {META}.ducklake_data_file "  # type: ignore[index]  # an aggregate gives a row
                            "WHERE end_snapshot IS NULL").fetchone()[0])

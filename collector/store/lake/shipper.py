@@ -11,9 +11,9 @@ session jobs the batch holds. A batch holds
 - the spans, tool calls and ``trace_index`` rows of the traces assembled since, and those kept
   assembled for another replica (``lake_assembled_traces``): spans travel stamped with their
   session, so the lake never updates a span, and a trace assembled again replaces its rows there;
-- the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_runs``,
-  ``judgments``), replaced by session id (the file appends session rows: its views' current row of
-  each goes to the lake's compacted table), and ``funnel_steps`` when they were rewritten.
+- the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_run_results``, ``stage_results``,
+  ``judgments``), replaced by session id (the file appends session and case-run rows: its views' current
+  rows go to the lake's compacted tables), and ``funnel_steps`` when they were rewritten.
 
 The keys come from ``lake_outbox``, which the session stage fills in the local transaction that
 writes the rows, with ``replace`` set when the lake may hold an older version. A batch takes at
@@ -51,6 +51,7 @@ from typing import Any
 import duckdb
 
 from ...telemetry import Metrics
+from ..rows import APPENDED_IN, CASE_RUN_TABLES
 from ..schema import transaction
 from .placement import retry_conflicts
 
@@ -221,13 +222,13 @@ class Shipper:
         return _Claim(row[0], row[1], row[2], row[3], fresh=False) if row else None
 
     def _claim(self, con: duckdb.DuckDBPyConnection, raw_upto: datetime | None) -> _Claim | None:
-        seq, after = con.execute("SELECT coalesce(max(seq), 0) + 1, max(raw_upto) FROM lake_shipments").fetchone()
+        seq, after = con.execute("SELECT coalesce(max(seq), 0) + 1, max(raw_upto) FROM lake_shipments").fetchone()  # type: ignore[misc]  # an aggregate gives a row
         after = after or EPOCH
         upto = max(after, raw_upto or after)
-        keys = con.execute("SELECT count(DISTINCT (kind, key)) FROM lake_outbox WHERE batch_id IS NULL").fetchone()[0]
+        keys = con.execute("SELECT count(DISTINCT (kind, key)) FROM lake_outbox WHERE batch_id IS NULL").fetchone()[0]  # type: ignore[index]  # an aggregate gives a row
         raw = "SELECT received_at FROM logs WHERE received_at > ? AND received_at <= ? UNION ALL " \
               "SELECT received_at FROM metrics WHERE received_at > ? AND received_at <= ?"
-        rows = con.execute(f"SELECT count(*) FROM ({raw})", [after, upto] * 2).fetchone()[0] if upto > after else 0
+        rows = con.execute(f"SELECT count(*) FROM ({raw})", [after, upto] * 2).fetchone()[0] if upto > after else 0  # type: ignore[index]
         if not keys and not rows:
             return None  # spans alone wait for their traces: no batch for nothing
         # A backlog (the lake was down) goes in batches of at most batch_rows keys and batch_rows raw rows: every
@@ -235,7 +236,7 @@ class Shipper:
         # a commit (they share their received_at).
         capped = keys > self.batch_rows
         if rows > self.batch_rows:
-            upto = con.execute(f"SELECT max(received_at) FROM (SELECT received_at FROM ({raw}) ORDER BY received_at "
+            upto = con.execute(f"SELECT max(received_at) FROM (SELECT received_at FROM ({raw}) ORDER BY received_at "  # type: ignore[index]
                                "LIMIT ?)", [after, upto] * 2 + [self.batch_rows]).fetchone()[0]
             capped = True
         batch_id = str(uuid.uuid4())
@@ -260,7 +261,7 @@ class Shipper:
         t, b = self.target, claim.batch_id
         con.execute("BEGIN TRANSACTION")
         try:
-            if not claim.fresh and con.execute(f"SELECT count(*) FROM {t}.lake_shipments WHERE batch_id = ?",
+            if not claim.fresh and con.execute(f"SELECT count(*) FROM {t}.lake_shipments WHERE batch_id = ?",  # type: ignore[index]
                                                [b]).fetchone()[0]:
                 con.execute("ROLLBACK")
                 return {}, True
@@ -320,19 +321,19 @@ class Shipper:
         def insert(table: str, select: str, params: list[Any] | None = None) -> None:
             # looked for in the file first: an INSERT names the lake's table (catalog queries, a file list)
             # even when it selects nothing
-            if not con.execute(f"SELECT EXISTS ({select})", params or []).fetchone()[0]:
+            if not con.execute(f"SELECT EXISTS ({select})", params or []).fetchone()[0]:  # type: ignore[index]
                 return
-            n = con.execute(f"INSERT INTO {t}.{table} BY NAME {select}", params or []).fetchone()[0]
+            n = con.execute(f"INSERT INTO {t}.{table} BY NAME {select}", params or []).fetchone()[0]  # type: ignore[index]
             rows[table] = rows.get(table, 0) + int(n)
 
         if "trace" in counts:
-            since = con.execute("SELECT min(since) FROM lake_outbox WHERE batch_id = ? AND kind = 'trace'",
+            since = con.execute("SELECT min(since) FROM lake_outbox WHERE batch_id = ? AND kind = 'trace'",  # type: ignore[index]
                                 [b]).fetchone()[0] or EPOCH
             if counts["trace"]:  # traces the lake may hold an older version of: theirs go first
                 replaced = keys("trace", True)
-                first = con.execute("SELECT min(since) FROM lake_outbox WHERE batch_id = ? AND kind = 'trace' "
+                first = con.execute("SELECT min(since) FROM lake_outbox WHERE batch_id = ? AND kind = 'trace' "  # type: ignore[index]
                                     "AND replace", [b]).fetchone()[0] or EPOCH
-                started = con.execute(f"SELECT min(start_time) FROM spans WHERE received_at >= ? AND trace_id IN {replaced}",
+                started = con.execute(f"SELECT min(start_time) FROM spans WHERE received_at >= ? AND trace_id IN {replaced}",  # type: ignore[index]
                                       [first]).fetchone()[0]
                 # the bounds let DuckLake skip files by their statistics instead of reading every one
                 con.execute(f"DELETE FROM {t}.spans WHERE received_at >= ? AND trace_id IN {replaced}", [first])
@@ -346,9 +347,9 @@ class Shipper:
             insert("tool_calls", f"SELECT * FROM tool_calls WHERE trace_id IN {traced}")
             insert("trace_index", f"SELECT * FROM trace_index WHERE trace_id IN {traced}")
             insert("lake_assembled_traces", f"SELECT * FROM lake_assembled_traces WHERE trace_id IN {traced}")
-        # sessions and case runs: the file's current row of each (its view), as the lake's compacted row
+        # sessions and case runs: the file's current rows (its views), as the lake's compacted rows
         for kind, tables in (("session", (("session_rows_compacted", "sessions"), ("call_scores", "call_scores"))),
-                             ("case_run", (("case_run_rows_compacted", "case_runs"),)),
+                             ("case_run", tuple((APPENDED_IN[v][1], v) for v in CASE_RUN_TABLES)),
                              ("judgment", (("judgments", "judgments"),))):
             if kind not in counts:
                 continue

@@ -21,7 +21,7 @@ from ....semconv import SpanView
 from ...config import LakeSettings
 from ..clock import utcnow
 from ..local import VERSIONS_REMEMBERED, LocalSessionTables
-from ..rows import IN_LIST, Row, json_strings, relation
+from ..rows import APPENDED_IN, IN_LIST, Row, json_strings, relation
 from ..tables import LOCAL, SessionIndex, Sources
 from . import catalog
 from .placement import CATALOG, lake_placement, schema_of
@@ -198,8 +198,8 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
-        for table in ("session_rows", "session_rows_compacted", "case_run_rows", "case_run_rows_compacted",
-                      "call_scores"):  # every row of them, old versions too
+        # every row of them, old versions too
+        for table in (*(t for view in APPENDED_IN.values() for t in view), "call_scores"):
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.placement.owns(s)]
             if dropped:

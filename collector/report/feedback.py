@@ -14,9 +14,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..report.text import clip_width, drop_reason_name, lang_of, pct, plural, variant_name
+from .text import clip_width, drop_reason_name, lang_of, pct, plural, variant_name
 from ..terminal import data_text
-from .analysis import FeedbackView, Row, session_verdict, we_say
+from ..feedback.analysis import FeedbackView, Row, session_verdict, we_say
 
 WORDS: dict[str, dict[str, str]] = {
     "en": {

@@ -11,18 +11,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import duckdb
 
-def _check_file(settings: Any) -> list[dict[str, Any]]:
+from ..config import Settings
+from ..query import QueryError, admin_post, run_query, running_server
+from ..store.guard import StoreUnusable, held_elsewhere
+from ..store.schema import migrate, transaction
+from ..store.writer import connect
+from ..telemetry import Metrics
+from .common import database_options, settings_for
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    monitors = sub.add_parser("monitors", help="rules that watch funnels, outcomes, pass^k and tails").add_subparsers(
+        dest="monitors_command", required=True)
+    p = monitors.add_parser("check", help="evaluate every monitor now; post and store what fires")
+    database_options(p, "update")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="lines, or JSON for scripts")
+    p.set_defaults(func=run)
+
+
+def _check_file(settings: Settings) -> list[dict[str, Any]]:
     """Open the file (migrating it), evaluate with this process's configuration, store the firings."""
-    import duckdb
-
-    from ..query import run_query
-    from ..store.guard import StoreUnusable, held_elsewhere
-    from ..store.schema import migrate, transaction
-    from ..store.writer import connect
-    from ..telemetry import Metrics
-    from .service import MonitorService
-    from .table import insert
+    from ..monitors.service import MonitorService  # start-up time: the monitors' engine and webhook
+    from ..monitors.table import insert
 
     db: Path = settings.store.path
     try:
@@ -52,11 +64,9 @@ def _check_file(settings: Any) -> list[dict[str, Any]]:
         con.close()
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from ..cli import _settings as settings_of
-    from ..query import QueryError, admin_post, running_server
-
-    settings = settings_of(args)
+def run(args: argparse.Namespace) -> int:
+    """``monitors check``: every rule evaluated now, what fires posted and stored; 2 when there is nothing to check."""
+    settings = settings_for(args)
     if settings.store.lake is not None:
         print("agentfunnel monitors check: on a lake, the replicas' serve evaluates monitors", file=sys.stderr)
         return 2
@@ -76,7 +86,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([{k: r[k] for k in ("firing_id", "monitor", "message", "delivered")} for r in fired]))
         return 0
-    from ..terminal import visible_controls
+    from ..terminal import visible_controls  # start-up time: rich
 
     if not rules:
         print("no monitors are configured (monitors.rules in the config file)")
@@ -85,12 +95,3 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{rules} rule(s) checked, {len(fired)} fired")
     return 0
 
-
-def register(sub: Any, common: Any) -> None:
-    """``monitors check`` (``cli.build_parser``)."""
-    monitors = sub.add_parser("monitors", help="rules that watch funnels, outcomes, pass^k and tails").add_subparsers(
-        dest="monitors_command", required=True)
-    p = monitors.add_parser("check", help="evaluate every monitor now; post and store what fires")
-    common(p, "update")
-    p.add_argument("--format", choices=["text", "json"], default="text", help="lines, or JSON for scripts")
-    p.set_defaults(func=cmd_check)

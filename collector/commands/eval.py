@@ -1,4 +1,4 @@
-"""The ``agentfunnel eval run`` command: a target server, the runs with a progress bar, the summary and the gates.
+"""``agentfunnel eval run``: a target server, the runs with a progress bar, the summary and the gates.
 
 The server is embedded (free loopback ports, the ``--db`` file, ``--cases`` as its suite) unless
 ``--endpoint`` names one already serving; then the runs are read back through the database that
@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import html
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
-from .eval_run import Endpoint, Runner, RunRecord, _Interrupted, new_batch, plan_runs, run_traces, select_cases
+from ..config import Settings
+from ..eval_run import Endpoint, Runner, RunRecord, _Interrupted, new_batch, plan_runs, run_traces, select_cases
+from ..judge_audit import judge_warnings, kappa_gate
+from ..query import QueryError, admin_post, running_server
+from .common import database_options, fail, otlp_ports, seconds, settings_for, wait_for_judgments
 
 WAIT_DEFAULT_SECONDS = 300.0
 
@@ -25,7 +29,7 @@ class EmbeddedTarget:
     """The real server on its own event loop in a thread, on free loopback ports."""
 
     def __init__(self, settings: Settings) -> None:
-        from .server import Server
+        from ..server import Server  # start-up time: gRPC and aiohttp
 
         self.settings = settings
         self.server = Server(settings)
@@ -71,8 +75,6 @@ class RemoteTarget:
         return self
 
     def assemble(self, trace_ids: list[str]) -> None:
-        from .query import admin_post
-
         admin_post(self.info, "/flush", {"trace_ids": trace_ids})
 
     def settle(self, timeout: float) -> None:
@@ -83,9 +85,7 @@ class RemoteTarget:
 
 
 def _err(message: str) -> None:
-    from .terminal import visible_controls
-
-    print(f"agentfunnel eval run: {visible_controls(message, keep_line_breaks=True)}", file=sys.stderr, flush=True)
+    fail("eval run", message, escape=True)
 
 
 def _remote_suite_refusal(info: dict[str, Any], url: str, db: Path, cases_file: str, planned: list[str]) -> str | None:
@@ -94,8 +94,6 @@ def _remote_suite_refusal(info: dict[str, Any], url: str, db: Path, cases_file: 
     ``--cases`` picks the cases and their tasks; the server scores the runs with its own suite, so a server with
     no suite, or one without a planned case, would store runs nothing scores ("runs 0"): refused before any run.
     """
-    from .query import QueryError, admin_post
-
     try:
         doc = admin_post(info, "/cases", {}, timeout=30)
     except (OSError, QueryError) as exc:
@@ -121,15 +119,16 @@ def _describe(record: RunRecord) -> str:
     return f"{record.spec.case_id} run {record.spec.index}: {what} ({r.seconds:.1f} s)"
 
 
-def cmd_eval_run(args: argparse.Namespace, settings: Settings) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run, wait, summarize, gate; 0 when every gate passes, 1 when one fails, 2 for bad input, 130 on Ctrl-C."""
+    # start-up time: rich
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from ..scoring.cases import CaseFileError, load_suite
-    from .query import QueryError, running_server
-    from .terminal import data_text
+    from ...scoring.cases import CaseFileError, load_suite
+    from ..terminal import data_text
 
+    settings = settings_for(args)
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
@@ -190,7 +189,7 @@ def cmd_eval_run(args: argparse.Namespace, settings: Settings) -> int:
                 return 1
         _close_runs(target, records)
         if not interrupted:
-            _wait_judgments(target.db, args.experiment, args.wait)
+            wait_for_judgments("eval run", target.db, [args.experiment], args.wait, tell_wait=False)
     try:
         return _summarize(args, target.db, interrupted)
     except QueryError as exc:
@@ -209,26 +208,15 @@ def _close_runs(target: Any, records: list[RunRecord]) -> None:
         target.assemble(ids)
 
 
-def _wait_judgments(db: Any, experiment: str, seconds: float) -> None:
-    from .compare import wait_for_judgments
-
-    def waiting(n: int) -> None:
-        print(f"agentfunnel eval run: waiting up to {seconds:g} s for {n} pending judgment(s)", file=sys.stderr,
-              flush=True)
-
-    left = wait_for_judgments(db, [experiment], seconds, waiting)
-    if left:
-        print(f"agentfunnel eval run: {left} run(s) still wait for a judgment (pending)", file=sys.stderr, flush=True)
-
-
 def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
+    # start-up time: rich
     from rich.text import Text
 
-    from .compare import compare, judgment_gates, load_side, side_gates
-    from .report.experiments import load_experiment, terminal_renderables
-    from .report import Filters, load_report
-    from .report.terminal import look_at, stages_table
-    from .terminal import data_text, output_console
+    from ..compare import compare, judgment_gates, load_side, side_gates
+    from ..report import Filters, load_report
+    from ..report.experiments import load_experiment, terminal_renderables
+    from ..report.terminal import look_at, stages_table
+    from ..terminal import data_text, output_console
 
     stats = load_experiment(db, args.experiment)
     report = load_report(db, Filters(experiment=args.experiment))
@@ -252,8 +240,6 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
     else:
         side = load_side(db, args.experiment)
         gates = side_gates(side, **gates_kw) + judgment_gates(side, "the experiment")
-    from .judge_audit import judge_warnings, kappa_gate
-
     gates += kappa_gate(db, args.experiment, args.min_judge_kappa)
     for w in judge_warnings(db, args.experiment):
         console.print(Text.assemble(("warning: ", "bold yellow"), data_text(w)))
@@ -269,10 +255,9 @@ def _summarize(args: argparse.Namespace, db: Any, interrupted: bool) -> int:
 
 
 def _write_html(path: Path, report: Any, stats: Any, gates: list[str]) -> None:
-    import html
-
-    from .report.experiments import html_section
-    from .report.html import render_html
+    # start-up time: rich
+    from ..report.experiments import html_section
+    from ..report.html import render_html
 
     items = "".join(f"<li>{html.escape(g)}</li>" for g in gates) or "<li>all gates passed</li>"
     extra = f'{html_section(stats)}<section class="card gates"><h2>Gates</h2><ul>{items}</ul></section>'
@@ -281,14 +266,11 @@ def _write_html(path: Path, report: Any, stats: Any, gates: list[str]) -> None:
     path.write_text(page, encoding="utf-8")
 
 
-def register(sub: Any, common: Any, seconds: Any) -> None:
-    """``eval run`` on the top-level subparsers (``cli.build_parser``)."""
-    from .cli import otlp_ports
-
+def register(sub: argparse._SubParsersAction) -> None:
     evaluation = sub.add_parser("eval", help="evaluate an agent on a case suite").add_subparsers(
         dest="eval_command", required=True)
     p = evaluation.add_parser("run", help="run the agent's command k times per case and score the runs")
-    common(p, "create")
+    database_options(p, "create")
     p.add_argument("--cases", required=True, metavar="FILE", help="case suite (YAML or TOML, a path or a URL)")
     p.add_argument("--experiment", required=True, metavar="NAME", help="the experiment these runs belong to")
     p.add_argument("--k", type=int, default=1, help="runs per case (default 1)")
@@ -312,10 +294,4 @@ def register(sub: Any, common: Any, seconds: Any) -> None:
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the summary as HTML")
     otlp_ports(p)  # the embedded server's; not with --endpoint
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the agent's command and its arguments")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    from .cli import _settings
-
-    return cmd_eval_run(args, _settings(args))
+    p.set_defaults(func=run)

@@ -1,6 +1,6 @@
-"""One case run scored on the seven-stage funnel (SPEC §6) with one failure class (SPEC §7).
+"""One case run scored on the stage funnel (SPEC §6) with one failure class (SPEC §7).
 
-Stages are read in order; the first ``failed`` one is where the run left the funnel, and every
+Stages are read in the registry's order; the first ``failed`` one is where the run left the funnel, and every
 later stage is ``not_observed`` (an uncalled tool did not fail). ``missing`` marks evidence that
 cannot exist in this run (no captured message content, no judge); it does not end the funnel,
 and only at Completion (a judge that did not answer) does it keep a run from passing. ``pending``
@@ -12,32 +12,23 @@ there neither ends the funnel nor fails the run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from ..semconv import SpanRecord
-from .artifacts import Layers, evaluate_layers
-from .case_models import Case, case_sha256
-from .config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
-from .labels import STAGES
-from .results import SessionScore
-from .run_view import RunView, build_view, hallucinated
-from .stage_checks import NO_ANSWER, STAGE_CHECKS, Context, answered, invalid_calls
+from ...semconv import SpanRecord
+from ..artifacts import Layers, evaluate_layers
+from ..case_models import Case, case_sha256
+from ..config import DEFAULT_SCHEMA_LIMITS, SchemaLimits
+from ..results import SessionScore
+from ..run_view import RunView, build_view, hallucinated
+from .base import Context, words
+from .completion import NO_ANSWER, answered
+from .invocation import invalid_calls
+from .registry import REGISTRY, StageRegistry
 
-STAGE_STATES = ("passed", "failed", "not_observed", "missing", "not_applicable", "pending")
 FAILURE_CLASSES = ("crash", "timeout", "cap_hit", "invalid_tool_call", "tool_error", "wrong_output", "judge_unavailable",
                    "judge_pending")
-
-STAGE_FIX = {
-    "discovery": "how the product is named and described where agents look for candidates",
-    "selection": "how the product is described against the competitors the agent chose instead",
-    "tool_resolution": "tool names, descriptions and catalog",
-    "invocation": "parameter semantics and examples",
-    "execution": "the tool's error and the server the call ran on",
-    "result_usability": "the fields the result returns: presence, types and values",
-    "completion": "missing or unsupported claims",
-}
 
 
 class JudgmentLike(Protocol):
@@ -71,6 +62,7 @@ class StageResult:
     state: str
     evidence: dict[str, Any] = field(default_factory=dict)
     scored: bool = True  # False: reported, but it decides neither the pass nor the first failing stage
+    order: int = 0  # the stage's place in the funnel when the run was scored (stored with its row)
 
 
 @dataclass(frozen=True)
@@ -125,19 +117,19 @@ def _unrecovered_tool_error(ctx: Context) -> bool:
     return any(not c.ok for c in ctx.view.last_calls(calls).values())
 
 
-def _run_stages(ctx: Context) -> tuple[dict[str, StageResult], str | None]:
+def _run_stages(ctx: Context, registry: StageRegistry) -> tuple[dict[str, StageResult], str | None]:
     """Each stage's result in order, and the first scored stage that failed (the stages after it are
     not observed)."""
     stages: dict[str, StageResult] = {}
     exited: str | None = None
-    for name in STAGES:
+    for stage in registry:
+        name = stage.key
         scored = ctx.case.scores(name)
         if exited is not None:
-            stages[name] = StageResult("not_observed", {"after": exited}, scored)
+            stages[name] = StageResult("not_observed", {"after": exited}, scored, stage.order)
             continue
-        check: Callable[[Context], tuple[str, dict[str, Any]]] = STAGE_CHECKS[name]
-        state, evidence = check(ctx)
-        stages[name] = StageResult(state, evidence, scored)
+        state, evidence = stage.check(ctx)
+        stages[name] = StageResult(state, evidence, scored, stage.order)
         if state == "failed" and scored:
             exited = name
     return stages, exited
@@ -154,22 +146,25 @@ def _stop_unfinished(stages: dict[str, StageResult], harness_error: str, timed_o
     stopped = list(stages).index(unfinished[0])
     for name in list(stages)[stopped:]:
         stages[name] = StageResult("not_observed", {"after": after, "reason": harness_error,
-                                                    "observed": stages[name].state}, stages[name].scored)
+                                                    "observed": stages[name].state}, stages[name].scored,
+                                   stages[name].order)
     return True
 
 
 def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
                  judgment: JudgmentLike | None = None, *, harness_error: str | None = None,
-                 timed_out: bool = False, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS) -> CaseRunResult:
+                 timed_out: bool = False, schema_limits: SchemaLimits = DEFAULT_SCHEMA_LIMITS,
+                 registry: StageRegistry = REGISTRY) -> CaseRunResult:
     """Score one run of ``case``: stages, layers, pass, failure class and the fix to look at.
 
     ``harness_error`` lets the harness report a crash the spans cannot show (the agent process
     died, the sandbox was lost); with ``timed_out`` the run was killed at its time limit, and its
     failure class is ``timeout`` (crash's rank: the run did not finish, whatever its spans show).
+    ``registry``: the stages, in order (every registered one by default).
     """
     view = build_view(records, score.final_answer)
     ctx = Context(case, view, score, judgment, schema_limits)
-    stages, exited = _run_stages(ctx)
+    stages, exited = _run_stages(ctx, registry)
     if harness_error and _stop_unfinished(stages, harness_error, timed_out):
         exited = None
     layers = evaluate_layers(case, view, judgment, schema_limits) if case.artifact is not None and case.fit else None
@@ -199,6 +194,12 @@ def evaluate_run(case: Case, records: Sequence[SpanRecord], score: SessionScore,
         probe=case.probe, fit=case.fit, correct_abstention=correct_abstention,
         controlled_exposure=case.candidates_supplied, layers=layers, failure_class=failure_class,
         fix_hint=fix_hint, hit_cap=hit_cap, crash=crash, timed_out=failure_class == "timeout")
+
+
+def stage_fix(key: str, lang: str = "en", registry: StageRegistry = REGISTRY) -> str:
+    """What to look at when runs fail first at ``key`` (English is what ``fix_hint`` stores)."""
+    stage = registry.get(key)
+    return words(stage.fix, lang) if stage is not None else ""
 
 
 def needs_judge(case: Case) -> bool:
@@ -264,7 +265,7 @@ def _fix_hint(ctx: Context, stages: dict[str, StageResult], layers: Layers | Non
     if not ctx.case.fit and stages["selection"].state != "passed":
         return "when the product does not fit the task, the agent should abstain or choose another"
     if exited is not None:
-        hint = STAGE_FIX[exited]
+        hint = stage_fix(exited)
         if exited == "completion":
             details = stages["completion"].evidence.get("missing_requirements") or \
                 [c["name"] for c in stages["completion"].evidence.get("failing_criteria", [])]

@@ -5,36 +5,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
-from ..scoring.judge_audit import VERDICT, Agreement
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from .cli import _settings as settings_of
-
-    return settings_of(args)
-
-
-def _db(args: argparse.Namespace) -> Any:
-    settings = _settings(args)
-    return settings.store if settings.store.lake else settings.store.path
+from ...scoring.judge_audit import VERDICT, Agreement
+from ..judge_audit import (audit_report, default_labeler, export_rows, family_warnings, latest_judgments,
+                           read_labels, store_labels, write_sample)
+from ..query import QueryError
+from .common import database, database_options, fail, settings_for
 
 
 def _say(prog: str, message: str) -> None:
-    from .terminal import visible_controls
-
-    print(f"agentfunnel judge audit {prog}: {visible_controls(message, keep_line_breaks=True)}", file=sys.stderr)
+    fail(f"judge audit {prog}", message, escape=True)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from .judge_audit import export_rows, latest_judgments, write_sample
-    from .query import QueryError
+def run(args: argparse.Namespace) -> int:
+    return {"export": export, "import": import_labels, "report": report}[args.audit_command](args)
 
+
+def export(args: argparse.Namespace) -> int:
     try:
-        judgments = latest_judgments(_db(args), args.experiment)
+        judgments = latest_judgments(database(settings_for(args)), args.experiment)
         rows = export_rows(judgments, args.sample, args.seed)
     except (QueryError, ValueError) as exc:
         _say("export", str(exc))
@@ -53,11 +43,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    from .judge_audit import default_labeler, read_labels, store_labels
-    from .query import QueryError
-
-    settings = _settings(args)
+def import_labels(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
     if settings.store.lake is not None:
         _say("import", "labels are stored in a database file, not a lake")
         return 2
@@ -86,23 +73,22 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _row(name: str, a: Agreement) -> list[str]:
-    pct = "—" if a.percent is None else f"{a.percent * 100:.0f}%"
-    from .report.text import fixed
+    from ..report.text import fixed  # start-up time: rich
 
+    pct = "—" if a.percent is None else f"{a.percent * 100:.0f}%"
     kappa = "—" if a.kappa is None else fixed(a.kappa)
     return [name, str(a.n), pct, kappa, str(a.tp), str(a.fp), str(a.fn), str(a.tn)]
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def report(args: argparse.Namespace) -> int:
+    # start-up time: rich
     from rich.table import Table
     from rich.text import Text
 
-    from .judge_audit import audit_report, family_warnings
-    from .query import QueryError
-    from .terminal import data_text, output_console
+    from ..terminal import data_text, output_console
 
     try:
-        rep = audit_report(_db(args), args.experiment)
+        rep = audit_report(database(settings_for(args)), args.experiment)
     except (QueryError, ValueError) as exc:
         _say("report", str(exc))
         return 1
@@ -139,25 +125,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(judge: argparse.ArgumentParser, common: Any) -> None:
-    """``audit`` under the ``judge`` command's parser (``cli.build_parser``)."""
+def register(judge: argparse.ArgumentParser) -> None:
+    """``audit`` under the ``judge`` command's parser (``commands.judge``)."""
     audit = judge.add_subparsers(dest="judge_command", required=False).add_parser(
         "audit", help="label a sample of the judge's calls and measure agreement").add_subparsers(
         dest="audit_command", required=True)
     p = audit.add_parser("export", help="write a stratified sample of an experiment's judge calls to label")
-    common(p, "read")
+    database_options(p, "read")
     p.add_argument("--experiment", required=True, metavar="NAME", help="the experiment (or glob)")
     p.add_argument("--sample", required=True, type=int, metavar="N", help="items to sample")
     p.add_argument("--out", required=True, type=Path, metavar="FILE", help=".csv, or .jsonl")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(func=run)
     p = audit.add_parser("import", help="store the labels of a sample file, with who and when")
-    common(p, "update")
+    database_options(p, "update")
     p.add_argument("file", type=Path, help="the sample file with its label column filled in")
     p.add_argument("--labeler", default=None, help="who labelled rows that name no labeler (default: your user name)")
-    p.set_defaults(func=cmd_import)
+    p.set_defaults(func=run)
     p = audit.add_parser("report", help="agreement per criterion and overall, kappa, and the pass rate's error bar")
-    common(p, "read")
+    database_options(p, "read")
     p.add_argument("--experiment", default=None, metavar="NAME", help="only labels of this experiment (or glob)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="a table, or JSON for scripts")
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(func=run)

@@ -1,0 +1,1566 @@
+/* Per-trace summaries of GenAI-semconv spans, read straight from ExportTraceServiceRequest bytes.
+ *
+ * The Python path (decode -> semconv.normalize -> scoring.facts' summarize, per trace) is the
+ * reference; this walk gives the same states for the traces it can read exactly and hands every
+ * other trace back. A span is read here only when each attribute key is one of the GenAI keys
+ * below that the caller enabled, one of normalize's user keys, or a key nothing reads (the caller
+ * names the keys normalize or another dialect reads); its values have the types read here; it has
+ * no events; its scope marks no other dialect; its resource has no agentfunnel.* key. Anything else
+ * sends its trace back; anything odd in the bytes (a malformed field, a field given twice, an id the
+ * decoder would reject) sends the whole body back, saying why and where. JSON text (tool payloads,
+ * messages, tool definitions) is read by the reference's own readers, which the caller passes in.
+ * Nothing recurses: the message tree has a fixed depth and nested values are refused.
+ *
+ * Compiled into the _wire extension (see pyproject.toml); _wire.c lists genai_summaries.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n; /* -1: absent */
+} Str;
+
+enum { K_OTHER, K_LLM, K_TOOL, K_AGENT };
+enum { V_NONE, V_STR, V_BOOL, V_INT, V_DOUBLE, V_ARRAY };
+
+/* What a key is read as. The role's index is its bit in the caller's enabled mask. */
+enum {
+    R_OP, R_RESP_MODEL, R_REQ_MODEL, R_PROVIDER, R_SYSTEM, R_IN, R_OUT, R_FINISH, R_TOOL, R_AGENT, R_WORKFLOW,
+    R_ERROR, R_ARGUMENTS, R_RESULT, R_INPUT, R_OUTPUT, R_DEFINITIONS, R_CALL_ID, R_RESPONSE_ID, R_CONVERSATION, R_AGENT_ID, R_AGENT_DESC, R_TOOL_DESC, R_TOOL_TYPE,
+    R_MAX_TOKENS, R_TEMPERATURE, R_TOP_P, R_SERVER_ADDRESS, R_SERVER_PORT, NROLES
+};
+static const char *const ROLE_KEYS[NROLES] = {
+    "gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.model", "gen_ai.provider.name",
+    "gen_ai.system", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.response.finish_reasons",
+    "gen_ai.tool.name", "gen_ai.agent.name", "gen_ai.workflow.name", "error.type", "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result", "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions",
+    "gen_ai.tool.call.id",
+    "gen_ai.response.id", "gen_ai.conversation.id", "gen_ai.agent.id", "gen_ai.agent.description",
+    "gen_ai.tool.description", "gen_ai.tool.type", "gen_ai.request.max_tokens", "gen_ai.request.temperature",
+    "gen_ai.request.top_p", "server.address", "server.port",
+};
+/* Roles whose value is only passed over (read by nothing a summary holds): any scalar is fine. */
+#define FIRST_PASSED R_CALL_ID
+
+#define MAX_ARRAY 64 /* finish reasons a span may list */
+
+typedef struct {
+    const uint8_t *tid, *sid, *pid; /* pid NULL: no parent */
+    uint64_t start, end;
+    Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result, user;
+    Str input, output, definitions;
+    int kind, extract_kind, status_error, has_in, has_out;
+    int64_t in, out;
+    uint32_t trace;
+} SpanS;
+
+typedef struct {
+    const uint8_t *tid;
+    int bad; /* handed back to Python */
+    size_t nspans;
+} TraceS;
+
+typedef struct {
+    const uint8_t *start0, *end0, *last; /* last: where the field read last begins (named when the body goes back) */
+    SpanS *spans;
+    size_t nspans, capspans;
+    TraceS *traces;
+    size_t ntraces, captraces;
+    uint32_t *table; /* open addressing: trace index + 1, 0 empty */
+    size_t tablecap;
+    const char *why; /* the whole body goes back: why */
+    uint32_t enabled;
+    PyObject *scopes;
+    Str *deny, *deny_prefixes, *mark_keys, *mark_values, *user_keys; /* from the caller's tuples of str */
+    Py_ssize_t ndeny, ndeny_prefixes, nmarks, nuser_keys;
+} Walk;
+
+/* ---- reading the wire ------------------------------------------------------------------------ */
+
+static int varint(Walk *w, const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    const uint8_t *p = *pp;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (p >= end) {
+            w->why = "a varint runs past its message";
+            return -1;
+        }
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 0;
+        }
+    }
+    w->why = "a varint is longer than 10 bytes";
+    return -1;
+}
+
+static int field(Walk *w, const uint8_t **pp, const uint8_t *end, uint32_t *fn, int *wt, const uint8_t **s,
+                 size_t *n, uint64_t *v) {
+    uint64_t tag;
+    w->last = *pp;
+    if (varint(w, pp, end, &tag) < 0) return -1;
+    if (tag > 0xffffffffu || (tag >> 3) == 0) {
+        w->why = "a field number out of range";
+        return -1;
+    }
+    *fn = (uint32_t)(tag >> 3);
+    *wt = (int)(tag & 7);
+    switch (*wt) {
+    case 0:
+        return varint(w, pp, end, v);
+    case 1:
+        if ((size_t)(end - *pp) < 8) break;
+        memcpy(v, *pp, 8); /* little-endian hosts only, as _wire.c */
+        *pp += 8;
+        return 0;
+    case 5: {
+        uint32_t x;
+        if ((size_t)(end - *pp) < 4) break;
+        memcpy(&x, *pp, 4);
+        *v = x;
+        *pp += 4;
+        return 0;
+    }
+    case 2: {
+        uint64_t len;
+        if (varint(w, pp, end, &len) < 0) return -1;
+        if (len > (uint64_t)(end - *pp)) break;
+        *s = *pp;
+        *n = (size_t)len;
+        *pp += len;
+        return 0;
+    }
+    default:
+        w->why = "a group or an unknown wire type";
+        return -1;
+    }
+    w->why = "a field runs past its message";
+    return -1;
+}
+
+/* Each known field of a message once at most: protobuf's merge rules for a repeated singular field are
+ * the decoder's to apply. */
+static int once(Walk *w, uint32_t *seen, uint32_t fn) {
+    if (fn < 32) {
+        if (*seen & (1u << fn)) {
+            w->why = "a singular field given twice";
+            return -1;
+        }
+        *seen |= 1u << fn;
+    }
+    return 0;
+}
+
+static int expect(Walk *w, int wt, int want) {
+    if (wt != want) {
+        w->why = "a known field with another wire type";
+        return -1;
+    }
+    return 0;
+}
+
+static int utf8_ok(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp;
+        if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f;
+        else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f;
+        else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07;
+        else return 0;
+        if (i + len > n) return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+typedef struct {
+    int type;
+    Str s;
+    int64_t i;
+    Str last; /* V_ARRAY: its last element (a string), n = -1 when empty */
+} Val;
+
+/* An AnyValue of a scalar, or (with arrays) an array of strings. 1: read, 0: a value not read here. */
+static int any_value(Walk *w, const uint8_t *p, const uint8_t *end, Val *out, int arrays) {
+    uint32_t seen = 0;
+    out->type = V_NONE;
+    int unread = 0;
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn <= 7 && (once(w, &seen, 1) < 0)) return -1; /* a oneof: one member, once */
+        switch (fn) {
+        case 1:
+            if (expect(w, wt, 2) < 0) return -1;
+            if (!utf8_ok(s, n)) {
+                w->why = "a string that is not UTF-8";
+                return -1;
+            }
+            out->type = V_STR, out->s.p = s, out->s.n = (Py_ssize_t)n;
+            break;
+        case 2:
+            if (expect(w, wt, 0) < 0) return -1;
+            out->type = V_BOOL, out->i = v != 0;
+            break;
+        case 3:
+            if (expect(w, wt, 0) < 0) return -1;
+            out->type = V_INT, out->i = (int64_t)v;
+            break;
+        case 4:
+            if (expect(w, wt, 1) < 0) return -1;
+            out->type = V_DOUBLE;
+            break;
+        case 5: {
+            if (expect(w, wt, 2) < 0) return -1;
+            if (!arrays) {
+                unread = 1;
+                break;
+            }
+            out->type = V_ARRAY;
+            out->last.n = -1;
+            const uint8_t *q = s, *qend = s + n;
+            int count = 0;
+            while (q < qend) {
+                uint32_t afn;
+                int awt;
+                const uint8_t *as = NULL;
+                size_t an = 0;
+                uint64_t av = 0;
+                if (field(w, &q, qend, &afn, &awt, &as, &an, &av) < 0) return -1;
+                if (afn != 1) {
+                    unread = 1;
+                    continue;
+                }
+                if (expect(w, awt, 2) < 0) return -1;
+                Val e;
+                int r = any_value(w, as, as + an, &e, 0);
+                if (r < 0) return -1;
+                if (!r || e.type != V_STR || ++count > MAX_ARRAY) unread = 1;
+                else out->last = e.s;
+            }
+            break;
+        }
+        case 6: case 7:
+            if (expect(w, wt, 2) < 0) return -1;
+            unread = 1;
+            break;
+        default:
+            break; /* an unknown field: passed over */
+        }
+    }
+    return !unread;
+}
+
+static int key_is(const uint8_t *s, size_t n, const char *key) {
+    size_t k = strlen(key);
+    return n == k && memcmp(s, key, k) == 0;
+}
+
+static int role_of(const uint8_t *s, size_t n) {
+    for (int r = 0; r < NROLES; r++)
+        if (key_is(s, n, ROLE_KEYS[r])) return r;
+    return -1;
+}
+
+/* Resource attributes: service.name and user.id read; our own agentfunnel.* keys (read by normalize)
+ * refused; any other scalar passed over. 1: usable, 0: its spans go back. */
+static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service, Str *user) {
+    uint32_t seen = 0;
+    int usable = 1, named = 0, users = 0;
+    service->n = user->n = -1;
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn != 1) {
+            if (fn <= 3 && once(w, &seen, fn) < 0) return -1;
+            if (fn == 3) usable = 0; /* entity refs: not read here */
+            continue;
+        }
+        if (expect(w, wt, 2) < 0) return -1;
+        const uint8_t *q = s, *qend = s + n, *key = NULL;
+        size_t keyn = 0;
+        Val val = {V_NONE};
+        int read = 1;
+        uint32_t kseen = 0;
+        while (q < qend) {
+            uint32_t kfn;
+            int kwt;
+            const uint8_t *ks = NULL;
+            size_t kn = 0;
+            uint64_t kv = 0;
+            if (field(w, &q, qend, &kfn, &kwt, &ks, &kn, &kv) < 0) return -1;
+            if (kfn == 1 || kfn == 2) {
+                if (once(w, &kseen, kfn) < 0 || expect(w, kwt, 2) < 0) return -1;
+                if (kfn == 1) {
+                    if (!utf8_ok(ks, kn)) {
+                        w->why = "a key that is not UTF-8";
+                        return -1;
+                    }
+                    key = ks, keyn = kn;
+                } else {
+                    int r = any_value(w, ks, ks + kn, &val, 0);
+                    if (r < 0) return -1;
+                    read = r;
+                }
+            }
+        }
+        if (!read || !key || (keyn >= 12 && memcmp(key, "agentfunnel.", 12) == 0)) {
+            usable = 0;
+        } else if (key_is(key, keyn, "user.id")) { /* the user when no span attribute names one */
+            if (users++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+            else if (val.type == V_STR) *user = val.s;
+        } else if (key_is(key, keyn, "service.name")) {
+            if (named++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+            else if (val.type == V_STR) *service = val.s;
+        }
+    }
+    return usable;
+}
+
+/* ---- traces ---------------------------------------------------------------------------------- */
+
+static uint64_t id_hash(const uint8_t *t) {
+    uint64_t a, b;
+    memcpy(&a, t, 8);
+    memcpy(&b, t + 8, 8);
+    uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
+    return h ^ (h >> 29);
+}
+
+static int grow_table(Walk *w) {
+    size_t cap = w->tablecap ? w->tablecap * 2 : 64;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t) return -1;
+    for (size_t i = 0; i < w->ntraces; i++) {
+        size_t h = id_hash(w->traces[i].tid) & (cap - 1);
+        while (t[h]) h = (h + 1) & (cap - 1);
+        t[h] = (uint32_t)i + 1;
+    }
+    free(w->table);
+    w->table = t;
+    w->tablecap = cap;
+    return 0;
+}
+
+static long trace_of(Walk *w, const uint8_t *tid) {
+    if ((w->ntraces + 1) * 2 > w->tablecap && grow_table(w) < 0) return -1;
+    size_t h = id_hash(tid) & (w->tablecap - 1);
+    while (w->table[h]) {
+        uint32_t i = w->table[h] - 1;
+        if (memcmp(w->traces[i].tid, tid, 16) == 0) return i;
+        h = (h + 1) & (w->tablecap - 1);
+    }
+    if (w->ntraces == w->captraces) {
+        size_t cap = w->captraces ? w->captraces * 2 : 16;
+        TraceS *t = realloc(w->traces, cap * sizeof *t);
+        if (!t) return -1;
+        w->traces = t;
+        w->captraces = cap;
+    }
+    TraceS *t = &w->traces[w->ntraces];
+    t->tid = tid, t->bad = 0, t->nspans = 0;
+    w->table[h] = (uint32_t)w->ntraces + 1;
+    return (long)w->ntraces++;
+}
+
+static int all_zero(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i]) return 0;
+    return 1;
+}
+
+static int is_space(uint8_t c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
+
+/* semconv.dialects.base.after_prefix; a name with bytes past ASCII is not stripped here (-2: go back). */
+static int after_prefix(Str name, const char *prefix, Str *out) {
+    size_t k = strlen(prefix);
+    if (name.n < 0 || (size_t)name.n <= k || memcmp(name.p, prefix, k) != 0) return 0;
+    const uint8_t *s = name.p + k, *e = name.p + name.n;
+    for (const uint8_t *q = s; q < e; q++)
+        if (*q >= 0x80) return -2;
+    while (s < e && is_space(*s)) s++;
+    while (e > s && is_space(e[-1])) e--;
+    if (s == e) return 0;
+    out->p = s, out->n = e - s;
+    return 1;
+}
+
+static int str_eq(Str a, const char *b) { return a.n >= 0 && key_is(a.p, (size_t)a.n, b); }
+static int truthy(Str s) { return s.n > 0; }
+
+static int same(Str a, const uint8_t *s, size_t n) { return (size_t)a.n == n && memcmp(a.p, s, n) == 0; }
+
+/* A key read by normalize or by another dialect (exactly or by prefix): its span's trace goes back. */
+static Py_ssize_t user_key(const Walk *w, const uint8_t *key, size_t n) {
+    for (Py_ssize_t i = 0; i < w->nuser_keys; i++)
+        if (same(w->user_keys[i], key, n)) return i;
+    return -1;
+}
+
+static int passable(const Walk *w, const uint8_t *key, size_t n) {
+    for (Py_ssize_t i = 0; i < w->ndeny; i++)
+        if (same(w->deny[i], key, n)) return 0;
+    for (Py_ssize_t i = 0; i < w->ndeny_prefixes; i++) {
+        Str p = w->deny_prefixes[i];
+        if ((size_t)p.n <= n && memcmp(p.p, key, (size_t)p.n) == 0) return 0;
+    }
+    return 1;
+}
+
+/* A (key, value) another dialect is recognised by. */
+static int marked(const Walk *w, const uint8_t *key, size_t n, const Val *v) {
+    if (v->type != V_STR) return 0;
+    for (Py_ssize_t i = 0; i < w->nmarks; i++)
+        if (same(w->mark_keys[i], key, n) && same(w->mark_values[i], v->s.p, (size_t)v->s.n)) return 1;
+    return 0;
+}
+
+/* A span, read. 1: read; 0: its trace goes back; -1: the body goes back. */
+static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
+    uint32_t seen = 0;
+    Str tid = {NULL, -1}, sid = {NULL, -1}, pid = {NULL, -1};
+    Val vals[NROLES];
+    int has[NROLES] = {0}, usable = 1, genai = 0;
+    Py_ssize_t user_at = -1;
+    uint64_t users_seen = 0;
+    uint64_t kind = 0, code = 0;
+    memset(sp, 0, sizeof *sp);
+    Str none = {NULL, -1};
+    sp->name = sp->model = sp->tool = sp->agent = sp->workflow = sp->error_type = sp->status_msg = sp->finish = none;
+    sp->arguments = sp->result = sp->user = sp->input = sp->output = sp->definitions = none;
+    sp->name.p = (const uint8_t *)"", sp->name.n = 0;
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn <= 16 && fn != 9 && fn != 11 && fn != 13 && once(w, &seen, fn) < 0) return -1;
+        switch (fn) {
+        case 1: case 2: case 3: case 4: case 5:
+            if (expect(w, wt, 2) < 0) return -1;
+            if (fn == 1) tid.p = s, tid.n = (Py_ssize_t)n;
+            else if (fn == 2) sid.p = s, sid.n = (Py_ssize_t)n;
+            else if (fn == 4) pid.p = s, pid.n = (Py_ssize_t)n;
+            else if (fn == 5) sp->name.p = s, sp->name.n = (Py_ssize_t)n;
+            if ((fn == 3 || fn == 5) && !utf8_ok(s, n)) {
+                w->why = "a string that is not UTF-8";
+                return -1;
+            }
+            break;
+        case 6:
+            if (expect(w, wt, 0) < 0) return -1;
+            kind = v;
+            break;
+        case 7: case 8:
+            if (expect(w, wt, 1) < 0) return -1;
+            if (v > (uint64_t)INT64_MAX) usable = 0;
+            if (fn == 7) sp->start = v;
+            else sp->end = v;
+            break;
+        case 9: {
+            if (expect(w, wt, 2) < 0) return -1;
+            const uint8_t *q = s, *qend = s + n, *key = NULL;
+            size_t keyn = 0;
+            uint32_t kseen = 0;
+            Val val = {V_NONE};
+            int read = 1;
+            while (q < qend) {
+                uint32_t kfn;
+                int kwt;
+                const uint8_t *ks = NULL;
+                size_t kn = 0;
+                uint64_t kv = 0;
+                if (field(w, &q, qend, &kfn, &kwt, &ks, &kn, &kv) < 0) return -1;
+                if (kfn != 1 && kfn != 2) continue;
+                if (once(w, &kseen, kfn) < 0 || expect(w, kwt, 2) < 0) return -1;
+                if (kfn == 1) {
+                    if (!utf8_ok(ks, kn)) {
+                        w->why = "a key that is not UTF-8";
+                        return -1;
+                    }
+                    key = ks, keyn = kn;
+                } else {
+                    int r = any_value(w, ks, ks + kn, &val, 1);
+                    if (r < 0) return -1;
+                    read = r;
+                }
+            }
+            int role = key ? role_of(key, keyn) : -1;
+            Py_ssize_t u = key ? user_key(w, key, keyn) : -1;
+            if (!key || !read || marked(w, key, keyn, &val)) {
+                usable = 0;
+            } else if (u >= 0) { /* normalize's user: the first user key with a value, in the keys' order */
+                if (u >= 64 || (users_seen >> u & 1) || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+                else users_seen |= 1ull << u;
+                if (val.type == V_STR && val.s.n > 0 && (user_at < 0 || u < user_at)) user_at = u, sp->user = val.s;
+            } else if (role >= 0) { /* read, when enabled */
+                if (!(w->enabled & (1u << role)) || has[role]) usable = 0;
+                has[role] = 1;
+                vals[role] = val;
+            } else if (!passable(w, key, keyn)) {
+                usable = 0;
+            }
+            if (keyn >= 7 && memcmp(key, "gen_ai.", 7) == 0) genai = 1;
+            break;
+        }
+        case 11:
+            if (expect(w, wt, 2) < 0) return -1;
+            usable = 0; /* events: read in Python */
+            break;
+        case 13: case 10: case 12: case 14: case 16:
+            break; /* links, dropped counts, flags: no record field */
+        case 15: {
+            if (expect(w, wt, 2) < 0) return -1;
+            const uint8_t *q = s, *qend = s + n;
+            uint32_t sseen = 0;
+            while (q < qend) {
+                uint32_t sfn;
+                int swt;
+                const uint8_t *ss = NULL;
+                size_t sn = 0;
+                uint64_t sv = 0;
+                if (field(w, &q, qend, &sfn, &swt, &ss, &sn, &sv) < 0) return -1;
+                if (sfn == 2) {
+                    if (once(w, &sseen, 2) < 0 || expect(w, swt, 2) < 0) return -1;
+                    if (!utf8_ok(ss, sn)) {
+                        w->why = "a string that is not UTF-8";
+                        return -1;
+                    }
+                    sp->status_msg.p = ss, sp->status_msg.n = (Py_ssize_t)sn;
+                } else if (sfn == 3) {
+                    if (once(w, &sseen, 3) < 0 || expect(w, swt, 0) < 0) return -1;
+                    code = sv;
+                }
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    /* what the decoder rejects, or reads otherwise: the whole body goes back */
+    if (tid.n != 16 || all_zero(tid.p, 16) || sid.n != 8 || all_zero(sid.p, 8) || (pid.n > 0 && pid.n != 8) ||
+        (uint32_t)kind > 5 || (uint32_t)code > 2) {
+        w->why = "a span the decoder rejects";
+        return -1;
+    }
+    sp->tid = tid.p, sp->sid = sid.p;
+    sp->pid = pid.n == 8 && !all_zero(pid.p, 8) ? pid.p : NULL;
+    sp->status_error = (uint32_t)code == 2;
+    if (!usable) return 0;
+    for (int r = 0; r < NROLES; r++) {
+        if (!has[r]) continue;
+        int t = vals[r].type;
+        if (r < FIRST_PASSED && r != R_IN && r != R_OUT && r != R_FINISH && t != V_STR) return 0;
+        if ((r == R_IN || r == R_OUT) && t != V_INT) return 0;
+        if (r == R_FINISH && t != V_STR && t != V_ARRAY) return 0;
+        if (r >= FIRST_PASSED && t == V_ARRAY) return 0;
+    }
+    if (has[R_ERROR]) sp->error_type = vals[R_ERROR].s;
+    if (!genai) {
+        sp->kind = K_OTHER;
+        return 1;
+    }
+    if (has[R_OP]) {
+        Str op = vals[R_OP].s;
+        if (str_eq(op, "chat") || str_eq(op, "text_completion") || str_eq(op, "generate_content")) sp->kind = K_LLM;
+        else if (str_eq(op, "execute_tool")) sp->kind = K_TOOL;
+        else if (str_eq(op, "invoke_agent") || str_eq(op, "create_agent") || str_eq(op, "invoke_workflow"))
+            sp->kind = K_AGENT;
+        else sp->kind = K_OTHER;
+    } else {
+        sp->kind = has[R_TOOL] ? K_TOOL : K_OTHER;
+    }
+    Str model = has[R_RESP_MODEL] && vals[R_RESP_MODEL].s.n > 0 ? vals[R_RESP_MODEL].s
+              : has[R_REQ_MODEL] && vals[R_REQ_MODEL].s.n > 0 ? vals[R_REQ_MODEL].s : none;
+    if (!str_eq(model, "unknown")) sp->model = model;
+    if (has[R_FINISH]) sp->finish = vals[R_FINISH].type == V_ARRAY ? vals[R_FINISH].last : vals[R_FINISH].s;
+    if (has[R_INPUT]) sp->input = vals[R_INPUT].s;
+    if (has[R_OUTPUT]) sp->output = vals[R_OUTPUT].s;
+    if (has[R_DEFINITIONS]) sp->definitions = vals[R_DEFINITIONS].s;
+    sp->extract_kind = sp->kind;
+    if (sp->kind == K_TOOL) {
+        if (has[R_TOOL] && truthy(vals[R_TOOL].s)) sp->tool = vals[R_TOOL].s;
+        else if (after_prefix(sp->name, "execute_tool ", &sp->tool) == -2) return 0;
+        if (!truthy(sp->tool)) sp->kind = K_OTHER;
+        if (has[R_ARGUMENTS]) sp->arguments = vals[R_ARGUMENTS].s;
+        if (has[R_RESULT]) sp->result = vals[R_RESULT].s;
+    } else if (sp->kind == K_LLM || sp->kind == K_AGENT) {
+        if (has[R_IN]) sp->has_in = 1, sp->in = vals[R_IN].i;
+        if (has[R_OUT]) sp->has_out = 1, sp->out = vals[R_OUT].i;
+    }
+    if (sp->kind == K_AGENT) {
+        if (has[R_AGENT] && truthy(vals[R_AGENT].s)) sp->agent = vals[R_AGENT].s;
+        else {
+            int r = after_prefix(sp->name, "invoke_agent ", &sp->agent);
+            if (r == 0) r = after_prefix(sp->name, "create_agent ", &sp->agent);
+            if (r == -2) return 0;
+        }
+        if (has[R_WORKFLOW] && truthy(vals[R_WORKFLOW].s)) sp->workflow = vals[R_WORKFLOW].s;
+        else if (after_prefix(sp->name, "invoke_workflow ", &sp->workflow) == -2) return 0;
+    }
+    return 1;
+}
+
+static int scope_marks_another(Walk *w, const uint8_t *s, size_t n) {
+    if (!PySet_GET_SIZE(w->scopes)) return 0;
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, NULL);
+    if (!name) return -1;
+    int r = PySet_Contains(w->scopes, name);
+    Py_DECREF(name);
+    return r;
+}
+
+static int add_span(Walk *w, SpanS *sp, int usable) {
+    long t = trace_of(w, sp->tid);
+    if (t < 0) return -1;
+    w->traces[t].nspans++;
+    if (!usable) {
+        w->traces[t].bad = 1;
+        return 0;
+    }
+    if (w->nspans == w->capspans) {
+        size_t cap = w->capspans ? w->capspans * 2 : 64;
+        SpanS *s = realloc(w->spans, cap * sizeof *s);
+        if (!s) return -1;
+        w->spans = s;
+        w->capspans = cap;
+    }
+    sp->trace = (uint32_t)t;
+    w->spans[w->nspans++] = *sp;
+    return 0;
+}
+
+static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_usable, Str service, Str user) {
+    const uint8_t *p = p0;
+    uint32_t seen = 0;
+    int usable = res_usable;
+    while (p < end) { /* the scope first: it may follow the spans */
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn == 1) {
+            if (once(w, &seen, 1) < 0 || expect(w, wt, 2) < 0) return -1;
+            const uint8_t *q = s, *qend = s + n;
+            uint32_t sseen = 0;
+            while (q < qend) {
+                uint32_t sfn;
+                int swt;
+                const uint8_t *ss = NULL;
+                size_t sn = 0;
+                uint64_t sv = 0;
+                if (field(w, &q, qend, &sfn, &swt, &ss, &sn, &sv) < 0) return -1;
+                if (sfn > 4) continue;
+                if (once(w, &sseen, sfn) < 0) return -1;
+                if (sfn == 3) usable = 0; /* scope attributes: not read here */
+                if (sfn == 1 || sfn == 2) {
+                    if (expect(w, swt, 2) < 0) return -1;
+                    if (!utf8_ok(ss, sn)) {
+                        w->why = "a string that is not UTF-8";
+                        return -1;
+                    }
+                    if (sfn == 1) {
+                        int r = scope_marks_another(w, ss, sn);
+                        if (r < 0) return -1;
+                        if (r) usable = 0;
+                    }
+                }
+            }
+        } else if (fn == 2) {
+            if (expect(w, wt, 2) < 0) return -1;
+        } else if (fn == 3 && (once(w, &seen, 3) < 0 || expect(w, wt, 2) < 0 || !utf8_ok(s, n))) {
+            if (!w->why) w->why = "a string that is not UTF-8";
+            return -1;
+        }
+    }
+    p = p0;
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn != 2) continue;
+        SpanS sp;
+        int r = span(w, s, s + n, &sp);
+        if (r < 0) return -1;
+        sp.service = service;
+        if (sp.user.n < 0 && user.n > 0) sp.user = user;
+        if (add_span(w, &sp, r && usable) < 0) return -1;
+    }
+    return 0;
+}
+
+static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
+    const uint8_t *p = p0;
+    uint32_t seen = 0;
+    int usable = 1;
+    Str service = {NULL, -1}, user = {NULL, -1};
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn == 1) {
+            if (once(w, &seen, 1) < 0 || expect(w, wt, 2) < 0) return -1;
+            int r = resource(w, s, s + n, &service, &user);
+            if (r < 0) return -1;
+            usable = r;
+        } else if (fn == 2 && expect(w, wt, 2) < 0) {
+            return -1;
+        } else if (fn == 3 && (once(w, &seen, 3) < 0 || expect(w, wt, 2) < 0 || !utf8_ok(s, n))) {
+            if (!w->why) w->why = "a string that is not UTF-8";
+            return -1;
+        }
+    }
+    p = p0;
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn == 2 && scope_spans(w, s, s + n, usable, service, user) < 0) return -1;
+    }
+    return 0;
+}
+
+static int request(Walk *w, const uint8_t *p, const uint8_t *end) {
+    while (p < end) {
+        uint32_t fn;
+        int wt;
+        const uint8_t *s = NULL;
+        size_t n = 0;
+        uint64_t v = 0;
+        if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
+        if (fn == 1) {
+            if (expect(w, wt, 2) < 0 || resource_spans(w, s, s + n) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- states ---------------------------------------------------------------------------------- */
+
+/* What the caller gives: classes and helpers of scoring.facts, in this order. */
+enum {
+    X_ACTIVITY, X_ANSWERS, X_CALLFACTS, X_CATALOG, X_STARTS, X_EXTENT, X_MODELS, X_REQUESTS, X_ROOTS, X_ROOTFACTS,
+    X_SERVICES, X_TOKENS, X_COST, X_ERROR_FACTS, X_BARE, X_AGENTS, X_NOTHING, X_OK_FLAGS, X_OK_PAYMENT, X_SERVERS,
+    X_FINISH_MAP, X_PAYLOAD, X_MESSAGES, X_OFFERS, NKIT
+};
+
+typedef struct {
+    PyObject **kit;
+    const SpanS *const *s; /* the trace's spans in session order */
+    size_t n;
+    PyObject **keys, **sids, **finish, **model, **error, **unknown, **answer, **asked, **input;
+    int *step_limit, *invalid, *payment;
+} Build;
+
+static PyObject *text(Str s) {
+    if (s.n < 0) Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8((const char *)s.p, s.n, NULL);
+}
+
+static PyObject *hex(const uint8_t *s, size_t n) {
+    static const char H[] = "0123456789abcdef";
+    char out[32];
+    for (size_t i = 0; i < n; i++) out[2 * i] = H[s[i] >> 4], out[2 * i + 1] = H[s[i] & 15];
+    return PyUnicode_FromStringAndSize(out, (Py_ssize_t)(2 * n));
+}
+
+static int cmp_key(const void *a, const void *b) {
+    const SpanS *x = *(const SpanS *const *)a, *y = *(const SpanS *const *)b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return memcmp(x->sid, y->sid, 8);
+}
+
+static PyObject *call(PyObject *f, const char *fmt, ...) {
+    va_list va;
+    va_start(va, fmt);
+    PyObject *args = Py_VaBuildValue(fmt, va);
+    va_end(va);
+    if (!args) return NULL;
+    PyObject *r = PyObject_CallObject(f, args);
+    Py_DECREF(args);
+    return r;
+}
+
+static PyObject *opt_int(int has, int64_t v) { return has ? PyLong_FromLongLong(v) : Py_NewRef(Py_None); }
+
+/* (value, count, first span) of the values, in first-seen order (base.tally). */
+static PyObject *tally(Build *b, PyObject **values, const int *take) {
+    PyObject *counts = PyDict_New(), *order = PyList_New(0), *out = NULL;
+    if (!counts || !order) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!take[i] || values[i] == Py_None) continue;
+        PyObject *entry = PyDict_GetItemWithError(counts, values[i]);
+        if (entry) {
+            PyObject *c = PyLong_FromSsize_t(PyLong_AsSsize_t(PyList_GET_ITEM(entry, 0)) + 1);
+            if (!c) goto done;
+            PyList_SetItem(entry, 0, c);
+            continue;
+        }
+        if (PyErr_Occurred()) goto done;
+        entry = Py_BuildValue("[iOO]", 1, b->keys[i], values[i]);
+        if (!entry || PyDict_SetItem(counts, values[i], entry) < 0 || PyList_Append(order, entry) < 0) {
+            Py_XDECREF(entry);
+            goto done;
+        }
+        Py_DECREF(entry);
+    }
+    out = PyTuple_New(PyList_GET_SIZE(order));
+    if (!out) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
+        PyObject *e = PyList_GET_ITEM(order, i);
+        PyObject *t = PyTuple_Pack(3, PyList_GET_ITEM(e, 2), PyList_GET_ITEM(e, 0), PyList_GET_ITEM(e, 1));
+        if (!t) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(out, i, t);
+    }
+done:
+    Py_XDECREF(counts);
+    Py_XDECREF(order);
+    return out;
+}
+
+static PyObject *tuple_of(PyObject *list) {
+    if (!list) return NULL;
+    PyObject *t = PyList_AsTuple(list);
+    Py_DECREF(list);
+    return t;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r;
+}
+
+/* The earliest (span, value) where take holds and the value is set (references.EarliestFact). */
+static PyObject *earliest(Build *b, PyObject **values) {
+    for (size_t i = 0; i < b->n; i++)
+        if (values[i] && values[i] != Py_None) return PyTuple_Pack(2, b->keys[i], values[i]);
+    Py_RETURN_NONE;
+}
+
+static int is_kind(const Build *b, size_t i, int kind) { return b->s[i]->kind == kind; }
+
+static int asks_tools(const Build *b, size_t i) {
+    return b->finish[i] != Py_None && PyUnicode_CompareWithASCIIString(b->finish[i], "tool_call") == 0;
+}
+
+static PyObject *activity(Build *b) {
+    long llms = 0, finished = 0, tool_finishes = 0, limits = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        limits += b->step_limit[i];
+        if (!is_kind(b, i, K_LLM)) continue;
+        llms++;
+        if (b->finish[i] != Py_None && PyUnicode_GET_LENGTH(b->finish[i])) {
+            finished++;
+            tool_finishes += PyUnicode_CompareWithASCIIString(b->finish[i], "tool_call") == 0;
+        }
+    }
+    return call(b->kit[X_ACTIVITY], "(llllii)", llms, finished, tool_finishes, limits, 0, 0);
+}
+
+static PyObject *answers(Build *b) {
+    long latest = -1;
+    for (size_t i = 0; i < b->n; i++)
+        if (is_kind(b, i, K_LLM) && (latest < 0 || b->s[i]->end > b->s[latest]->end)) latest = (long)i;
+    long said = -1; /* the latest-ending model call with an answer that asks for no tool */
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_LLM) || !b->answer[i] || b->answer[i] == Py_None || asks_tools(b, i)) continue;
+        int t = PyObject_IsTrue(b->answer[i]);
+        if (t < 0) return NULL;
+        if (t && (said < 0 || b->s[i]->end > b->s[said]->end)) said = (long)i;
+    }
+    PyObject *at = latest < 0 ? Py_NewRef(Py_None)
+                 : Py_BuildValue("(KOO)", (unsigned long long)b->s[latest]->end, b->keys[latest],
+                                 asks_tools(b, (size_t)latest) ? Py_True : Py_False);
+    PyObject *ans = !at ? NULL : said < 0 ? Py_NewRef(Py_None)
+                  : Py_BuildValue("(KOO)", (unsigned long long)b->s[said]->end, b->keys[said], b->answer[said]);
+    PyObject *r = at && ans ? call(b->kit[X_ANSWERS], "(OO)", at, ans) : NULL;
+    Py_XDECREF(at);
+    Py_XDECREF(ans);
+    return r;
+}
+
+/* A tool call's arguments and result, read by the reference's own functions (JSON stays Python's here):
+ * (arguments, canonical arguments, flags, mentions payment). */
+static PyObject *payload(Build *b, size_t i) {
+    const SpanS *s = b->s[i];
+    if (s->arguments.n < 0 && s->result.n < 0) {
+        int failed = b->error[i] != Py_None;
+        return Py_BuildValue("(OsOO)", Py_None, "null", failed ? b->kit[X_NOTHING] : b->kit[X_OK_FLAGS],
+                             failed ? (b->payment[i] ? Py_True : Py_False) : b->kit[X_OK_PAYMENT]);
+    }
+    PyObject *a = text(s->arguments), *r = a ? text(s->result) : NULL, *out = NULL;
+    if (r) out = PyObject_CallFunctionObjArgs(b->kit[X_PAYLOAD], a, r, b->error[i], NULL);
+    Py_XDECREF(a);
+    Py_XDECREF(r);
+    if (out && (!PyTuple_Check(out) || PyTuple_GET_SIZE(out) != 4)) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "payload gives (arguments, canonical, flags, payment)");
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *calls(Build *b, PyObject *trace_id) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_TOOL)) continue;
+        const SpanS *s = b->s[i];
+        PyObject *tool = text(s->tool), *p = tool ? payload(b, i) : NULL, *c = NULL;
+        if (p)
+            c = PyObject_CallFunction(
+                b->kit[X_CALLFACTS], "OOKOOOOOOOO", b->keys[i], b->sids[i], (unsigned long long)s->end, tool,
+                PyTuple_GET_ITEM(p, 1), b->error[i], PyTuple_GET_ITEM(p, 2),
+                (b->invalid[i] || b->unknown[i] != Py_None) ? Py_True : Py_False, PyTuple_GET_ITEM(p, 3),
+                PyTuple_GET_ITEM(p, 0), trace_id);
+        Py_XDECREF(tool);
+        Py_XDECREF(p);
+        if (append_new(out, c) < 0) goto fail;
+    }
+    return tuple_of(out);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *cost(Build *b) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        const SpanS *s = b->s[i];
+        if (!is_kind(b, i, K_LLM) || (!s->has_in && !s->has_out)) continue;
+        PyObject *in = opt_int(s->has_in, s->in), *o = opt_int(s->has_out, s->out), *c = NULL;
+        if (in && o) c = call(b->kit[X_COST], "(OOO)", b->model[i], in, o);
+        Py_XDECREF(in);
+        Py_XDECREF(o);
+        if (!c) goto fail;
+        PyObject *pair = PyTuple_Pack(2, b->keys[i], c);
+        Py_DECREF(c);
+        if (append_new(out, pair) < 0) goto fail;
+    }
+    return tuple_of(out);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *starts(Build *b) {
+    PyObject *llms = PyList_New(0), *tools = PyList_New(0), *r = NULL;
+    if (!llms || !tools) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        PyObject *into = is_kind(b, i, K_LLM) ? llms : is_kind(b, i, K_TOOL) ? tools : NULL;
+        if (into && PyList_Append(into, PyTuple_GET_ITEM(b->keys[i], 0)) < 0) goto done;
+    }
+    PyObject *a = PyList_AsTuple(llms), *c = a ? PyList_AsTuple(tools) : NULL;
+    if (a && c) r = PyObject_CallFunctionObjArgs(b->kit[X_STARTS], a, c, NULL);
+    Py_XDECREF(a);
+    Py_XDECREF(c);
+done:
+    Py_XDECREF(llms);
+    Py_XDECREF(tools);
+    return r;
+}
+
+static PyObject *extent(Build *b, PyObject *trace_id) {
+    uint64_t lo = 0, hi = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->s[i]->start && (!lo || b->s[i]->start < lo)) lo = b->s[i]->start;
+        if (b->s[i]->end > hi) hi = b->s[i]->end;
+    }
+    PyObject *ids = PyFrozenSet_New(NULL), *first = NULL, *last = NULL, *r = NULL;
+    if (!ids || PySet_Add(ids, trace_id) < 0) goto done;
+    first = lo ? PyLong_FromUnsignedLongLong(lo) : Py_NewRef(Py_None);
+    last = hi ? PyLong_FromUnsignedLongLong(hi) : Py_NewRef(Py_None);
+    if (first && last)
+        r = PyObject_CallFunction(b->kit[X_EXTENT], "OOOOOn", ids, b->keys[0], b->keys[b->n - 1], first, last,
+                                  (Py_ssize_t)b->n);
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(first);
+    Py_XDECREF(last);
+    return r;
+}
+
+static PyObject *models(Build *b) {
+    int *llm = malloc(b->n * sizeof *llm), *all = malloc(b->n * sizeof *all);
+    PyObject *first = NULL, *t1 = NULL, *t2 = NULL, *r = NULL;
+    if (!llm || !all) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        all[i] = 1;
+        llm[i] = is_kind(b, i, K_LLM);
+        if (llm[i] && !first && b->model[i] != Py_None) first = PyTuple_Pack(2, b->keys[i], b->model[i]);
+    }
+    if (!first && PyErr_Occurred()) goto done;
+    if (!first) first = Py_NewRef(Py_None);
+    t1 = tally(b, b->model, llm);
+    t2 = t1 ? tally(b, b->model, all) : NULL;
+    if (t2) r = PyObject_CallFunctionObjArgs(b->kit[X_MODELS], first, t1, t2, NULL);
+done:
+    free(llm);
+    free(all);
+    Py_XDECREF(first);
+    Py_XDECREF(t1);
+    Py_XDECREF(t2);
+    return r;
+}
+
+static PyObject *bare_and_named(Build *b, PyObject *ran, PyObject *name) {
+    if (PySet_Add(ran, name) < 0) return NULL;
+    PyObject *bare = PyObject_CallOneArg(b->kit[X_BARE], name);
+    if (!bare) return NULL;
+    int r = PySet_Add(ran, bare);
+    Py_DECREF(bare);
+    return r < 0 ? NULL : ran;
+}
+
+static PyObject *refused(Build *b, PyObject *offered) {
+    PyObject *ran = PyFrozenSet_New(NULL), *names = PySet_New(NULL), *span_refused = PyList_New(0),
+             *unknown = PyList_New(0), *r = NULL, *t1 = NULL, *t2 = NULL, *empty = NULL;
+    if (!ran || !names || !span_refused || !unknown) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_TOOL)) continue;
+        PyObject *tool = text(b->s[i]->tool);
+        if (!tool) goto done;
+        PyObject *ok;
+        if (b->unknown[i] == Py_None) {
+            ok = bare_and_named(b, ran, tool);
+        } else {
+            ok = PySet_Add(names, tool) < 0 ? NULL : names;
+            if (ok && append_new(span_refused, PyTuple_Pack(2, b->keys[i], tool)) < 0) ok = NULL;
+        }
+        Py_DECREF(tool);
+        if (!ok) goto done;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (is_kind(b, i, K_TOOL) || b->unknown[i] == Py_None) continue;
+        int in_ran = PySet_Contains(ran, b->unknown[i]), in_refused = PySet_Contains(names, b->unknown[i]);
+        if (in_ran < 0 || in_refused < 0) goto done;
+        if (!in_ran && !in_refused && append_new(unknown, PyTuple_Pack(2, b->keys[i], b->unknown[i])) < 0) goto done;
+    }
+    empty = PyList_New(0); /* names model calls asked for, neither run, refused nor offered */
+    if (!empty) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!is_kind(b, i, K_LLM) || !b->asked[i]) continue;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(b->asked[i]); k++) {
+            PyObject *name = PyTuple_GET_ITEM(b->asked[i], k);
+            int a = PySet_Contains(ran, name), c = a < 0 ? -1 : PySet_Contains(names, name);
+            int o = c < 0 ? -1 : PySet_Contains(offered, name);
+            if (o < 0) goto done;
+            if (!a && !c && !o && append_new(empty, PyTuple_Pack(2, b->keys[i], name)) < 0) goto done;
+        }
+    }
+    t1 = PyList_AsTuple(span_refused);
+    t2 = t1 ? PyList_AsTuple(unknown) : NULL;
+    PyObject *t3 = t2 ? PyList_AsTuple(empty) : NULL;
+    if (t3)
+        r = PyObject_CallFunctionObjArgs(b->kit[X_REQUESTS], offered, PySet_GET_SIZE(ran) ? ran : b->kit[X_NOTHING],
+                                         t1, t3, t2, NULL);
+    Py_XDECREF(t3);
+done:
+    Py_XDECREF(ran);
+    Py_XDECREF(names);
+    Py_XDECREF(span_refused);
+    Py_XDECREF(unknown);
+    Py_XDECREF(t1);
+    Py_XDECREF(t2);
+    Py_XDECREF(empty);
+    return r;
+}
+
+static PyObject *roots(Build *b) {
+    PyObject *links = PyDict_New(), *agents = PyList_New(0), *r = NULL, *t = NULL;
+    if (!links || !agents) goto done;
+    for (size_t i = 0; i < b->n; i++) {
+        const SpanS *s = b->s[i];
+        PyObject *parent = s->pid ? hex(s->pid, 8) : PyUnicode_FromStringAndSize("", 0);
+        if (!parent) goto done;
+        PyObject *link = Py_BuildValue("(OOO)", PyTuple_GET_ITEM(b->keys[i], 0), PyTuple_GET_ITEM(b->keys[i], 1),
+                                       s->kind == K_AGENT ? Py_None : parent);
+        int bad = !link || PyDict_SetItem(links, b->sids[i], link) < 0;
+        Py_XDECREF(link);
+        if (!bad && s->kind == K_AGENT) {
+            PyObject *name = text(s->agent), *in = opt_int(s->has_in, s->in), *out = opt_int(s->has_out, s->out);
+            int configured = 0;
+            if (name && name != Py_None && PyUnicode_GET_LENGTH(name)) {
+                configured = PySequence_Contains(b->kit[X_AGENTS], name);
+                if (configured < 0) bad = 1;
+            }
+            int asked = asks_tools(b, i);
+            if (!bad && name && in && out)
+                bad = append_new(agents, PyObject_CallFunction(
+                    b->kit[X_ROOTFACTS], "OOOOOOOOOiO", b->keys[i], name, configured ? Py_True : Py_False, b->answer[i],
+                    b->error[i] != Py_None ? Py_True : Py_False, in, out, b->model[i], parent, 0,
+                    asked ? Py_True : Py_False)) < 0;
+            else
+                bad = 1;
+            Py_XDECREF(name);
+            Py_XDECREF(in);
+            Py_XDECREF(out);
+        }
+        Py_DECREF(parent);
+        if (bad) goto done;
+    }
+    t = PyList_AsTuple(agents);
+    if (t) r = PyObject_CallFunctionObjArgs(b->kit[X_ROOTS], links, t, NULL);
+done:
+    Py_XDECREF(links);
+    Py_XDECREF(agents);
+    Py_XDECREF(t);
+    return r;
+}
+
+static PyObject *services(Build *b) {
+    PyObject **names = calloc(b->n, sizeof *names), *t = NULL, *configured = NULL, *r = NULL;
+    int *all = malloc(b->n * sizeof *all);
+    if (!names || !all) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        all[i] = 1;
+        names[i] = b->s[i]->service.n > 0 ? text(b->s[i]->service) : Py_NewRef(Py_None);
+        if (!names[i]) goto done;
+        if (!configured && names[i] != Py_None) {
+            int in = PySequence_Contains(b->kit[X_AGENTS], names[i]);
+            if (in < 0) goto done;
+            if (in && !(configured = PyTuple_Pack(2, b->keys[i], names[i]))) goto done;
+        }
+    }
+    if (!configured) configured = Py_NewRef(Py_None);
+    t = tally(b, names, all);
+    if (t) r = PyObject_CallFunctionObjArgs(b->kit[X_SERVICES], t, configured, b->kit[X_NOTHING], NULL);
+done:
+    if (names)
+        for (size_t i = 0; i < b->n; i++) Py_XDECREF(names[i]);
+    free(names);
+    free(all);
+    Py_XDECREF(t);
+    Py_XDECREF(configured);
+    return r;
+}
+
+/* 1: summed; 0: a sum past 64 bits (the trace goes back). */
+static int tokens(Build *b, PyObject **out) {
+    int64_t in = 0, o = 0;
+    long nin = 0, nout = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const SpanS *s = b->s[i];
+        if (s->kind != K_LLM) continue;
+        if (s->has_in && (nin++, __builtin_add_overflow(in, s->in, &in))) return 0;
+        if (s->has_out && (nout++, __builtin_add_overflow(o, s->out, &o))) return 0;
+    }
+    *out = PyObject_CallFunction(b->kit[X_TOKENS], "LlLl", (long long)in, nin, (long long)o, nout);
+    return *out ? 1 : -1;
+}
+
+/* The finish reason in one vocabulary (base.finish_reason). */
+static PyObject *finish_of(PyObject **kit, Str s) {
+    if (s.n <= 0) Py_RETURN_NONE;
+    PyObject *raw = text(s);
+    if (!raw) return NULL;
+    PyObject *low = PyObject_CallMethod(raw, "lower", NULL);
+    Py_DECREF(raw);
+    if (!low) return NULL;
+    PyObject *mapped = PyDict_GetItemWithError(kit[X_FINISH_MAP], low);
+    if (mapped) {
+        Py_DECREF(low);
+        return Py_NewRef(mapped);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(low);
+        return NULL;
+    }
+    return low;
+}
+
+/* normalize's error: the status message, error.type, else "error". */
+static PyObject *error_of(const SpanS *s) {
+    if (s->status_error) {
+        if (s->status_msg.n > 0) return text(s->status_msg);
+        if (s->error_type.n > 0) return text(s->error_type);
+        return PyUnicode_FromString("error");
+    }
+    if (s->error_type.n > 0) return text(s->error_type);
+    Py_RETURN_NONE;
+}
+
+/* A span's finish reason, answer, requested tools and first user message. Spans with messages are read
+ * by the reference's own functions (JSON stays Python's here); the others from the finish reason alone. */
+static int messages(Build *b, size_t i) {
+    const SpanS *s = b->s[i];
+    int reads = s->extract_kind != K_TOOL && (s->input.n >= 0 || s->output.n >= 0);
+    if (!reads) {
+        b->answer[i] = Py_NewRef(Py_None), b->asked[i] = NULL, b->input[i] = Py_NewRef(Py_None);
+        return (b->finish[i] = finish_of(b->kit, s->finish)) ? 0 : -1;
+    }
+    static const char *const KINDS[] = {"other", "llm", "tool", "agent"};
+    PyObject *in = text(s->input), *out = in ? text(s->output) : NULL, *fin = out ? text(s->finish) : NULL, *r = NULL;
+    if (fin) r = PyObject_CallFunction(b->kit[X_MESSAGES], "sOOO", KINDS[s->extract_kind], in, out, fin);
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    Py_XDECREF(fin);
+    if (!r) return -1;
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(r, 2))) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "messages gives (finish reason, answer, requested tools, user text)");
+        return -1;
+    }
+    b->finish[i] = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+    b->answer[i] = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+    b->asked[i] = Py_NewRef(PyTuple_GET_ITEM(r, 2));
+    b->input[i] = Py_NewRef(PyTuple_GET_ITEM(r, 3));
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The earliest (span, value) whose value is a non-empty string (references.EarliestFact, text only). */
+static PyObject *earliest_text(Build *b, PyObject **values) {
+    for (size_t i = 0; i < b->n; i++)
+        if (values[i] && PyUnicode_Check(values[i]) && PyUnicode_GET_LENGTH(values[i]))
+            return PyTuple_Pack(2, b->keys[i], values[i]);
+    Py_RETURN_NONE;
+}
+
+#define NSTATES 20
+
+/* The trace's states in FACTS order; Py_None when the trace goes back. */
+static PyObject *build(PyObject **kit, const SpanS *const *s, size_t n, PyObject *trace_id) {
+    Build b = {kit, s, n};
+    PyObject *states = NULL, *r = NULL, *offers = NULL, *pairs = NULL;
+    PyObject **objs = calloc(9 * n, sizeof *objs);
+    int *flags = calloc(3 * n, sizeof *flags);
+    if (!objs || !flags) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    b.keys = objs, b.sids = objs + n, b.finish = objs + 2 * n, b.model = objs + 3 * n, b.error = objs + 4 * n;
+    b.unknown = objs + 5 * n, b.answer = objs + 6 * n, b.asked = objs + 7 * n, b.input = objs + 8 * n;
+    if (!(pairs = PyList_New(0))) goto done;
+    b.step_limit = flags, b.invalid = flags + n, b.payment = flags + 2 * n;
+    for (size_t i = 0; i < n; i++) {
+        if (!(b.sids[i] = hex(s[i]->sid, 8))) goto done;
+        if (!(b.keys[i] = Py_BuildValue("(KKO)", (unsigned long long)s[i]->start, (unsigned long long)s[i]->end,
+                                        b.sids[i])))
+            goto done;
+        if (!(b.model[i] = text(s[i]->model)) || !(b.error[i] = error_of(s[i])) || messages(&b, i) < 0)
+            goto done;
+        if (s[i]->definitions.n >= 0) {
+            PyObject *d = text(s[i]->definitions);
+            if (!d || append_new(pairs, PyTuple_Pack(2, b.keys[i], d)) < 0) {
+                Py_XDECREF(d);
+                goto done;
+            }
+            Py_DECREF(d);
+        }
+        if (b.error[i] == Py_None) {
+            b.unknown[i] = Py_NewRef(Py_None);
+            continue;
+        }
+        PyObject *facts = PyObject_CallOneArg(kit[X_ERROR_FACTS], b.error[i]);
+        if (!facts) goto done;
+        if (!PyTuple_Check(facts) || PyTuple_GET_SIZE(facts) != 4) {
+            Py_DECREF(facts);
+            PyErr_SetString(PyExc_TypeError, "error_facts gives (step limit, unknown tool, invalid, payment)");
+            goto done;
+        }
+        b.step_limit[i] = PyObject_IsTrue(PyTuple_GET_ITEM(facts, 0)) == 1;
+        b.unknown[i] = Py_NewRef(PyTuple_GET_ITEM(facts, 1));
+        b.invalid[i] = PyObject_IsTrue(PyTuple_GET_ITEM(facts, 2)) == 1;
+        b.payment[i] = PyObject_IsTrue(PyTuple_GET_ITEM(facts, 3)) == 1;
+        Py_DECREF(facts);
+    }
+    PyObject *tok = NULL;
+    int summed = tokens(&b, &tok);
+    if (summed < 0) goto done;
+    if (!summed) {
+        r = Py_NewRef(Py_None);
+        goto done;
+    }
+    states = PyTuple_New(NSTATES);
+    if (!states) {
+        Py_DECREF(tok);
+        goto done;
+    }
+    PyTuple_SET_ITEM(states, 19, tok);
+    PyObject *v;
+#define SET(i, expr) do { if (!(v = (expr))) goto done; PyTuple_SET_ITEM(states, (i), v); } while (0)
+    SET(0, activity(&b));
+    SET(1, answers(&b));
+    SET(2, calls(&b, trace_id));
+    offers = PyList_GET_SIZE(pairs) ? PyObject_CallOneArg(kit[X_OFFERS], pairs) : NULL;
+    if (offers && (!PyTuple_Check(offers) || PyTuple_GET_SIZE(offers) != 2 || !PyAnySet_Check(PyTuple_GET_ITEM(offers, 1)))) {
+        PyErr_SetString(PyExc_TypeError, "offers gives (catalog, offered names)");
+        goto done;
+    }
+    if (!offers && PyErr_Occurred()) goto done;
+    SET(3, offers ? Py_NewRef(PyTuple_GET_ITEM(offers, 0)) : PyObject_CallNoArgs(kit[X_CATALOG]));
+    SET(4, cost(&b));
+    SET(5, starts(&b));
+    SET(6, extent(&b, trace_id));
+    SET(7, models(&b));
+    for (int k = 9; k < 12; k++) SET(k, Py_NewRef(Py_None)); /* case, experiment, run: not read here */
+    {
+        PyObject **names = calloc(3 * n, sizeof *names);
+        if (!names) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int ok = 1;
+        for (size_t i = 0; i < n && ok; i++) {
+            names[i] = s[i]->kind == K_AGENT && s[i]->agent.n > 0 ? text(s[i]->agent) : Py_NewRef(Py_None);
+            names[n + i] = s[i]->kind == K_AGENT && s[i]->workflow.n > 0 ? text(s[i]->workflow) : Py_NewRef(Py_None);
+            names[2 * n + i] = s[i]->user.n > 0 ? text(s[i]->user) : Py_NewRef(Py_None);
+            ok = names[i] && names[n + i] && names[2 * n + i];
+        }
+        PyObject *a = ok ? earliest(&b, names) : NULL, *w = a ? earliest(&b, names + n) : NULL;
+        PyObject *u = w ? earliest(&b, names + 2 * n) : NULL;
+        for (size_t i = 0; i < 3 * n; i++) Py_XDECREF(names[i]);
+        free(names);
+        if (!a || !w || !u) {
+            Py_XDECREF(a);
+            Py_XDECREF(w);
+            goto done;
+        }
+        PyTuple_SET_ITEM(states, 12, a);
+        PyTuple_SET_ITEM(states, 13, w);
+        PyTuple_SET_ITEM(states, 8, u);
+    }
+    SET(14, earliest_text(&b, b.input));
+    SET(15, refused(&b, offers ? PyTuple_GET_ITEM(offers, 1) : kit[X_NOTHING]));
+    SET(16, roots(&b));
+    SET(17, Py_NewRef(kit[X_SERVERS]));
+    SET(18, services(&b));
+#undef SET
+    r = Py_NewRef(states);
+done:
+    Py_XDECREF(states);
+    Py_XDECREF(offers);
+    Py_XDECREF(pairs);
+    if (objs)
+        for (size_t i = 0; i < 9 * n; i++) Py_XDECREF(objs[i]);
+    free(objs);
+    free(flags);
+    return r;
+}
+
+static int cmp_sid(const void *a, const void *b) {
+    return memcmp((*(const SpanS *const *)a)->sid, (*(const SpanS *const *)b)->sid, 8);
+}
+
+static void walk_free(Walk *w) {
+    free(w->spans);
+    free(w->traces);
+    free(w->table);
+}
+
+PyDoc_STRVAR(genai_summaries_doc,
+"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, scopes, value_marks, kit)\n"
+"-> (summaries, handed_back, spans_read, spans_handed_back), or (None, why) when the whole body goes to Python.\n\n"
+"summaries maps a trace id (hex) to its facts' states in FACTS order; handed_back lists the trace ids\n"
+"Python summarizes. enabled: the keys read here; deny and deny_prefixes: keys that send their span's\n"
+"trace back (read by normalize or marking another dialect; other keys are passed over); user_keys: the\n"
+"keys normalize reads the user from, in its order; scopes: scope\n"
+"names that mark another dialect; value_marks: (key, value) pairs that do; kit: scoring.facts' classes\n"
+"and helpers (agentfunnel.collector.compiled_summaries builds it).");
+
+/* A tuple of str as UTF-8 slices (borrowed from the str objects, which the caller's tuple holds). */
+static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
+    *n = PyTuple_GET_SIZE(tuple);
+    Str *out = PyMem_Calloc(*n ? (size_t)*n : 1, sizeof *out);
+    if (!out) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(tuple, i);
+        if (item >= 0) o = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 ? PyTuple_GET_ITEM(o, item) : NULL;
+        const char *s = o && PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, &out[i].n) : NULL;
+        if (!s) {
+            PyMem_Free(out);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "keys, prefixes and marks are strings");
+            return NULL;
+        }
+        out[i].p = (const uint8_t *)s;
+    }
+    return out;
+}
+
+PyObject *genai_summaries(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
+                          &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
+                          &PyTuple_Type, &kit))
+        return NULL;
+    PyObject *result = NULL, *summaries = NULL, *back = NULL;
+    const SpanS **order = NULL;
+    Walk w;
+    memset(&w, 0, sizeof w);
+    if (PyTuple_GET_SIZE(kit) != NKIT) {
+        PyErr_Format(PyExc_TypeError, "the kit has %zd entries, expected %d", PyTuple_GET_SIZE(kit), NKIT);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enabled); i++) {
+        PyObject *k = PyTuple_GET_ITEM(enabled, i);
+        Py_ssize_t n;
+        const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, &n) : NULL;
+        if (!s) {
+            PyErr_SetString(PyExc_TypeError, "enabled keys are strings");
+            goto done;
+        }
+        int r = role_of((const uint8_t *)s, (size_t)n);
+        if (r >= 0) w.enabled |= 1u << r;
+    }
+    Py_ssize_t nvalues;
+    if (!(w.deny = slices(deny, &w.ndeny, -1)) || !(w.deny_prefixes = slices(prefixes, &w.ndeny_prefixes, -1)) ||
+        !(w.mark_keys = slices(marks, &w.nmarks, 0)) || !(w.mark_values = slices(marks, &nvalues, 1)) ||
+        !(w.user_keys = slices(users, &w.nuser_keys, -1)))
+        goto done;
+    w.scopes = scopes;
+    w.start0 = w.last = body.buf;
+    w.end0 = (const uint8_t *)body.buf + body.len;
+    if (request(&w, body.buf, w.end0) < 0) {
+        if (PyErr_Occurred()) goto done;
+        PyObject *why = PyUnicode_FromFormat("%s (the field at byte %zd)", w.why ? w.why : "unreadable",
+                                             (Py_ssize_t)(w.last - w.start0));
+        if (why) result = PyTuple_Pack(2, Py_None, why);
+        Py_XDECREF(why);
+        goto done;
+    }
+    /* the spans of each trace together, in session order */
+    order = malloc((w.nspans ? w.nspans : 1) * sizeof *order);
+    size_t *at = calloc(w.ntraces + 1, sizeof *at);
+    if (!order || !at) {
+        free(at);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < w.nspans; i++) at[w.spans[i].trace + 1]++;
+    for (size_t t = 0; t < w.ntraces; t++) at[t + 1] += at[t];
+    {
+        size_t *fill = calloc(w.ntraces + 1, sizeof *fill);
+        if (!fill) {
+            free(at);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (size_t i = 0; i < w.nspans; i++) {
+            uint32_t t = w.spans[i].trace;
+            order[at[t] + fill[t]++] = &w.spans[i];
+        }
+        free(fill);
+    }
+    summaries = PyDict_New();
+    back = PyList_New(0);
+    Py_ssize_t read = 0, handed = 0;
+    if (!summaries || !back) {
+        free(at);
+        goto done;
+    }
+    for (size_t t = 0; t < w.ntraces; t++) {
+        TraceS *tr = &w.traces[t];
+        const SpanS **s = order + at[t];
+        size_t n = at[t + 1] - at[t];
+        if (!tr->bad && n) { /* a span id twice: read as the later span by facts that look spans up, in Python */
+            qsort(s, n, sizeof *s, cmp_sid);
+            for (size_t i = 1; i < n; i++)
+                if (memcmp(s[i]->sid, s[i - 1]->sid, 8) == 0) tr->bad = 1;
+        }
+        PyObject *tid = hex(tr->tid, 16), *states = NULL;
+        if (!tid) {
+            free(at);
+            goto done;
+        }
+        if (!tr->bad && n) {
+            qsort(s, n, sizeof *s, cmp_key);
+            states = build((PyObject **)&PyTuple_GET_ITEM(kit, 0), s, n, tid);
+            if (!states) {
+                Py_DECREF(tid);
+                free(at);
+                goto done;
+            }
+        }
+        int err;
+        if (states && states != Py_None) {
+            err = PyDict_SetItem(summaries, tid, states);
+            read += (Py_ssize_t)tr->nspans;
+        } else {
+            err = PyList_Append(back, tid);
+            handed += (Py_ssize_t)tr->nspans;
+        }
+        Py_XDECREF(states);
+        Py_DECREF(tid);
+        if (err < 0) {
+            free(at);
+            goto done;
+        }
+    }
+    free(at);
+    result = Py_BuildValue("(OOnn)", summaries, back, read, handed);
+done:
+    PyMem_Free(w.deny);
+    PyMem_Free(w.deny_prefixes);
+    PyMem_Free(w.mark_keys);
+    PyMem_Free(w.mark_values);
+    PyMem_Free(w.user_keys);
+    Py_XDECREF(summaries);
+    Py_XDECREF(back);
+    free(order);
+    walk_free(&w);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+const char *const genai_summaries_doc_text = genai_summaries_doc;

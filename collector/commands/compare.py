@@ -1,0 +1,69 @@
+"""``agentfunnel compare``: two experiments (or globs of them) case by case; exit 1 when a gate fails, for CI."""
+
+from __future__ import annotations
+
+import argparse
+import html
+from pathlib import Path
+
+from ..judge_audit import judge_warnings, kappa_gate
+from ..query import QueryError
+from ..regression import explain_regressions
+from ..ui.links import compare_url, experiment_url, ui_base
+from .common import database, database_options, fail, seconds, settings_for, wait_for_judgments
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="compare two experiments (or globs of them) case by case; gate CI")
+    database_options(p, "read")
+    p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")
+    p.add_argument("b", help="candidate experiment (or glob)")
+    p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when B's mean pass^k is below this")
+    p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed (default 0)")
+    p.add_argument("--max-p95-cost", type=float, default=None, help="fail when B's p95 cost per run (USD) is above")
+    p.add_argument("--max-p99-cost", type=float, default=None, help="fail when B's p99 cost per run (USD) is above")
+    p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
+    p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless B's judge is "
+                   "audited (judge audit) to at least this Cohen's kappa")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="a table, or JSON for scripts")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
+    p.add_argument("--wait", type=seconds, default=0.0, metavar="SECONDS",
+                   help="first wait up to this long for pending judgments; runs still pending fail the gate")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Two experiments case by case; exit 1 when a gate fails, so CI can gate on it."""
+    # start-up time: rich
+    from .. import compare as comparison
+    from ..terminal import visible_controls
+
+    db = database(settings_for(args))
+    try:
+        if args.wait > 0:
+            wait_for_judgments("compare", db, [args.a, args.b], args.wait)
+        result = comparison.compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
+                                    max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
+                                    max_cost=args.max_cost, max_p99_cost=args.max_p99_cost)
+        result.gates += kappa_gate(db, args.b, args.min_judge_kappa)
+        warnings = judge_warnings(db, args.b)
+        result.why = explain_regressions(db, args.a, args.b, result.rows)  # a failing run of B by a passing one of A
+    except (QueryError, ValueError) as exc:
+        return fail("compare", exc, 2, escape=True)
+    base = ui_base(db)
+    urls = [compare_url(base, args.a, args.b), experiment_url(base, args.a), experiment_url(base, args.b)] if base else []
+    if args.format == "json":
+        print(comparison.to_json_text(result))
+    else:
+        comparison.print_terminal(result)
+        for w in warnings:
+            print(f"warning: {visible_controls(w)}")
+        for label, url in zip(("UI:", "  A:", "  B:"), urls):  # the running server's pages for these experiments
+            print(f"{label} {url}")
+    if args.html:
+        page = comparison.render_html(result)
+        if urls:
+            links = " · ".join(f'<a href="{html.escape(u)}">{html.escape(u)}</a>' for u in urls)
+            page = page.replace("</body>", f"<p>UI: {links}</p></body>", 1)
+        args.html.write_text(page, encoding="utf-8")
+    return 1 if result.gates else 0

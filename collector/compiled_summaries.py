@@ -1,0 +1,243 @@
+"""Per-trace summaries straight from OTLP bytes: compiled for GenAI-semconv spans, Python for the rest.
+
+The reference is the Python path: decode, ``semconv.normalize`` each span, then the scorer's
+``summarize`` over each trace's records. ``_wire.genai_summaries`` (collector/_summaries.c) walks the
+bytes once and gives the same facts' states for traces whose every span it can read exactly: GenAI
+keys it knows (no other dialect marks them) or keys nothing reads, with the value types it reads, no
+events, no scope or value another dialect is recognised by. Every other trace is handed back and
+summarized here by the reference, so ``summaries`` always equals ``reference_summaries``; how many
+spans went each way is counted.
+
+JSON text (tool calls' arguments and results, messages, tool definitions) is read by the reference's
+own functions, called from C once per span carrying it (once per trace for definitions). What the
+compiled path leaves to Python, by trace: events (exceptions, message events), the legacy prompt and
+completion keys, structured (not JSON text) payloads, MCP and every other dialect, case attribution
+(``agentfunnel.*`` keys).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..scoring import SessionScorer
+from ..scoring.dropoff import payment_mentions
+from ..scoring.engine import TraceSummary, from_states
+from ..scoring.evidence import find
+from ..scoring.facts import FACTS
+from ..scoring.facts.activity import Activity
+from ..scoring.facts.answers import Answers
+from ..scoring.facts.base import NOTHING
+from ..scoring.facts.calls import CallFacts, flag_set, reads_as_invalid
+from ..scoring.facts.catalog import Catalog, catalog_of
+from ..scoring.facts.cycles import Starts
+from ..scoring.facts.extent import Extent
+from ..scoring.facts.models import Models
+from ..scoring.facts.refused import Requests, bare_and_named
+from ..scoring.facts.roots import RootFacts, Roots
+from ..scoring.facts.services import Services
+from ..scoring.facts.tokens import Tokens
+from ..scoring.funnel import ServerFacts, split_tool_name
+from ..semconv import SpanRecord
+from ..semconv.attributes import (
+    GEN_AI_AGGREGATED_INPUT_TOKENS,
+    GEN_AI_AGGREGATED_OUTPUT_TOKENS,
+    GEN_AI_COMPLETION,
+    GEN_AI_INPUT_MESSAGES,
+    GEN_AI_OUTPUT_MESSAGES,
+    GEN_AI_PROMPT,
+    GEN_AI_TOOL_CALL_ARGUMENTS,
+    GEN_AI_TOOL_CALL_RESULT,
+    GEN_AI_TOOL_DEFINITIONS,
+    GEN_AI_TOOL_STATUS,
+    GEN_AI_USAGE_COMPLETION_TOKENS,
+    GEN_AI_USAGE_PROMPT_TOKENS,
+    PYDANTIC_TOOL_FAILURE_STAGE,
+    USER_KEYS,
+)
+from ..semconv.dialects import READ_ERRORS, REGISTRY, Dialect
+from ..semconv.dialects.base import (
+    FINISH_REASONS,
+    finish_reason,
+    last_assistant_text,
+    parse_json,
+    step_limit_text,
+    tool_definitions,
+    unknown_tool_name,
+)
+from ..semconv.dialects.otel_genai import (
+    output_finish,
+    requested_tool_names,
+    tool_call_finish,
+)
+from ..semconv.dialects.user_input import first_user_text
+from ..semconv.records import builder
+from .decode import decode_traces_protobuf
+from .held import prepare
+from .wire import _wire
+
+# The facts the compiled path makes states for, in the order it gives them: a new fact (or a renamed
+# one) turns it off until it learns the fact too.
+COMPILED_FACTS = ("activity", "answers", "calls", "catalog", "cost", "cycles", "extent", "models", "user_id",
+                  "case_id", "experiment", "run_id", "agent_name", "workflow_name", "input_message", "refused",
+                  "roots", "servers", "services", "tokens")
+# The attribute keys it reads (collector/_summaries.c ROLE_KEYS); those another dialect is marked by are
+# left out, so their spans' traces go to Python.
+GENAI_KEYS = ("gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.model", "gen_ai.provider.name",
+              "gen_ai.system", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+              "gen_ai.response.finish_reasons", "gen_ai.tool.name", "gen_ai.agent.name", "gen_ai.workflow.name",
+              "error.type", GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT, GEN_AI_INPUT_MESSAGES,
+              GEN_AI_OUTPUT_MESSAGES, GEN_AI_TOOL_DEFINITIONS, "gen_ai.tool.call.id", "gen_ai.response.id", "gen_ai.conversation.id", "gen_ai.agent.id",
+              "gen_ai.agent.description", "gen_ai.tool.description", "gen_ai.tool.type", "gen_ai.request.max_tokens",
+              "gen_ai.request.temperature", "gen_ai.request.top_p", "server.address", "server.port")
+OWN_DIALECT = "otel_genai"
+# Keys normalize or the GenAI dialect reads that the compiled path does not: their spans' traces go to
+# Python (a key in neither list, and marking no other dialect, is read by nothing and passed over).
+PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS,
+               GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS,
+               GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE)
+PYTHON_PREFIXES = (GEN_AI_COMPLETION, GEN_AI_PROMPT, "agentfunnel.")
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What the compiled path reads of the dialect registry: the keys it reads, the keys and prefixes that
+    send a span's trace to Python, the scope names and (key, value) pairs that mark another dialect."""
+
+    keys: tuple[str, ...]
+    user_keys: tuple[str, ...]  # normalize's user keys, in its order, that mark no other dialect
+    deny: tuple[str, ...]
+    deny_prefixes: tuple[str, ...]
+    scopes: frozenset[str]
+    values: tuple[tuple[str, str], ...]
+
+
+def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
+    """The GenAI keys no dialect but the GenAI one is marked by, and what marks the others."""
+    others = [d for d in dialects if d.name != OWN_DIALECT]
+    taken = {k for d in others for k in d.marks.keys if isinstance(k, str)}
+    prefixes = tuple(p for d in others for p in d.marks.prefixes if isinstance(p, str))
+    values = tuple((k, v) for d in others for k, v in d.marks.values)
+    odd_values = {k for k, v in values if not isinstance(k, str) or not isinstance(v, str)}
+    keys = tuple(k for k in GENAI_KEYS if k not in taken and not k.startswith(prefixes) and k not in odd_values)
+    taken |= {k for k in USER_KEYS if k.startswith(prefixes)}  # a user key another dialect is marked by
+    return Marks(keys, tuple(k for k in USER_KEYS if k not in taken), tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
+                 (*PYTHON_PREFIXES, *prefixes), frozenset(s for d in others for s in d.marks.scopes if isinstance(s, str)),
+                 tuple((k, v) for k, v in values if k not in odd_values))
+
+
+def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
+    """The classes and helpers the compiled path makes states with (the order of ``X_*`` in _summaries.c)."""
+    evidence, prices, agents = scorer.settings.evidence, scorer.settings.prices, scorer.settings.agents
+
+    def error_facts(error: str) -> tuple[bool, str | None, bool, bool]:
+        # normalize's reading of an error with no exception event, and the call facts read from it
+        return (bool(step_limit_text(None, error, None)), unknown_tool_name(None, error), reads_as_invalid(error),
+                payment_mentions(error, None, evidence))
+
+    def payload(arguments: str | None, result: str | None, error: str | None) -> tuple[Any, str, frozenset, bool]:
+        # a tool call's JSON text, read as the GenAI dialect and the call facts read it
+        arguments, result = parse_json(arguments), parse_json(result)
+        return (arguments, json.dumps(arguments, sort_keys=True, default=str),
+                NOTHING if error else flag_set(find(result, evidence)), payment_mentions(error, result, evidence))
+
+    def messages(kind: str, input_messages: str | None, output_messages: str | None,
+                 finish: str | None) -> tuple[str | None, Any, tuple[str, ...], Any]:
+        # (finish reason, answer, requested tools, first user text) as the GenAI dialect reads a span with
+        # messages and no legacy keys nor events (those spans go to Python whole)
+        out = parse_json(output_messages)
+        out = out if isinstance(out, list) else None
+        reason = tool_call_finish(out) or finish_reason(finish) or output_finish(out, {})
+        answer: str | None = None
+        asked: tuple[str, ...] = ()
+        if kind == "llm":
+            answer = last_assistant_text(out)
+            if answer == "None" and reason == "tool_call":
+                answer = None
+            asked = requested_tool_names(out)
+        elif kind == "agent":
+            answer = last_assistant_text(out)
+        return reason, answer, asked, first_user_text(input_messages) if input_messages is not None else None
+
+    def offers(pairs: list[tuple[Any, str]]) -> tuple[Catalog, frozenset[str]]:
+        # the catalog and offered names of the spans offering tools, as the catalog and refused facts read them
+        offered = [(key, found) for key, text in pairs if (found := tool_definitions(text))]
+        return catalog_of(offered), bare_and_named(name for _, found in offered for name in found)
+
+    # the per-span states through their slots' descriptors (equal instances, in half the time of __init__)
+    return (Activity, Answers, builder(CallFacts), lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
+            builder(RootFacts), Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],
+            agents if isinstance(agents, Mapping) else dict.fromkeys(agents), NOTHING, flag_set(find(None, evidence)),
+            payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload, messages, offers)
+
+
+@dataclass
+class Summaries:
+    """A body's per-trace summaries, and how many spans each path read."""
+
+    by_trace: dict[str, TraceSummary] = field(default_factory=dict)
+    spans_compiled: int = 0
+    spans_python: int = 0
+    traces_python: int = 0
+    whole_body_reason: str | None = None  # why the compiled path handed the whole body back
+
+
+class CompiledSummaries:
+    """The compiled path for one scorer (its settings and configuration)."""
+
+    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY) -> None:
+        self.scorer = scorer
+        self.marks = registry_marks(dialects)
+        self.available = _wire is not None and tuple(f.name for f in FACTS) == COMPILED_FACTS
+        self._kit = _kit(scorer) if self.available else ()
+
+    def compiled(self, body: bytes) -> tuple[dict[str, tuple[Any, ...]] | None, list[str], int, int, str | None]:
+        """The compiled path alone: (states by trace id or None, trace ids handed back, spans read, spans handed
+        back, why the whole body was handed back)."""
+        m = self.marks
+        found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values, self._kit)
+        if found[0] is None:
+            return None, [], 0, 0, found[1]
+        states, back, read, handed = found
+        return states, back, read, handed, None
+
+    def summaries(self, body: bytes) -> Summaries:
+        """Every trace's summary, compiled where it can be read exactly, else by the reference."""
+        if not self.available:
+            return reference_summaries(body, self.scorer)
+        try:
+            states, back, read, handed, why = self.compiled(body)
+        except READ_ERRORS as exc:  # a reader called from C refused a value: the reference reads the body
+            states, back, read, handed, why = None, [], 0, 0, f"{type(exc).__name__}: {exc}"
+        if states is None:
+            out = reference_summaries(body, self.scorer)
+            out.whole_body_reason = why
+            return out
+        out = Summaries(spans_compiled=read, spans_python=handed, traces_python=len(back))
+        config_hash = self.scorer.config_hash
+        out.by_trace = {tid: from_states(config_hash, s) for tid, s in states.items()}
+        if back:
+            out.by_trace.update(reference_summaries(body, self.scorer, frozenset(back)).by_trace)
+        return out
+
+
+def records_by_trace(body: bytes) -> dict[str, list[SpanRecord]]:
+    """The reference's records of a body, by trace: decoded and normalized as the collector does."""
+    prepared = prepare(decode_traces_protobuf(body))
+    traces: dict[str, list[SpanRecord]] = {}
+    for record in prepared.records:
+        traces.setdefault(record.trace_id, []).append(record)
+    return traces
+
+
+def reference_summaries(body: bytes, scorer: SessionScorer, only: frozenset[str] | None = None) -> Summaries:
+    """The Python path: each trace's records summarized (those in ``only``, when given)."""
+    out = Summaries()
+    for trace_id, records in records_by_trace(body).items():
+        if only is None or trace_id in only:
+            out.by_trace[trace_id] = scorer.summarize(records)
+            out.spans_python += len(records)
+            out.traces_python += 1
+    return out
