@@ -217,7 +217,7 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     tables = (*CASE_RUN_TABLES, "judgments", "judge_labels", "sessions")
     # views of appended rows are counted as they show before the rows beneath any of them go (the stage rows' view
     # reads the case runs' rows), then every row of them goes, older versions too
-    shown = {t: con.execute(f"SELECT count(*) FROM {t} WHERE session_id {_IN}", [ids]).fetchone()[0]
+    shown = {t: con.execute(f"SELECT count(*) FROM {t} WHERE session_id {_IN}", [ids]).fetchall()[0][0]
              for t in tables if t in APPENDED_IN}
     for table in tables:
         if table not in APPENDED_IN:

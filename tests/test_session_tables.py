@@ -209,6 +209,50 @@ def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_before_and_a
     assert con.execute("SELECT version, outcome FROM sessions").fetchall() == [(1, "back")]
 
 
+def _stages(sid: str, **states: str) -> list[dict]:
+    return [{"session_id": sid, "stage": stage, "stage_order": 10 * i, "state": state, "scored": True}
+            for i, (stage, state) in enumerate(states.items(), 1)]
+
+
+def test_a_case_runs_stage_rows_are_appended_and_its_newest_scorings_show_before_and_after_compaction(con):
+    """Stage rows are appended with their run's row, under its row_seq: ``stage_results`` (and the ``case_runs``
+    and ``stage_funnel`` views over it) shows the newest scoring's stages only, even when it has fewer."""
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = scoring.written[0].score.session_id
+    _write(tables, con, scoring, 1, {"case_id": "c", "experiment": "e", "passed": False,
+                                     "stages": _stages(sid, discovery="passed", completion="failed")})
+    _write(tables, con, scoring, 2, {"case_id": "c", "experiment": "e", "passed": True,
+                                     "stages": _stages(sid, discovery="passed", selection="passed")})
+    shown = "SELECT stage, state FROM stage_results ORDER BY stage_order"
+    newest = [("discovery", "passed"), ("selection", "passed")]
+    assert con.execute("SELECT count(*) FROM stage_result_rows").fetchone() == (4,)  # nothing deleted by the job
+    assert con.execute(shown).fetchall() == newest
+    wide = "SELECT passed, discovery, selection, completion FROM case_runs"
+    assert con.execute(wide).fetchall() == [(True, "passed", "passed", None)]
+    funnel = con.execute("SELECT stage, runs, passed FROM stage_funnel ORDER BY stage_index").fetchall()
+    assert funnel == [("discovery", 1, 1), ("selection", 1, 1)]
+
+    assert tables.compact(con) == 8  # two rows each of the session and the run, and four stage rows
+    assert con.execute("SELECT count(*) FROM stage_result_rows").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM stage_result_rows_compacted").fetchone() == (2,)
+    assert con.execute(shown).fetchall() == newest
+    assert con.execute(wide).fetchall() == [(True, "passed", "passed", None)]
+    _write(tables, con, scoring, 3, {"case_id": "c", "experiment": "e", "passed": False,
+                                     "stages": _stages(sid, discovery="failed")})  # over compacted rows
+    assert con.execute(shown).fetchall() == [("discovery", "failed")]
+
+    x = scoring.written[0]  # evaluated without a case run: the run and its stages are removed
+    rows = pass_rows(type(scoring)([ScoredSession(x.session, x.score, 4, Evaluated(None, None, None, None, {}))],
+                                   [], [sid]), NOW)
+    tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+    assert con.execute("SELECT (SELECT count(*) FROM stage_results) + (SELECT count(*) FROM case_runs)"
+                       ).fetchone() == (0,)
+    tables.compact(con)
+    assert con.execute("SELECT (SELECT count(*) FROM stage_result_rows_compacted) + "
+                       "(SELECT count(*) FROM case_run_rows_compacted)").fetchone() == (0,)
+
+
 def test_stored_versions_are_answered_from_memory_and_looked_up_once_forgotten(con):
     forgotten: list[int] = []
     tables = LocalSessionTables(versions_remembered=1, forgotten=forgotten.append)
@@ -235,13 +279,19 @@ def test_the_migration_moves_stored_sessions_and_case_runs_into_their_rows(tmp_p
     migrate(con, before)
     con.execute("INSERT INTO sessions (session_id, version, status, user_id, outcome) VALUES "
                 "('a', 3, 'closed', 'jane', 'purchase_completed'), ('b', 1, 'open', NULL, NULL)")
-    con.execute("INSERT INTO case_runs (session_id, case_id, passed) VALUES ('a', 'c1', true)")
-    columns = [c[:2] for c in con.execute("DESCRIBE sessions").fetchall()]  # names and types
-    run_columns = [c[:2] for c in con.execute("DESCRIBE case_runs").fetchall()]
+    con.execute("INSERT INTO case_run_results (session_id, case_id, passed) VALUES ('a', 'c1', true)")
+    con.execute("INSERT INTO stage_results (session_id, stage, stage_order, state, scored) VALUES "
+                "('a', 'discovery', 10, 'passed', true), ('a', 'completion', 70, 'failed', true)")
+    columns = {t: [c[:2] for c in con.execute(f"DESCRIBE {t}").fetchall()]  # names and types
+               for t in ("sessions", "case_run_results", "stage_results", "case_runs")}
+    stages = con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall()
+    funnel = con.execute("SELECT * FROM stage_funnel ORDER BY stage_index").fetchall()
     outcome_mix = con.execute("SELECT * FROM outcome_mix ORDER BY ALL").fetchall()
     assert migrate(con) == ["0017_append_only_sessions"]
-    assert [c[:2] for c in con.execute("DESCRIBE sessions").fetchall()] == columns  # the same, in the same order
-    assert [c[:2] for c in con.execute("DESCRIBE case_runs").fetchall()] == run_columns
+    for table, before_columns in columns.items():  # the same, in the same order
+        assert [c[:2] for c in con.execute(f"DESCRIBE {table}").fetchall()] == before_columns, table
+    assert con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall() == stages
+    assert con.execute("SELECT * FROM stage_funnel ORDER BY stage_index").fetchall() == funnel
     assert con.execute("SELECT session_id, version, status, user_id FROM sessions ORDER BY 1").fetchall() == [
         ("a", 3, "closed", "jane"), ("b", 1, "open", None)]
     assert con.execute("SELECT session_id, case_id, passed FROM case_runs").fetchall() == [("a", "c1", True)]

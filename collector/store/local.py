@@ -189,7 +189,7 @@ class LocalSessionTables:
         last = self._seq.get(id(con))
         if last is None:
             last = con.execute("SELECT greatest((SELECT coalesce(max(row_seq), 0) FROM session_rows), "
-                               "(SELECT coalesce(max(row_seq), 0) FROM case_run_rows))").fetchone()[0]
+                               "(SELECT coalesce(max(row_seq), 0) FROM case_run_rows))").fetchall()[0][0]
         self._seq[id(con)] = last + 1
         return last + 1
 
@@ -223,15 +223,15 @@ class LocalSessionTables:
         replaces its compacted one, a run's stage rows theirs; a removed session's go) and empty them: the views
         read the same. Returns how many appended rows were folded."""
         folded = 0
-        if con.execute("SELECT count(*) FROM case_run_rows").fetchone()[0]:
+        if con.execute("SELECT count(*) FROM case_run_rows").fetchall()[0][0]:
             # first the stage rows: which are a run's newest is read from case_run_rows, folded below
-            folded += con.execute("SELECT count(*) FROM stage_result_rows").fetchone()[0]
+            folded += con.execute("SELECT count(*) FROM stage_result_rows").fetchall()[0][0]
             con.execute("DELETE FROM stage_result_rows_compacted WHERE session_id IN "
                         "(SELECT session_id FROM case_run_rows)")
             con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME {NEWEST_STAGE_ROWS}")
             con.execute("DELETE FROM stage_result_rows")
         for rows in ("session_rows", "case_run_rows"):
-            n = con.execute(f"SELECT count(*) FROM {rows}").fetchone()[0]
+            n = con.execute(f"SELECT count(*) FROM {rows}").fetchall()[0][0]
             if not n:
                 continue
             con.execute(f"DELETE FROM {rows}_compacted WHERE session_id IN (SELECT session_id FROM {rows})")
