@@ -71,7 +71,7 @@ def by_step_sql(where: str) -> str:
 
 def by_reason_sql(where: str) -> str:
     return (_joined(where) + f"SELECT variant, drop_reason, {_COUNTS} FROM j WHERE drop_reason IS NOT NULL "
-            "GROUP BY ALL ORDER BY unhappy_on_success + happy_on_failure DESC, sessions DESC")
+            "GROUP BY ALL ORDER BY unhappy_on_success + happy_on_failure DESC, sessions DESC, variant, drop_reason")
 
 
 def disagreements_sql(where: str) -> str:
