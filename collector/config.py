@@ -268,7 +268,7 @@ class SessionSettings(_Model):
     compact_every_seconds: float = Field(
         10.0, gt=0, description="How often the session and case-run rows appended since (session writes are appends) "
         "are folded into one row per session (a job of its own on the store's writer, counted in "
-        "session_rows_compacted); the sessions and case_runs views read the same either way, faster with fewer "
+        "session_rows_compacted); the sessions, case_run_results and stage_results views read the same either way, faster with fewer "
         "rows appended.")
     max_versions_remembered: int = Field(
         100_000, gt=0, description="Sessions whose stored version is kept in memory, so scoring one again needs no "

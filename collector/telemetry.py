@@ -90,7 +90,7 @@ DESCRIPTIONS = {
                                 "commit): kept, and assembled again once writes succeed (sessions.assembly_retry_seconds).",
     "traces_reopened_before_assembly": "Traces that received spans after their assembly was picked and before it "
                                        "ran: assembled with them, their sessions left open, closed when they go idle again.",
-    "session_rows_compacted": "Appended session and case-run rows folded into one row per session "
+    "session_rows_compacted": "Appended session, case-run and stage rows folded into one row per session (stage) "
                               "(sessions.compact_every_seconds); the views read the same.",
     "session_versions_forgotten": "Sessions whose stored version was dropped from memory "
                                   "(sessions.max_versions_remembered); looked up in the store when scored again.",
