@@ -306,15 +306,21 @@ def test_deleting_a_user_removes_every_version_of_their_sessions(con):
     ``session_rows``: deletion finds the session by any of its versions and removes them all."""
     tables = LocalSessionTables()
     _, scoring = _scored()
-    sid = _write(tables, con, scoring, 1, user_id="jane", final_answer="jane's address is 1 Main St")
+    sid = scoring.written[0].score.session_id
+    _write(tables, con, scoring, 1, {"case_id": "c", "stages": _stages(sid, discovery="failed")},
+           user_id="jane", final_answer="jane's address is 1 Main St")
     tables.compact(con)
     _write(tables, con, scoring, 2, user_id=None)
-    _write(tables, con, scoring, 3, user_id="jane", final_answer="jane's address is 1 Main St")
+    _write(tables, con, scoring, 3, {"case_id": "c", "stages": _stages(sid, discovery="passed", completion="passed")},
+           user_id="jane", final_answer="jane's address is 1 Main St")
     _write(tables, con, scoring, 4, user_id=None)  # compacted, and appended twice since, the newest not naming her
     assert con.execute("SELECT count(*) FROM sessions WHERE user_id = 'jane'").fetchone() == (0,)
     done = delete_rows(con, ["jane"], [])
     assert done.sessions == [sid]
-    assert done.removed["sessions"] == 1  # as the view counted them
+    # as the views counted them: the newest run's two stages, counted before the run's rows went
+    assert (done.removed["sessions"], done.removed["case_run_results"], done.removed["stage_results"]) == (1, 1, 2)
+    for table in ("case_run_rows", "case_run_rows_compacted", "stage_result_rows", "stage_result_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
     for table in ("session_rows", "session_rows_compacted"):
         assert con.execute(f"SELECT count(*) FROM {table} WHERE session_id = ? OR user_id = 'jane' "
                            "OR final_answer LIKE '%Main St%'", [sid]).fetchone() == (0,)
