@@ -15,7 +15,7 @@ import pytest
 from agentfunnel.collector.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.evaluation import case_run_row, judgment_row
-from agentfunnel.collector.retention import delete_rows
+from agentfunnel.collector.retention import OLDER_THAN, delete_rows, prune_chunk
 from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_step_rows, funnel_step_rows,
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
@@ -324,3 +324,21 @@ def test_deleting_a_user_removes_every_version_of_their_sessions(con):
     for table in ("session_rows", "session_rows_compacted"):
         assert con.execute(f"SELECT count(*) FROM {table} WHERE session_id = ? OR user_id = 'jane' "
                            "OR final_answer LIKE '%Main St%'", [sid]).fetchone() == (0,)
+
+
+def test_pruning_an_old_session_removes_every_row_of_its_case_run_and_stages(con):
+    """The time-to-live goes through the views (what they show old) and removes the rows beneath, every version."""
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = scoring.written[0].score.session_id
+    old = datetime(2020, 1, 1)
+    _write(tables, con, scoring, 1, {"case_id": "c", "stages": _stages(sid, discovery="failed")}, last_seen=old)
+    tables.compact(con)
+    _write(tables, con, scoring, 2, {"case_id": "c", "stages": _stages(sid, discovery="passed", completion="passed")},
+           last_seen=old)
+    pruned = {t: prune_chunk(con, t, datetime(2021, 1, 1), 100) for t in OLDER_THAN
+              if t in ("stage_results", "case_run_results", "sessions")}
+    assert pruned == {"stage_results": 2, "case_run_results": 1, "sessions": 1}  # as the views showed them
+    for table in ("case_run_rows", "case_run_rows_compacted", "stage_result_rows", "stage_result_rows_compacted",
+                  "session_rows", "session_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
