@@ -228,15 +228,17 @@ class LocalSessionTables:
             folded += con.execute("SELECT count(*) FROM stage_result_rows").fetchall()[0][0]
             con.execute("DELETE FROM stage_result_rows_compacted WHERE session_id IN "
                         "(SELECT session_id FROM case_run_rows)")
-            con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME {NEWEST_STAGE_ROWS}")
+            con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME {NEWEST_STAGE_ROWS} ORDER BY s.row_seq, s.stage_order")
             con.execute("DELETE FROM stage_result_rows")
         for rows in ("session_rows", "case_run_rows"):
             n = con.execute(f"SELECT count(*) FROM {rows}").fetchall()[0][0]
             if not n:
                 continue
             con.execute(f"DELETE FROM {rows}_compacted WHERE session_id IN (SELECT session_id FROM {rows})")
+            # in the order they were written, as a table rewritten in place would hold them: the views read the
+            # same rows in the same order whenever compaction ran (a float sum over them is the same to the bit)
             con.execute(f"INSERT INTO {rows}_compacted BY NAME SELECT * EXCLUDE (row_seq, removed) FROM "
-                        f"(SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE")
+                        f"(SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE ORDER BY row_seq")
             con.execute(f"DELETE FROM {rows}")
             folded += n
         return folded
