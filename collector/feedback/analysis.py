@@ -66,7 +66,7 @@ def summary_sql(where: str) -> str:
 
 
 def by_step_sql(where: str) -> str:
-    return _joined(where) + f"SELECT variant, last_step, {_COUNTS} FROM j GROUP BY ALL ORDER BY variant, sessions DESC"
+    return _joined(where) + f"SELECT variant, last_step, {_COUNTS} FROM j GROUP BY ALL ORDER BY variant, sessions DESC, last_step"
 
 
 def by_reason_sql(where: str) -> str:
