@@ -46,7 +46,7 @@ def main() -> None:
                    CASE WHEN i % 1000 = 0 THEN ['s-' || (i // 2), 's-shared-' || i] ELSE ['s-' || (i // 2)] END,
                    TIMESTAMP '2026-12-01', 'v' || (i % 7), ['openai'], []::VARCHAR[]
             FROM range(?) t(i)""", [args.traces])
-        con.execute("INSERT INTO sessions (session_id) SELECT 's-' || i FROM range(? // 2) t(i)", [args.traces])
+        con.execute("INSERT INTO session_rows (session_id) SELECT 's-' || i FROM range(? // 2) t(i)", [args.traces])
         con.execute("INSERT INTO tool_calls (trace_id, span_id, session_id) SELECT 'trace-' || (i // 4), 'span-' || i, "
                     "'s-' || (i // 8) FROM range(? * 4) t(i)", [args.traces])
         con.execute("CHECKPOINT")

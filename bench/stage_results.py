@@ -3,7 +3,9 @@
 ``--runs`` case runs written as the wide ``case_runs`` table had them (migrations up to 0015), the
 same queries timed, migration 0016 applied (the rows move to ``stage_results``) and the queries timed
 again: the stage funnel, one run's row (``case_runs``, now a view; and its stages read directly, as
-the UI does) and the failure shapes. Prints the best of ``--repeat`` runs of each.
+the UI does) and the failure shapes. Then migration 0017 (``case_run_results`` and ``stage_results``
+become views over appended and compacted rows, the rows compacted) and the same queries once more.
+Prints the best of ``--repeat`` runs of each.
 
     python bench/stage_results.py [--runs 50000] [--repeat 5]
 """
@@ -56,16 +58,23 @@ def main() -> None:
     con.execute(WIDE_ROWS, [args.runs])
     before = {name: best_ms(con, sql, p, args.repeat) for name, (sql, p) in QUERIES.items()}
     start = time.perf_counter()
-    migrate(con)
+    migrate(con, [m for m in MIGRATIONS if m[0] < "0017"])
     moved = (time.perf_counter() - start) * 1000
-    after = {name: best_ms(con, sql, p, args.repeat) for name, (sql, p) in QUERIES.items()}
-    after["one run's stage rows"] = best_ms(con, "SELECT * FROM stage_results WHERE session_id = ?", ["s777"],
-                                            args.repeat)
+    stage_rows = ("one run's stage rows", "SELECT * FROM stage_results WHERE session_id = ?", ["s777"])
+    after = {name: best_ms(con, sql, p, args.repeat) for name, sql, p in
+             [*((n, sql, p) for n, (sql, p) in QUERIES.items()), stage_rows]}
     print(f"{args.runs} case runs; migration 0016 took {moved:.0f} ms")
     for name, ms in after.items():
         was = f"{before[name]:.1f} ms -> " if name in before else ""
         print(f"  {name}: {was}{ms:.1f} ms")
-
+    start = time.perf_counter()
+    migrate(con)
+    moved = (time.perf_counter() - start) * 1000
+    appended = {name: best_ms(con, sql, p, args.repeat) for name, sql, p in
+                [*((n, sql, p) for n, (sql, p) in QUERIES.items()), stage_rows]}
+    print(f"migration 0017 (appended rows' views) took {moved:.0f} ms")
+    for name, ms in appended.items():
+        print(f"  {name}: {after[name]:.1f} ms -> {ms:.1f} ms")
 
 if __name__ == "__main__":
     main()

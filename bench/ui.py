@@ -33,6 +33,7 @@ EXPERIMENTS, CASES, RUNS = 20, 50, 20  # 20,000 case runs
 START = dt.datetime(2025, 1, 1)
 SECONDS_APART = 30  # one session every 30 s: 1M sessions cover about a year
 
+STAGES = ("discovery", "selection", "tool_resolution", "invocation", "execution", "result_usability", "completion")
 SHOP_TOOLS = ["search_products", "get_product_details", "add_to_cart", "create_checkout", "complete_checkout"]
 
 
@@ -54,7 +55,7 @@ def build(db: Path, sessions: int) -> None:
     runs = EXPERIMENTS * CASES * RUNS
     # sessions: the last `runs` of them are case runs; depth 0..4 decides the steps reached and the outcome
     con.execute(f"""
-    INSERT INTO sessions BY NAME
+    INSERT INTO session_rows BY NAME
     WITH base AS (
         SELECT i, hash(i) AS h, (hash(i) % 10)::INT AS v, (hash(i * 7) % 5)::INT AS depth,
                TIMESTAMP '{START}' + to_seconds(i * {SECONDS_APART}) AS t0,
@@ -97,7 +98,7 @@ def build(db: Path, sessions: int) -> None:
            'abc123' AS config_hash, t0 + INTERVAL 5 MINUTE AS updated_at
     FROM base""")
     con.execute(f"""
-    INSERT INTO case_runs BY NAME
+    CREATE TEMP TABLE wide_runs AS
     SELECT session_id, case_id, experiment, run_id, true AS fit, false AS probe, false AS controlled_exposure,
            'passed' AS discovery, '{{}}' AS discovery_evidence, 'passed' AS selection, '{{}}' AS selection_evidence,
            CASE WHEN failure_class = 'invalid_tool_call' THEN 'failed' ELSE 'passed' END AS tool_resolution,
@@ -115,6 +116,14 @@ def build(db: Path, sessions: int) -> None:
                 WHEN 'cap_hit' THEN 'execution' WHEN 'wrong_output' THEN 'result_usability' END AS first_failed_stage,
            passed, failure_class, [] AS failed_assertions, 'x' AS case_sha256, updated_at
     FROM sessions WHERE case_id IS NOT NULL""")  # noqa: F541 -- no placeholders; its braces are written doubled
+    # stored as case runs are: the run's own row, and a row per stage (stored compacted, as after a compaction)
+    stage_columns = ", ".join(f"{s}, {s}_evidence" for s in STAGES)
+    con.execute(f"INSERT INTO case_run_rows_compacted BY NAME SELECT * EXCLUDE ({stage_columns}) FROM wide_runs")
+    for i, stage in enumerate(STAGES, 1):
+        con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME SELECT session_id, '{stage}' AS stage, "
+                    f"{10 * i} AS stage_order, {stage} AS state, {stage}_evidence::JSON AS evidence, true AS scored, "
+                    "updated_at FROM wide_runs")
+    con.execute("DROP TABLE wide_runs")
     con.execute(f"""
     INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at)
     SELECT printf('%032x', i), TIMESTAMP '{START}' + to_seconds(i * {SECONDS_APART}), {SPANS_PER_SESSION},

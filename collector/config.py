@@ -265,6 +265,15 @@ class SessionSettings(_Model):
         None, ge=0, description="The longest an idle trace waits for min_traces_per_job others; unset: 0 on a file of "
         "its own (a trace is assembled as soon as it is idle), store.lake.ship_interval_seconds on a lake (what a "
         "replica writes reaches the lake only as often as it ships).")
+    compact_every_seconds: float = Field(
+        10.0, gt=0, description="How often the session and case-run rows appended since (session writes are appends) "
+        "are folded into one row per session (a job of its own on the store's writer, counted in "
+        "session_rows_compacted); the sessions, case_run_results and stage_results views read the same either way, faster with fewer "
+        "rows appended.")
+    max_versions_remembered: int = Field(
+        100_000, gt=0, description="Sessions whose stored version is kept in memory, so scoring one again needs no "
+        "lookup; while the store holds no more sessions than this, a session not remembered has no row. Beyond it the "
+        "least recently written are forgotten (session_versions_forgotten) and looked up when scored again.")
     open_refresh_seconds: float = Field(
         5.0, ge=0, description="How often sessions still open are (re)written with what is known so far; 0 = never."
     )

@@ -36,7 +36,7 @@ import duckdb
 
 from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
 from .config import DERIVED_TABLES, RAW_TABLES, Settings
-from .store.rows import CASE_RUN_TABLES
+from .store.rows import APPENDED_IN, CASE_RUN_TABLES
 from .privacy import Redactor
 from .telemetry import Metrics
 
@@ -103,8 +103,15 @@ def prune_chunk(con: duckdb.DuckDBPyConnection, table: str, cutoff: dt.datetime,
                 max_future_seconds: float = 86400.0) -> int:
     """Remove at most ``limit`` rows of ``table`` older than ``cutoff``; how many were removed."""
     where = OLDER_THAN[table].format(future=f"to_microseconds({int(max_future_seconds * 1e6)})")
+    params = [cutoff] * where.count("?")
+    if table in APPENDED_IN:  # a view of appended rows: every row of the sessions it shows old, counted as it shows
+        shown = [r[0] for r in con.execute(f"SELECT session_id FROM {table} WHERE {where} LIMIT {int(limit)}",
+                                           params).fetchall()]
+        for stored in APPENDED_IN[table]:
+            con.execute(f"DELETE FROM {stored} WHERE session_id {_IN}", [sorted(set(shown))])
+        return len(shown)
     rows = con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} "
-                       f"LIMIT {int(limit)})", [cutoff] * where.count("?")).fetchall()
+                       f"LIMIT {int(limit)})", params).fetchall()
     return int(rows[0][0]) if rows else 0
 
 
@@ -153,7 +160,9 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     """Remove every row of these users and sessions (one transaction: the caller's job)."""
     users, wanted = sorted(set(users)), set(sessions)
     if users:
-        wanted |= {r[0] for r in con.execute(f"SELECT session_id FROM sessions WHERE user_id {_IN}", [users]).fetchall()}
+        # every version of a session: one that named the user before a re-score changed its user is theirs too
+        wanted |= {r[0] for stored in APPENDED_IN["sessions"] for r in con.execute(
+            f"SELECT DISTINCT session_id FROM {stored} WHERE user_id {_IN}", [users]).fetchall()}
     ids = sorted(wanted)
     traces: set[str] = set()
     shared: set[str] = set()
@@ -164,8 +173,8 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
                                      [ids]).fetchall():
             traces.add(tid)
             shared.update(s for s in sids or () if s not in wanted)
-        traces |= {r[0] for r in con.execute(f"SELECT unnest(trace_ids) FROM sessions WHERE session_id {_IN}",
-                                             [ids]).fetchall()}
+        traces |= {r[0] for stored in APPENDED_IN["sessions"] for r in con.execute(
+            f"SELECT unnest(trace_ids) FROM {stored} WHERE session_id {_IN}", [ids]).fetchall()}
         traces |= {r[0] for r in con.execute(f"SELECT DISTINCT trace_id FROM spans WHERE session_id {_IN}",
                                              [ids]).fetchall()}
     # spans not assembled yet: found by the attributes that name their user or session
@@ -205,8 +214,18 @@ def delete_rows(con: duckdb.DuckDBPyConnection, users: Collection[str], sessions
     delete("feedback", f"user_id {_IN} OR session_id {_IN} OR trace_id {_IN}", [users, ids, tids])
     delete("tool_calls", f"trace_id {_IN} OR session_id {_IN}", [tids, ids])
     delete("trace_index", f"trace_id {_IN}", [tids])
-    for table in (*CASE_RUN_TABLES, "judgments", "judge_labels", "sessions"):
-        delete(table, f"session_id {_IN}", [ids])
+    tables = (*CASE_RUN_TABLES, "judgments", "judge_labels", "sessions")
+    # views of appended rows are counted as they show before the rows beneath any of them go (the stage rows' view
+    # reads the case runs' rows), then every row of them goes, older versions too
+    shown = {t: con.execute(f"SELECT count(*) FROM {t} WHERE session_id {_IN}", [ids]).fetchall()[0][0]
+             for t in tables if t in APPENDED_IN}
+    for table in tables:
+        if table not in APPENDED_IN:
+            delete(table, f"session_id {_IN}", [ids])
+            continue
+        removed[table] = shown[table]
+        for rows in APPENDED_IN[table]:
+            con.execute(f"DELETE FROM {rows} WHERE session_id {_IN}", [ids])
     return Deletion(removed, ids, tids, sorted(shared))
 
 

@@ -268,7 +268,7 @@ class SessionService:
             written.extend(self._score_in(con, ids, assembled, extra))
             return assembled
 
-        fut = self.store.submit_job(job, work="sessions")
+        fut = self._write_job(job)
         # committed: the next turn of these sessions is scored from them, not read back, and a trace a preview
         # showed closes as shown if nothing arrives for it meanwhile (callbacks run on the writer thread as the
         # job ends, before it starts the next one)
@@ -286,8 +286,21 @@ class SessionService:
         """Re-score these sessions from what is stored, without re-assembling their traces."""
         written: list[ScoredSession] = []
         ids = set(session_ids)
-        job = self.store.submit_job(lambda con: written.extend(self._score_in(con, ids)), work="sessions")
+        job = self._write_job(lambda con: written.extend(self._score_in(con, ids)))
         return self._notify(job, written)
+
+    def _write_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], work: str = "sessions") -> Future:
+        """A job that writes session rows; rolled back, what the tables remember of its writes is forgotten."""
+        fut = self.store.submit_job(job, work=work)
+        fut.add_done_callback(lambda f: self.tables.rolled_back() if f.exception() is not None else None)
+        return fut
+
+    def compact(self) -> Future:
+        """Remove the session rows newer versions supersede (a job of its own), counted in session_rows_compacted."""
+        fut = self.store.submit_job(self.tables.compact, work="sessions")
+        fut.add_done_callback(lambda f: self.metrics.inc("session_rows_compacted", f.result())
+                              if f.exception() is None and f.result() else None)
+        return fut
 
     def _count_failures(self, failed: list[FailedSession]) -> None:
         """Count every failed session; log each one once, with its exception (a re-score only counts it)."""
@@ -332,7 +345,7 @@ class SessionService:
                 written.extend(self._score_in(con, ids))
             return len(written)
 
-        return self._notify(self.store.submit_job(job, work="follow"), written)
+        return self._notify(self._write_job(job, work="follow"), written)
 
     def _assemble(self, traces: dict[str, datetime], follow: bool = False, keep: bool = True) -> Future:
         """``follow``: the first job also follows the other writers (see ``_job``). ``keep``: the future's result
@@ -535,6 +548,7 @@ class SessionService:
         loop = asyncio.get_running_loop()
         next_preview = loop.time() + self.settings.open_refresh_seconds
         next_poll = loop.time()
+        next_compaction = loop.time() + self.settings.compact_every_seconds
         poll_interval = self.tables.placement.poll_interval_seconds
         while True:
             await asyncio.sleep(min(self.settings.check_interval_seconds, poll_interval or float("inf")))
@@ -561,6 +575,9 @@ class SessionService:
                     fut = self.preview_open()
                     if fut is not None:
                         futures.append(fut)
+            if loop.time() >= next_compaction:
+                next_compaction = loop.time() + self.settings.compact_every_seconds
+                futures.append(self.compact())
             for fut in futures:
                 try:
                     await asyncio.wrap_future(fut)

@@ -90,6 +90,10 @@ DESCRIPTIONS = {
                                 "commit): kept, and assembled again once writes succeed (sessions.assembly_retry_seconds).",
     "traces_reopened_before_assembly": "Traces that received spans after their assembly was picked and before it "
                                        "ran: assembled with them, their sessions left open, closed when they go idle again.",
+    "session_rows_compacted": "Appended session, case-run and stage rows folded into one row per session (stage) "
+                              "(sessions.compact_every_seconds); the views read the same.",
+    "session_versions_forgotten": "Sessions whose stored version was dropped from memory "
+                                  "(sessions.max_versions_remembered); looked up in the store when scored again.",
     "sessions_revisited_on_start": "Sessions stored open, with every trace assembled, that a start re-scored (left "
                                    "open by a stop before their closing assembly).",
     "redactions": "Values redacted before storage, by detector or rule (email, payment_card, ..., pattern:<name>, "

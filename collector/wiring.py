@@ -52,8 +52,11 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
     """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
     store = store or Store(settings.store, metrics, max_queue_bytes=settings.receivers.max_bytes_in_flight,
                            max_future_seconds=settings.retention.max_future_seconds)
-    tables: SessionTables = (LocalSessionTables() if settings.store.lake is None
-                              else LakeSessionTables(settings.store.lake))
+    remembered = settings.sessions.max_versions_remembered
+    forgotten = lambda n: metrics.inc("session_versions_forgotten", n)  # noqa: E731
+    tables: SessionTables = (LocalSessionTables(versions_remembered=remembered, forgotten=forgotten)
+                             if settings.store.lake is None
+                             else LakeSessionTables(settings.store.lake, remembered, forgotten))
     sessions: SessionService | None = None
 
     def rescore(session_ids: list[str]) -> object:

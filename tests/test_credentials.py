@@ -148,7 +148,7 @@ def _ui_db(path: Path, sessions: list[str], big: str | None = None, big_spans: i
     t0 = dt.datetime(2025, 5, 1, 9, 0)
     for i, sid in enumerate(sessions):
         trace = f"t{i}"
-        con.execute("INSERT INTO sessions (session_id, status, first_seen, last_seen, trace_ids, variant, updated_at)"
+        con.execute("INSERT INTO session_rows (session_id, status, first_seen, last_seen, trace_ids, variant, updated_at)"
                     " VALUES (?, 'closed', ?, ?, [?], 'generic', ?)", [sid, t0, t0, trace, t0 + dt.timedelta(minutes=1)])
         con.execute("INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at)"
                     " VALUES (?, ?, 1, [?], ?)", [trace, t0, sid, t0])

@@ -367,7 +367,7 @@ def test_delete_rows_takes_the_log_records_and_metric_points_that_name_the_user_
               ("p3", '{"gen_ai.conversation.id": "conv-carol"}', "{}"), ("p4", '{"user.id": "dave"}', "{}"),
               ("p5", "{}", "{}")]
     con.executemany("INSERT INTO metrics (point_id, attributes, resource_attributes) VALUES (?, ?, ?)", points)
-    con.execute("INSERT INTO sessions (session_id, user_id) VALUES ('conv-carol', 'carol'), ('conv-dave', 'dave')")
+    con.execute("INSERT INTO session_rows (session_id, user_id) VALUES ('conv-carol', 'carol'), ('conv-dave', 'dave')")
     con.execute("INSERT INTO judge_labels (session_id, note) VALUES ('conv-carol', 'x'), ('conv-dave', 'y')")
     done = delete_rows(con, ["carol"], [])
     assert done.sessions == ["conv-carol"]

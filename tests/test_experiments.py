@@ -19,7 +19,7 @@ def _db_with_runs(path, runs):
     """runs: (experiment, case_id, passed, cost_usd, duration_ms, failure_class)."""
     con = connect(path)
     migrate(con)
-    con.executemany("INSERT INTO sessions (session_id, experiment, case_id, passed, cost_usd, duration_ms, "
+    con.executemany("INSERT INTO session_rows (session_id, experiment, case_id, passed, cost_usd, duration_ms, "
                     "failure_class, tool_call_count) VALUES (?, ?, ?, ?, ?, ?, ?, 3)",
                     [(f"s{i}", *r) for i, r in enumerate(runs)])
     con.close()

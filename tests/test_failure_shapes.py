@@ -148,8 +148,8 @@ def _db(rows: list[dict]) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     migrate(con)
     runs, stage_rows = case_run_tables(rows)
-    insert_rows(con, "case_run_results", runs)
-    insert_rows(con, "stage_results", stage_rows)
+    insert_rows(con, "case_run_rows_compacted", runs)
+    insert_rows(con, "stage_result_rows_compacted", stage_rows)
     return con
 
 

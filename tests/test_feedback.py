@@ -119,7 +119,7 @@ def test_span_events_and_log_records_named_as_user_feedback_are_found_and_judge_
 
 def _session(con, sid: str, reads_as: str, outcome: str, steps: list[str], drop: str | None, traces: list[str],
              judge: float | None = None) -> None:
-    con.execute("INSERT INTO sessions (session_id, status, variant, steps, outcome, outcome_reads_as, drop_reason, "
+    con.execute("INSERT INTO session_rows (session_id, status, variant, steps, outcome, outcome_reads_as, drop_reason, "
                 "trace_ids, judge_score) VALUES (?, 'closed', 'shopping', ?, ?, ?, ?, ?, ?)",
                 [sid, steps, outcome, reads_as, drop, traces, judge])
     for t in traces:
@@ -291,7 +291,7 @@ def test_delete_user_and_retention_remove_feedback_like_other_user_data():
     con = duckdb.connect()
     migrate(con)
     _session(con, "conv-a", "pass", "checkout_reached", ["checkout"], None, ["0a" * 16])
-    con.execute("UPDATE sessions SET user_id = 'jane'")
+    con.execute("UPDATE session_rows SET user_id = 'jane'")
     items = [_item({"session_id": "conv-a", "thumbs": "up", "time": "2026-01-01T00:00:00"}),  # her session's
              _item({"trace_id": "0a" * 16, "thumbs": "up", "time": "2026-01-02T00:00:00"}),  # her trace's
              _item({"session_id": "conv-z", "user_id": "jane", "thumbs": "up", "time": "2026-01-03T00:00:00"}),  # hers

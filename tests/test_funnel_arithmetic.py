@@ -463,7 +463,7 @@ def test_the_view_and_the_report_sql_follow_the_rule_on_random_sessions():
         variant = rng.choice(list(BUILTIN_VARIANTS))
         steps = [s for s in BUILTIN_VARIANTS[variant] if rng.random() < 0.5]
         made.setdefault(variant, []).append(steps)
-        con.execute("INSERT INTO sessions (session_id, variant, steps, agent_name) VALUES (?, ?, ?, ?)",
+        con.execute("INSERT INTO session_rows (session_id, variant, steps, agent_name) VALUES (?, ?, ?, ?)",
                     [f"s{n}", variant, steps, "odd" if n % 2 else "even"])
     view = con.execute("SELECT variant, step, sessions, skipped, conversion_from_previous FROM funnel_conversion "
                        "ORDER BY variant, step_index").fetchall()

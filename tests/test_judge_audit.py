@@ -92,11 +92,11 @@ def _judged_db(path, agent_model="claude-3-haiku"):
     for i in range(N_RUNS):
         sid, passed = f"run-{i:02d}", i % 2 == 0
         answer = "=HYPERLINK(\"http://evil.example\")" if i == 1 else f"answer {i}"
-        con.execute("INSERT INTO sessions (session_id, experiment, case_id, passed, judge_status, model, final_answer, "
+        con.execute("INSERT INTO session_rows (session_id, experiment, case_id, passed, judge_status, model, final_answer, "
                     "input, failure_class) VALUES (?, 'exp', 'c', ?, ?, ?, ?, 'the task', ?)",
                     [sid, passed, "complete" if passed else "incomplete", agent_model, answer,
                      None if passed else "wrong_output"])
-        con.execute("INSERT INTO case_run_results (session_id, case_id, experiment, passed, first_failed_stage) "
+        con.execute("INSERT INTO case_run_rows_compacted (session_id, case_id, experiment, passed, first_failed_stage) "
                     "VALUES (?, 'c', 'exp', ?, ?)", [sid, passed, None if passed else "completion"])
         criteria = [{"criterion": C1, "status": "satisfied" if passed else "missing", "evidence": "1.10"},
                     {"criterion": C2, "status": "missing" if i % 3 == 0 else "satisfied", "evidence": "date"}]

@@ -114,6 +114,10 @@ def test_readers_views_cover_every_table_and_view() -> None:
                  "funnel_conversion", "outcome_mix", "stage_funnel", "experiment_summary"):
         assert f"VIEW lake.main.{name} AS" in text or f"VIEW {name} AS" in text, name
     assert "lake.r1.spans" in text and "lake_progress" not in text
+    # the views of appended rows read the compacted rows replicas ship, before the views over them are made
+    for view, compacted in (("case_run_results", "case_run_rows_compacted"),
+                            ("stage_results", "stage_result_rows_compacted")):
+        assert text.index(f"VIEW {view} AS SELECT * FROM {compacted}") < text.index("VIEW case_runs AS")
     # a later migration's CREATE OR REPLACE wins over the first definition, as in a local file
     last = text[text.rindex("VIEW stage_funnel AS"):]
     assert "criterion_results AS" in text and last.startswith("VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL)")
@@ -223,6 +227,28 @@ def test_sessions_are_replaced_by_id_and_dropped_ones_deleted(tmp_path: Path) ->
     con.execute("COMMIT")
     shipped = shipper.ship(con, None)
     assert shipped is not None and shipped.rows == {"judgments": 1, "funnel_steps": 1}
+
+
+def test_a_case_runs_newest_row_and_stages_ship_as_the_lakes_compacted_rows(tmp_path: Path) -> None:
+    """The file appends a run's rows; the lake gets what its views show, a re-scoring's fewer stages replacing."""
+    con, tables = _replica_file(tmp_path), _tables()
+    shipper = Shipper("lake.r0", Metrics())
+
+    def score(version: int, stages: list[str]) -> None:
+        run = {"session_id": "s1", "case_id": "c", "passed": version > 1, "updated_at": T0 + timedelta(seconds=version),
+               "stages": [{"session_id": "s1", "stage": s, "stage_order": 10 * i, "state": "passed", "scored": True}
+                          for i, s in enumerate(stages, 1)]}
+        con.execute("BEGIN TRANSACTION")
+        tables.replace_sessions(con, ["s1"], [{"session_id": "s1", "version": version}], [], [run], ["s1"],
+                                stored=["s1"] if version > 1 else [])
+        con.execute("COMMIT")
+        shipper.ship(con, None)
+
+    score(1, ["discovery", "completion"])
+    score(2, ["discovery"])
+    assert _lake(con, "SELECT session_id, passed FROM lake.r0.case_run_rows_compacted") == [("s1", True)]
+    assert _lake(con, "SELECT stage FROM lake.r0.stage_result_rows_compacted") == [("discovery",)]
+    assert _lake(con, "SELECT count(*) FROM lake.r0.case_run_rows") == [(0,)]  # nothing appended in the lake
 
 
 class _Killed(Exception):

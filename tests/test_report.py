@@ -84,7 +84,7 @@ def build_db(path: Path) -> Path:
             model = HOSTILE_MODEL if i == 37 else "claude-sonnet-4-5" if i % 2 else "gpt-4.1"
             rate = 1.0 if outcome == "purchase_completed" else len(steps) / (3 if variant == "generic" else 4)
             con.execute(
-                "INSERT INTO sessions (session_id, status, first_seen, last_seen, variant, steps, completion_rate,"
+                "INSERT INTO session_rows (session_id, status, first_seen, last_seen, variant, steps, completion_rate,"
                 " outcome, outcome_reads_as, drop_reason, drop_step, drop_fix, agent_name, model)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [sid, "open" if i % 13 == 5 else "closed", first, first + dt.timedelta(minutes=7), variant, steps,
@@ -407,7 +407,7 @@ def test_unknown_drop_offs_come_last_and_say_what_to_look_at(tmp_path):
     con = connect(db)
     migrate(con)
     rows = [(f"u{i}", "unknown", "") for i in range(5)] + [(f"e{i}", "unrecovered_error", "Make it say.") for i in range(2)]
-    con.executemany("INSERT INTO sessions (session_id, drop_reason, drop_fix, steps, last_seen) "
+    con.executemany("INSERT INTO session_rows (session_id, drop_reason, drop_fix, steps, last_seen) "
                     "VALUES (?, ?, ?, ['search'], now()::TIMESTAMP)", rows)
     con.close()
     drops = load_report(db, Filters()).drops

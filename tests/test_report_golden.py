@@ -22,6 +22,7 @@ from agentfunnel.collector import compare
 from agentfunnel.collector.report import Filters, load_report
 from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.report.terminal import render_terminal
+from agentfunnel.collector.store.local import LocalSessionTables
 from conftest import ROOT, run_cli, shared_demo
 
 GOLDEN = ROOT / "tests" / "golden" / "report"
@@ -37,6 +38,9 @@ def _pin_clock(db: Path) -> None:
     time (written as the demo's runs were scored, in no fixed order) becomes its session's end."""
     con = duckdb.connect(str(db))
     try:
+        # the rows the demo appended since its last compaction are compacted too: the report reads them in the order
+        # they were written, wherever the demo's last compaction fell
+        LocalSessionTables().compact(con)
         shift = con.execute(f"SELECT epoch_us(TIMESTAMP '{PINNED}') - epoch_us(max(last_seen)) FROM sessions"
                             ).fetchall()[0][0]
         columns = con.execute("SELECT c.table_name, c.column_name FROM information_schema.columns c"
@@ -45,7 +49,8 @@ def _pin_clock(db: Path) -> None:
                               " AND NOT starts_with(c.table_name, '_')").fetchall()
         for table, column in columns:
             con.execute(f'UPDATE "{table}" SET "{column}" = "{column}" + to_microseconds(?)', [shift])
-        for table in ("case_run_results", "stage_results"):  # case_runs' rows
+        for table in ("case_run_rows", "case_run_rows_compacted", "stage_result_rows",
+                      "stage_result_rows_compacted"):  # case_runs' rows, appended or compacted already
             con.execute(f"UPDATE {table} SET updated_at = s.last_seen FROM sessions s"
                         f" WHERE s.session_id = {table}.session_id")
         # a monitor fires when the demo checks them, after its last session, at no time the data fixes

@@ -256,14 +256,14 @@ def test_the_report_reads_each_criterions_results_from_the_database(tmp_path):
     results = {"r1": "missing", "r2": "contradicted", "r3": "unsupported", "r4": None}
     for i, (run, result) in enumerate(results.items()):
         at = dt.datetime(2026, 1, 15, 9, i)
-        con.execute("INSERT INTO sessions (session_id, status, first_seen, last_seen, case_id, experiment, passed)"
+        con.execute("INSERT INTO session_rows (session_id, status, first_seen, last_seen, case_id, experiment, passed)"
                     " VALUES (?, 'closed', ?, ?, 'fx', 'exp', false)", [run, at, at])
         evidence = ({"status": "missing", "criteria": ["states the date"]} if result is None else
                     {"status": "incomplete", "criteria": ["states the date"],
                      "assessed": [{"name": "states the date", "assessment": result}]})
-        con.execute("INSERT INTO case_run_results (session_id, case_id, experiment, run_id, fit, probe, passed,"
+        con.execute("INSERT INTO case_run_rows_compacted (session_id, case_id, experiment, run_id, fit, probe, passed,"
                     " first_failed_stage) VALUES (?, 'fx', 'exp', ?, true, false, false, 'completion')", [run, run])
-        con.execute("INSERT INTO stage_results (session_id, stage, stage_order, state, evidence, scored)"
+        con.execute("INSERT INTO stage_result_rows_compacted (session_id, stage, stage_order, state, evidence, scored)"
                     " VALUES (?, 'completion', 70, 'failed', ?, true)", [run, json.dumps(evidence)])
     con.close()
     [e] = load_report(db, Filters()).experiments

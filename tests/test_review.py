@@ -86,7 +86,7 @@ def test_the_queue_takes_the_audit_sample_and_the_sessions_behind_firings(tmp_pa
     con.execute("INSERT INTO judgments (session_id, input_hash, judge_model, rubric_sha256, prompt_version, status, "
                 "passed, score, criteria, created_at) VALUES ('prod-1', 'hp', 'm', 'r', '2', 'complete', true, 1, "
                 "'[]', now()::TIMESTAMP)")
-    con.execute("INSERT INTO sessions (session_id) VALUES ('prod-1')")  # a production session: no experiment
+    con.execute("INSERT INTO session_rows_compacted (session_id) VALUES ('prod-1')")  # a production session: no experiment
     con.execute("INSERT INTO monitor_firings (firing_id, monitor, session_ids, fired_at) VALUES "
                 "('f1', 'conversion-drop', ['prod-1', 'never-judged', 'run-01'], now()::TIMESTAMP)")
     con.execute("INSERT INTO judge_labels (item_id, session_id, input_hash, criterion, label, labeler, labeled_at, "

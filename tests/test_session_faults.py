@@ -170,6 +170,45 @@ def test_a_stop_out_of_assembly_time_with_a_session_open_is_closed_by_the_next_s
     assert got == _uninterrupted(tmp_path, server_factory, [*fillers, late_turn, late_span])
 
 
+def _flush_until_killed(srv: ServerProcess) -> None:
+    try:
+        srv.admin_post("/flush")
+    except OSError:  # the kill closes the connection: expected
+        pass
+
+
+def test_a_kill_in_the_middle_of_session_jobs_appending_new_versions_restarts_to_an_uninterrupted_runs_sessions(
+        server_factory, tmp_path):
+    """Every session is stored (version 1); their next turns are flushed one job each, and the process is killed
+    while those jobs append the sessions' next versions. The next start assembles what was left and ends with the
+    rows an uninterrupted run has, and its compaction leaves one row per session that reads the same."""
+    first = [_turn(f"conv-{i:03d}", tools=2) for i in range(FILLERS)]
+    second = [_turn(f"conv-{i:03d}", n=1) for i in range(FILLERS)]
+    db = tmp_path / "mid-job.duckdb"
+    srv = server_factory(["--config", str(_config(tmp_path, "mid-job"))], db=db)
+    for spans in first:
+        _post(srv, spans)
+    srv.admin_post("/flush")
+    for spans in second:
+        _post(srv, spans)
+    assembled = _metrics(srv)["traces_assembled"]
+    threading.Thread(target=_flush_until_killed, args=(srv,), daemon=True).start()
+    _wait(lambda: _metrics(srv).get("traces_assembled", 0) >= assembled + FILLERS // 4, every=0.01)
+    srv.kill()
+    done = read_db(db, "SELECT count(*) AS n FROM sessions WHERE trace_count = 2")[0]["n"]
+    assert 0 < done < FILLERS, "the kill came before or after the session jobs, not among them"
+
+    again = server_factory(["--config", str(_config(tmp_path, "again", compact_every_seconds=0.2))], db=db)
+    again.admin_post("/flush")
+    _wait(lambda: sql(db, "SELECT count(*) AS n FROM session_rows") == [{"n": 0}])  # every appended row folded
+    assert _metrics(again)["session_rows_compacted"] >= FILLERS - done
+    assert again.stop() == 0
+    got = _sessions(db)
+    assert got == _uninterrupted(tmp_path, server_factory, [*first, *second])
+    assert all(r["trace_count"] == 2 and r["status"] == "closed" for r in got)
+    assert read_db(db, "SELECT count(*) AS n FROM session_rows_compacted") == [{"n": FILLERS}]  # one row each
+
+
 def test_traces_whose_assembly_hit_a_full_disk_are_assembled_once_space_is_freed(small_disk, tmp_path):  # noqa: F811
     cfg = _config(tmp_path, "disk", max_traces_per_job=256, assembly_retry_seconds=0.5)
     srv = ServerProcess(small_disk / "af.duckdb", ["--config", str(cfg)], log_dir=tmp_path).start()

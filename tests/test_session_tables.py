@@ -15,10 +15,11 @@ import pytest
 from agentfunnel.collector.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.evaluation import case_run_row, judgment_row
+from agentfunnel.collector.retention import OLDER_THAN, delete_rows, prune_chunk
 from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_step_rows, funnel_step_rows,
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
-from agentfunnel.collector.store.schema import migrate
+from agentfunnel.collector.store.schema import MIGRATIONS, migrate
 from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.store.rows import UnknownColumn, case_run_tables, insert_rows
 from agentfunnel.collector.store.tables import traces_in
@@ -148,3 +149,196 @@ def test_a_tables_columns_are_read_once_per_connection(tmp_path):
         assert sum(m.startswith("DESCRIBE") for m in logged) == 1, logged
         assert con.execute("SELECT count(*) FROM funnel_steps").fetchone()[0] == 1  # replaced each time
         con.close()
+
+
+# ---------------------------------------------------------------------------- append-only session rows
+
+def _write(tables: LocalSessionTables, con, scoring, version: int, case_run: dict | None = None, **changes) -> str:
+    """One job's writes of the fixture's session at ``version`` (its row changed by ``changes``)."""
+    x = scoring.written[0]
+    sid = x.score.session_id
+    evaluated = Evaluated(True, None, None, None, {**case_run, "session_id": sid}) if case_run else None
+    rows = pass_rows(type(scoring)([ScoredSession(x.session, x.score, version, evaluated)], [], [sid]), NOW)
+    sessions = [{**r, **changes} for r in rows.sessions]
+    tables.replace_sessions(con, rows.replaced, sessions, rows.call_steps, rows.case_runs, rows.cased,
+                            stored=list(tables.versions(con, [sid])))
+    return sid
+
+
+class _Counting:
+    """A connection that counts the statements run through it."""
+
+    def __init__(self, con) -> None:
+        self.con, self.statements = con, 0
+
+    def execute(self, *args):
+        self.statements += 1
+        return self.con.execute(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_before_and_after_compaction(con):
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = _write(tables, con, scoring, 1, {"case_id": "c", "passed": False}, outcome="first")
+    _write(tables, con, scoring, 2, {"case_id": "c", "passed": True}, outcome="second")
+    assert con.execute("SELECT count(*) FROM session_rows").fetchone() == (2,)  # nothing deleted by the job
+    assert con.execute("SELECT session_id, version, outcome FROM sessions").fetchall() == [(sid, 2, "second")]
+    assert con.execute("SELECT passed FROM case_runs").fetchall() == [(True,)]
+    assert _columns(con, "sessions") == _columns(con, "session_rows") - {"row_seq", "removed"}
+    assert _columns(con, "sessions") == _columns(con, "session_rows_compacted")
+
+    assert tables.compact(con) == 4  # two session rows and two case-run rows, folded into one of each
+    assert con.execute("SELECT count(*) FROM session_rows").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM session_rows_compacted").fetchone() == (1,)
+    assert con.execute("SELECT session_id, version, outcome FROM sessions").fetchall() == [(sid, 2, "second")]
+    assert con.execute("SELECT passed FROM case_runs").fetchall() == [(True,)]
+    _write(tables, con, scoring, 3, outcome="third")  # appended over a compacted row: the newer one shows
+    assert con.execute("SELECT version, outcome FROM sessions").fetchall() == [(3, "third")]
+
+    gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # found in no trace any more: the session is removed
+    tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
+    assert con.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+    assert tables.versions(con, [sid]) == {}
+    assert tables.compact(con) == 2  # its third version and the removal
+    assert con.execute("SELECT (SELECT count(*) FROM session_rows) + (SELECT count(*) FROM session_rows_compacted)"
+                       ).fetchone() == (0,)
+    _write(tables, con, scoring, 1, outcome="back")  # and it may come back
+    assert con.execute("SELECT version, outcome FROM sessions").fetchall() == [(1, "back")]
+
+
+def _stages(sid: str, **states: str) -> list[dict]:
+    return [{"session_id": sid, "stage": stage, "stage_order": 10 * i, "state": state, "scored": True}
+            for i, (stage, state) in enumerate(states.items(), 1)]
+
+
+def test_a_case_runs_stage_rows_are_appended_and_its_newest_scorings_show_before_and_after_compaction(con):
+    """Stage rows are appended with their run's row, under its row_seq: ``stage_results`` (and the ``case_runs``
+    and ``stage_funnel`` views over it) shows the newest scoring's stages only, even when it has fewer."""
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = scoring.written[0].score.session_id
+    _write(tables, con, scoring, 1, {"case_id": "c", "experiment": "e", "passed": False,
+                                     "stages": _stages(sid, discovery="passed", completion="failed")})
+    _write(tables, con, scoring, 2, {"case_id": "c", "experiment": "e", "passed": True,
+                                     "stages": _stages(sid, discovery="passed", selection="passed")})
+    shown = "SELECT stage, state FROM stage_results ORDER BY stage_order"
+    newest = [("discovery", "passed"), ("selection", "passed")]
+    assert con.execute("SELECT count(*) FROM stage_result_rows").fetchone() == (4,)  # nothing deleted by the job
+    assert con.execute(shown).fetchall() == newest
+    wide = "SELECT passed, discovery, selection, completion FROM case_runs"
+    assert con.execute(wide).fetchall() == [(True, "passed", "passed", None)]
+    funnel = con.execute("SELECT stage, runs, passed FROM stage_funnel ORDER BY stage_index").fetchall()
+    assert funnel == [("discovery", 1, 1), ("selection", 1, 1)]
+
+    assert tables.compact(con) == 8  # two rows each of the session and the run, and four stage rows
+    assert con.execute("SELECT count(*) FROM stage_result_rows").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM stage_result_rows_compacted").fetchone() == (2,)
+    assert con.execute(shown).fetchall() == newest
+    assert con.execute(wide).fetchall() == [(True, "passed", "passed", None)]
+    _write(tables, con, scoring, 3, {"case_id": "c", "experiment": "e", "passed": False,
+                                     "stages": _stages(sid, discovery="failed")})  # over compacted rows
+    assert con.execute(shown).fetchall() == [("discovery", "failed")]
+
+    x = scoring.written[0]  # evaluated without a case run: the run and its stages are removed
+    rows = pass_rows(type(scoring)([ScoredSession(x.session, x.score, 4, Evaluated(None, None, None, None, {}))],
+                                   [], [sid]), NOW)
+    tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
+    assert con.execute("SELECT (SELECT count(*) FROM stage_results) + (SELECT count(*) FROM case_runs)"
+                       ).fetchone() == (0,)
+    tables.compact(con)
+    assert con.execute("SELECT (SELECT count(*) FROM stage_result_rows_compacted) + "
+                       "(SELECT count(*) FROM case_run_rows_compacted)").fetchone() == (0,)
+
+
+def test_stored_versions_are_answered_from_memory_and_looked_up_once_forgotten(con):
+    forgotten: list[int] = []
+    tables = LocalSessionTables(versions_remembered=1, forgotten=forgotten.append)
+    _, scoring = _scored()
+    sid = _write(tables, con, scoring, 1)
+    counted = _Counting(con)
+    assert tables.versions(counted, [sid, "never-stored"]) == {sid: 1}
+    assert counted.statements == 1  # remembered: only the unknown session looked up (a second file's memory is read)
+    counted.statements = 0
+    assert tables.versions(counted, [sid]) == {sid: 1}
+    assert counted.statements == 0
+    con.execute("INSERT INTO session_rows_compacted (session_id, version) VALUES ('other', 4)")
+    fresh = LocalSessionTables(versions_remembered=1, forgotten=forgotten.append)
+    assert fresh.versions(con, [sid, "other"]) == {sid: 1, "other": 4}  # two stored: more than it remembers
+    _write(fresh, con, scoring, 2)
+    fresh._remembered({"third": 1})
+    assert forgotten == [1]  # past the bound, counted
+    assert fresh.versions(con, [sid, "other"]) == {sid: 2, "other": 4}  # the forgotten one looked up
+
+
+def test_the_migration_moves_stored_sessions_and_case_runs_into_their_rows(tmp_path):
+    con = connect(tmp_path / "old.duckdb")
+    before = [m for m in MIGRATIONS if m[0] < "0017"]
+    migrate(con, before)
+    con.execute("INSERT INTO sessions (session_id, version, status, user_id, outcome) VALUES "
+                "('a', 3, 'closed', 'jane', 'purchase_completed'), ('b', 1, 'open', NULL, NULL)")
+    con.execute("INSERT INTO case_run_results (session_id, case_id, passed) VALUES ('a', 'c1', true)")
+    con.execute("INSERT INTO stage_results (session_id, stage, stage_order, state, scored) VALUES "
+                "('a', 'discovery', 10, 'passed', true), ('a', 'completion', 70, 'failed', true)")
+    columns = {t: [c[:2] for c in con.execute(f"DESCRIBE {t}").fetchall()]  # names and types
+               for t in ("sessions", "case_run_results", "stage_results", "case_runs")}
+    stages = con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall()
+    funnel = con.execute("SELECT * FROM stage_funnel ORDER BY stage_index").fetchall()
+    outcome_mix = con.execute("SELECT * FROM outcome_mix ORDER BY ALL").fetchall()
+    assert migrate(con) == ["0017_append_only_sessions"]
+    for table, before_columns in columns.items():  # the same, in the same order
+        assert [c[:2] for c in con.execute(f"DESCRIBE {table}").fetchall()] == before_columns, table
+    assert con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall() == stages
+    assert con.execute("SELECT * FROM stage_funnel ORDER BY stage_index").fetchall() == funnel
+    assert con.execute("SELECT session_id, version, status, user_id FROM sessions ORDER BY 1").fetchall() == [
+        ("a", 3, "closed", "jane"), ("b", 1, "open", None)]
+    assert con.execute("SELECT session_id, case_id, passed FROM case_runs").fetchall() == [("a", "c1", True)]
+    assert con.execute("SELECT * FROM outcome_mix ORDER BY ALL").fetchall() == outcome_mix
+    tables = LocalSessionTables()
+    assert tables.versions(con, ["a", "b", "c"]) == {"a": 3, "b": 1}
+    con.close()
+
+
+def test_deleting_a_user_removes_every_version_of_their_sessions(con):
+    """A re-score that no longer names the user (or says something else) leaves the older rows naming them in
+    ``session_rows``: deletion finds the session by any of its versions and removes them all."""
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = scoring.written[0].score.session_id
+    _write(tables, con, scoring, 1, {"case_id": "c", "stages": _stages(sid, discovery="failed")},
+           user_id="jane", final_answer="jane's address is 1 Main St")
+    tables.compact(con)
+    _write(tables, con, scoring, 2, user_id=None)
+    _write(tables, con, scoring, 3, {"case_id": "c", "stages": _stages(sid, discovery="passed", completion="passed")},
+           user_id="jane", final_answer="jane's address is 1 Main St")
+    _write(tables, con, scoring, 4, user_id=None)  # compacted, and appended twice since, the newest not naming her
+    assert con.execute("SELECT count(*) FROM sessions WHERE user_id = 'jane'").fetchone() == (0,)
+    done = delete_rows(con, ["jane"], [])
+    assert done.sessions == [sid]
+    # as the views counted them: the newest run's two stages, counted before the run's rows went
+    assert (done.removed["sessions"], done.removed["case_run_results"], done.removed["stage_results"]) == (1, 1, 2)
+    for table in ("case_run_rows", "case_run_rows_compacted", "stage_result_rows", "stage_result_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+    for table in ("session_rows", "session_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table} WHERE session_id = ? OR user_id = 'jane' "
+                           "OR final_answer LIKE '%Main St%'", [sid]).fetchone() == (0,)
+
+
+def test_pruning_an_old_session_removes_every_row_of_its_case_run_and_stages(con):
+    """The time-to-live goes through the views (what they show old) and removes the rows beneath, every version."""
+    tables = LocalSessionTables()
+    _, scoring = _scored()
+    sid = scoring.written[0].score.session_id
+    old = datetime(2020, 1, 1)
+    _write(tables, con, scoring, 1, {"case_id": "c", "stages": _stages(sid, discovery="failed")}, last_seen=old)
+    tables.compact(con)
+    _write(tables, con, scoring, 2, {"case_id": "c", "stages": _stages(sid, discovery="passed", completion="passed")},
+           last_seen=old)
+    pruned = {t: prune_chunk(con, t, datetime(2021, 1, 1), 100) for t in OLDER_THAN
+              if t in ("stage_results", "case_run_results", "sessions")}
+    assert pruned == {"stage_results": 2, "case_run_results": 1, "sessions": 1}  # as the views showed them
+    for table in ("case_run_rows", "case_run_rows_compacted", "stage_result_rows", "stage_result_rows_compacted",
+                  "session_rows", "session_rows_compacted"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table

@@ -395,7 +395,7 @@ def test_waiting_stops_at_its_deadline_and_says_how_many_remain(tmp_path):
     db = tmp_path / "pending.duckdb"
     con = duckdb.connect(str(db))
     migrate(con)
-    con.execute("INSERT INTO sessions (session_id, experiment, case_id, passed, failure_class, judge_status) VALUES "
+    con.execute("INSERT INTO session_rows (session_id, experiment, case_id, passed, failure_class, judge_status) VALUES "
                 "('a', 'exp-1', 'c', false, 'judge_pending', 'pending'), ('b', 'exp-1', 'c', false, 'wrong_output', "
                 "'pending'), ('c', 'exp-2', 'c', true, NULL, 'complete'), ('d', NULL, 'c', false, 'judge_pending', "
                 "'pending')")

@@ -218,7 +218,7 @@ def experiments_db(tmp_path_factory):
     runs = [(f"base-{HOSTILE}", "case " + HOSTILE, True), (f"base-{HOSTILE}", "case " + HOSTILE, True),
             (f"cand-{HOSTILE}", "case " + HOSTILE, False), (f"cand-{HOSTILE}", "case " + HOSTILE, True),
             (f"base-{HOSTILE}", "steady", True), (f"cand-{HOSTILE}", "steady", True)]
-    con.executemany("INSERT INTO sessions (session_id, experiment, case_id, passed, cost_usd, duration_ms) "
+    con.executemany("INSERT INTO session_rows (session_id, experiment, case_id, passed, cost_usd, duration_ms) "
                     "VALUES (?, ?, ?, ?, 0.01, 100.0)", [(f"s{i}", *r) for i, r in enumerate(runs)])
     con.close()
     return path

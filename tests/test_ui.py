@@ -73,7 +73,7 @@ def build_hostile_db(path: Path) -> Path:
     con.execute("INSERT INTO funnel_steps VALUES ('shopping', 'search', 1, 'Search <i>Products</i>', NULL)")
     t0 = dt.datetime(2025, 5, 1, 9, 0)
     con.execute(
-        "INSERT INTO sessions (session_id, status, first_seen, last_seen, trace_ids, variant, steps, completion_rate,"
+        "INSERT INTO session_rows (session_id, status, first_seen, last_seen, trace_ids, variant, steps, completion_rate,"
         " outcome, outcome_reads_as, drop_reason, drop_step, drop_fix, drop_evidence, agent_name, model, final_answer,"
         " updated_at, tool_call_count) VALUES (?, 'closed', ?, ?, ['t1'], 'shopping', ['search'], 0.25, 'search_only',"
         " 'partial', 'tool_error', 'details', ?, ?, ?, ?, ?, ?, 1)",

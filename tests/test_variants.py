@@ -54,7 +54,7 @@ def _store(path: Path, scorer: SessionScorer, sid: str, records: list[SpanRecord
     con.executemany("INSERT INTO funnel_steps VALUES (?, ?, ?, ?, ?)",
                     [[r["variant"], r["step"], r["step_index"], r["display_en"], r["display_ja"]] for r in rows])
     at = dt.datetime(2026, 1, 5, 9, 0)
-    con.execute("INSERT INTO sessions (session_id, status, first_seen, last_seen, variant, steps, completion_rate,"
+    con.execute("INSERT INTO session_rows_compacted (session_id, status, first_seen, last_seen, variant, steps, completion_rate,"
                 " outcome, outcome_reads_as, drop_reason, drop_step, drop_fix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [sid, "closed", at, at, s.variant, list(s.steps), s.completion_rate, s.outcome, s.outcome_reads_as,
                  s.drop.reason if s.drop else None, s.drop.step if s.drop else None, s.drop.fix if s.drop else None])

@@ -1,24 +1,30 @@
 """The session stage's tables in a process that owns its DuckDB file: every statement the stage runs.
 
 Rows go in as one Arrow table per statement, typed from the table itself, so the migrations are
-the one place a table's columns are defined.
+the one place a table's columns are defined. Session and case-run rows are only ever appended
+(``session_rows``, ``case_run_rows``, ``stage_result_rows``; ``sessions``, ``case_run_results`` and
+``stage_results`` are views of the newest row per session, over the rows appended and those compacted): a job replaces a session's row without deleting
+it, and ``compact`` folds the appended rows into the compacted ones now and then.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 
 import duckdb
 import pyarrow as pa
 
 from ...semconv import SpanView
-from .rows import (CASE_RUN_TABLES, IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings,
-                   relation, span_views, table_columns)
+from .clock import utcnow
+from .rows import (IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings, relation,
+                   span_views, table_columns)
+from .schema import NEWEST_ROW, NEWEST_STAGE_ROWS
 from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
+VERSIONS_REMEMBERED = 100_000  # sessions whose stored version is answered from memory (~150 bytes each)
 
 
 class LocalSessionTables:
@@ -26,9 +32,19 @@ class LocalSessionTables:
 
     session_sources: Sources = LOCAL  # where a session's traces are read from
 
-    def __init__(self, placement: Placement = SINGLE_PROCESS) -> None:
+    def __init__(self, placement: Placement = SINGLE_PROCESS, versions_remembered: int = VERSIONS_REMEMBERED,
+                 forgotten: Callable[[int], None] | None = None) -> None:
         self.placement = placement
         self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
+        # the last row_seq written through each connection (read from the file on its first write)
+        self._seq: dict[int, int] = {}
+        # session -> its live stored version (0: none, or removed), newest written last; while ``_complete``, every
+        # session the file holds is here, so a session not here has no row (no lookup needed)
+        self._versions: OrderedDict[str, int] = OrderedDict()
+        self._versions_read: int | None = None  # id of the connection they were read through
+        self._complete = False
+        self.versions_remembered = versions_remembered
+        self._forgotten = forgotten  # told how many were forgotten past the bound (a metric)
 
     def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
         """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
@@ -127,29 +143,109 @@ class LocalSessionTables:
         return out
 
     def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
-        return dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
-                                [json_strings(session_ids)]).fetchall())
+        """The stored version of each of these sessions that has a row: from memory for the sessions this process
+        wrote or read, and for every session while the file's are all remembered (``versions_remembered``); the rest
+        are looked up."""
+        self._remember_all(con)
+        known = self._versions
+        out = {sid: v for sid in session_ids if (v := known.get(sid))}
+        if self._complete:
+            return out
+        unknown = [sid for sid in session_ids if sid not in known]
+        if unknown:
+            found = dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
+                                     [json_strings(unknown)]).fetchall())
+            out.update(found)
+        return out
+
+    def _remember_all(self, con: duckdb.DuckDBPyConnection) -> None:
+        """On a connection's first look: every session's version, when there are at most ``versions_remembered``."""
+        if self._versions_read == id(con):
+            return
+        self._versions_read = id(con)
+        self._versions.clear()
+        rows = con.execute(f"SELECT session_id, version FROM sessions LIMIT {self.versions_remembered + 1}").fetchall()
+        self._complete = len(rows) <= self.versions_remembered
+        if self._complete:
+            self._versions.update(rows)
+
+    def _remembered(self, versions: dict[str, int]) -> None:
+        """These sessions' versions as just written (0: removed), newest last; the oldest forgotten past the bound
+        (then the memory is no longer every session's, and those not in it are looked up)."""
+        known = self._versions
+        for sid, version in versions.items():
+            known[sid] = version
+            known.move_to_end(sid)
+        excess = len(known) - self.versions_remembered
+        if excess > 0:
+            self._complete = False
+            for _ in range(excess):
+                known.popitem(last=False)
+            if self._forgotten is not None:
+                self._forgotten(excess)
+
+    def _next_seq(self, con: duckdb.DuckDBPyConnection) -> int:
+        """A ``row_seq`` above every one the file holds: the rows a job appends are the newest of their sessions."""
+        last = self._seq.get(id(con))
+        if last is None:
+            last = con.execute("SELECT greatest((SELECT coalesce(max(row_seq), 0) FROM session_rows), "
+                               "(SELECT coalesce(max(row_seq), 0) FROM case_run_rows))").fetchall()[0][0]
+        self._seq[id(con)] = last + 1
+        return last + 1
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
-        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (stored as
-        ``case_run_results`` and ``stage_results``). ``stored``: those
-        of ``replaced`` that have a row now, when known (the others need no delete). ``index``: the sessions'
+        calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (appended as
+        ``case_run_rows`` and ``stage_result_rows``). ``stored``: those of ``replaced`` that have a row now, when
+        known (the others need no removal row). ``index``: the sessions'
         ``index_of``, when the job has read it already."""
         ids = list(replaced)
-        deleted = ids if stored is None else list(stored)
-        if deleted:  # an empty IN still scans the table
-            con.execute(f"DELETE FROM sessions WHERE session_id {IN_LIST}", [json_strings(deleted)])
-        self._insert(con, "sessions", self._with_slices(con, sessions, index))
+        seq = self._next_seq(con)
+        written = {r["session_id"]: r["version"] for r in sessions}
+        had = set(ids) if stored is None else set(stored)  # a session without a row needs no tombstone
+        gone = [{"session_id": sid, "version": None, "updated_at": utcnow(), "removed": True}
+                for sid in ids if sid not in written and sid in had]
+        rows = [{**r, "row_seq": seq} for r in [*self._with_slices(con, sessions, index), *gone]]
+        self._insert(con, "session_rows", rows)
+        self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         self._write_call_steps(con, ids, call_steps)
-        if cased:
-            for table in CASE_RUN_TABLES:
-                con.execute(f"DELETE FROM {table} WHERE session_id {IN_LIST}", [json_strings(cased)])
         runs, stages = case_run_tables(case_runs)
-        self._insert(con, "case_run_results", runs)
-        self._insert(con, "stage_results", stages)
+        ran = {r["session_id"] for r in runs}
+        self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in runs),
+                                            *({"session_id": sid, "row_seq": seq, "removed": True}
+                                              for sid in cased if sid not in ran)])
+        self._insert(con, "stage_result_rows", [{**r, "row_seq": seq} for r in stages])
+
+    def compact(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Fold the appended session, case-run and stage rows into the compacted tables (each session's newest row
+        replaces its compacted one, a run's stage rows theirs; a removed session's go) and empty them: the views
+        read the same. Returns how many appended rows were folded."""
+        folded = 0
+        if con.execute("SELECT count(*) FROM case_run_rows").fetchall()[0][0]:
+            # first the stage rows: which are a run's newest is read from case_run_rows, folded below
+            folded += con.execute("SELECT count(*) FROM stage_result_rows").fetchall()[0][0]
+            con.execute("DELETE FROM stage_result_rows_compacted WHERE session_id IN "
+                        "(SELECT session_id FROM case_run_rows)")
+            con.execute(f"INSERT INTO stage_result_rows_compacted BY NAME {NEWEST_STAGE_ROWS} ORDER BY s.row_seq, s.stage_order")
+            con.execute("DELETE FROM stage_result_rows")
+        for rows in ("session_rows", "case_run_rows"):
+            n = con.execute(f"SELECT count(*) FROM {rows}").fetchall()[0][0]
+            if not n:
+                continue
+            con.execute(f"DELETE FROM {rows}_compacted WHERE session_id IN (SELECT session_id FROM {rows})")
+            # in the order they were written, as a table rewritten in place would hold them: the views read the
+            # same rows in the same order whenever compaction ran (a float sum over them is the same to the bit)
+            con.execute(f"INSERT INTO {rows}_compacted BY NAME SELECT * EXCLUDE (row_seq, removed) FROM "
+                        f"(SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE ORDER BY row_seq")
+            con.execute(f"DELETE FROM {rows}")
+            folded += n
+        return folded
+
+    def rolled_back(self) -> None:
+        """A job's writes were rolled back: the versions remembered are read again on the next job."""
+        self._versions_read = None
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
                      index: SessionIndex | None = None) -> list[Row]:

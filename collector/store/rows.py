@@ -28,6 +28,10 @@ class UnknownColumn(KeyError):
 
 # Where a case run is stored: its run's row and its stages' rows (``case_runs`` is a view over them).
 CASE_RUN_TABLES = ("case_run_results", "stage_results")
+# Views of appended rows (store.schema, 0017) and the tables beneath them: the appended rows, then the compacted.
+APPENDED_IN = {"sessions": ("session_rows", "session_rows_compacted"),
+               "case_run_results": ("case_run_rows", "case_run_rows_compacted"),
+               "stage_results": ("stage_result_rows", "stage_result_rows_compacted")}
 
 
 def case_run_tables(case_runs: Sequence[Row]) -> tuple[list[Row], list[Row]]:

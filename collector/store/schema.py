@@ -1098,3 +1098,49 @@ MIGRATIONS.append((
     CREATE OR REPLACE VIEW stage_funnel AS SELECT * FROM stage_funnel_of(NULL);
     """,
 ))
+
+# Session writes are appends: every (re)scoring of a session appends a row to ``session_rows`` (its
+# case run one to ``case_run_rows``, and the run's stages theirs to ``stage_result_rows``), numbered by
+# ``row_seq`` (increasing in a file's writes), and a session that no longer exists gets a ``removed``
+# row. A periodic compaction (``sessions.compact_every_seconds``) folds them into the ``_compacted``
+# tables (one row per session; per run and stage) and empties the appended ones. ``sessions``,
+# ``case_run_results`` and ``stage_results`` are views with the columns they had: the newest appended
+# row of a session, else its compacted one (``case_runs`` and ``stage_funnel`` read them as before);
+# reading them costs a pass over the compacted rows and the few appended since, as reading the table
+# did. A later column goes on both tables, and the view is made again.
+NEWEST_ROW = "QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY row_seq DESC) = 1"
+
+
+def _appended_view(view: str, rows: str) -> str:
+    return (f"CREATE VIEW {view} AS SELECT * FROM {rows}_compacted WHERE session_id NOT IN "
+            f"(SELECT session_id FROM {rows} WHERE session_id IS NOT NULL) UNION ALL BY NAME "
+            f"SELECT * EXCLUDE (row_seq, removed) FROM (SELECT * FROM {rows} {NEWEST_ROW}) WHERE removed IS NOT TRUE;")
+
+
+# A run's stage rows are appended with its case_run_rows row, under the same row_seq: the view shows those of the
+# run's newest row (none when that row says removed), else the compacted ones.
+_NEWEST_RUN = f"SELECT session_id, row_seq FROM (SELECT * FROM case_run_rows {NEWEST_ROW}) WHERE removed IS NOT TRUE"
+NEWEST_STAGE_ROWS = (f"SELECT s.* EXCLUDE (row_seq) FROM stage_result_rows s JOIN ({_NEWEST_RUN}) n "
+                     "ON s.session_id = n.session_id AND s.row_seq = n.row_seq")
+_STAGE_VIEW = ("CREATE VIEW stage_results AS SELECT * FROM stage_result_rows_compacted WHERE session_id NOT IN "
+               "(SELECT session_id FROM case_run_rows WHERE session_id IS NOT NULL) UNION ALL BY NAME "
+               f"{NEWEST_STAGE_ROWS};")
+
+
+MIGRATIONS.append((
+    "0017_append_only_sessions",
+    f"""
+    CREATE TABLE session_rows_compacted AS SELECT * FROM sessions;
+    CREATE TABLE session_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM sessions LIMIT 0;
+    DROP TABLE sessions;
+    {_appended_view("sessions", "session_rows")}
+    CREATE TABLE case_run_rows_compacted AS SELECT * FROM case_run_results;
+    CREATE TABLE case_run_rows AS SELECT *, 0::BIGINT AS row_seq, false AS removed FROM case_run_results LIMIT 0;
+    CREATE TABLE stage_result_rows_compacted AS SELECT * FROM stage_results;
+    CREATE TABLE stage_result_rows AS SELECT *, 0::BIGINT AS row_seq FROM stage_results LIMIT 0;
+    DROP TABLE case_run_results;
+    DROP TABLE stage_results;
+    {_appended_view("case_run_results", "case_run_rows")}
+    {_STAGE_VIEW}
+    """,
+))

@@ -152,6 +152,12 @@ class SessionTables(JudgmentTables, Protocol):
 
     def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None: ...
 
+    def compact(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Remove session rows superseded by a newer version (session writes are appends); how many went."""
+
+    def rolled_back(self) -> None:
+        """A job's writes were rolled back: what is kept in memory about the rows it wrote is forgotten."""
+
     # re-scoring and following other writers
     def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]: ...
 

@@ -17,6 +17,7 @@ import duckdb
 
 from ...config import LakeSettings
 from ..connect import lock_down, settle_optional_imports
+from ..rows import APPENDED_IN
 from ..schema import MIGRATIONS, Migration, migrate, transaction
 from ..tables import Sources
 from .placement import CATALOG, RACED, READERS, LakeUnavailable, retry_conflicts, schema_of
@@ -175,13 +176,17 @@ _DEDUPE: dict[str, str] = {
     "metrics": "PARTITION BY point_id ORDER BY received_at, replica",
     "tool_calls": "PARTITION BY trace_id, span_id ORDER BY replica",
     "trace_index": "PARTITION BY trace_id ORDER BY assembled_at DESC NULLS LAST, replica",
-    "sessions": f"PARTITION BY session_id {_LATEST}",
-    "case_run_results": f"PARTITION BY session_id {_LATEST}",
-    "stage_results": f"PARTITION BY session_id, stage {_LATEST}",
+    "session_rows_compacted": f"PARTITION BY session_id {_LATEST}",  # what replicas ship (their session_rows: none)
+    "case_run_rows_compacted": f"PARTITION BY session_id {_LATEST}",
+    "stage_result_rows_compacted": f"PARTITION BY session_id, stage {_LATEST}",
     "call_scores": f"PARTITION BY session_id, span_id {_LATEST}",
 }
 _DROPPED = re.compile(r"^\s*(?:--[^\n]*\n\s*)*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)", re.IGNORECASE)
-_PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces"}
+# a replica ships its appended rows compacted: their appended tables stay empty there
+_PRIVATE = {"_agentfunnel_migrations", "lake_progress", "lake_shipments", "lake_assembled_traces",
+            "session_rows", "case_run_rows", "stage_result_rows"}
+# views of appended and compacted rows whose readers' version reads only the compacted ones (all the lake holds)
+_COMPACTED_ONLY = {view: compacted for view, (_, compacted) in APPENDED_IN.items()}
 
 
 def _objects(migrations: list[Migration]) -> tuple[list[str], list[str]]:
@@ -238,7 +243,13 @@ def reader_views(schemas: list[str]) -> list[str]:
     for t in ("spans", "logs", "trace_index"):
         out.append(f"CREATE OR REPLACE VIEW {READERS}._{t}_everywhere AS "
                    + " UNION ALL BY NAME ".join(f"SELECT * FROM {CATALOG}.{s}.{t}" for s in schemas))
-    out.extend(derived)
+    # the views of appended rows read their compacted table alone here, so they come first: the views made over them
+    # before they were views (case_runs over case_run_results) read them by name
+    out += [f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {compacted}" for view, compacted in _COMPACTED_ONLY.items()]
+    for statement in derived:
+        m = _OBJECT.match(statement)
+        if m is None or m.group(2) not in _COMPACTED_ONLY:
+            out.append(statement)
     return out
 
 

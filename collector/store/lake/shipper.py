@@ -12,7 +12,8 @@ session jobs the batch holds. A batch holds
   assembled for another replica (``lake_assembled_traces``): spans travel stamped with their
   session, so the lake never updates a span, and a trace assembled again replaces its rows there;
 - the rows of the sessions scored since (``sessions``, ``call_scores``, ``case_run_results``, ``stage_results``,
-  ``judgments``), replaced by session id, and ``funnel_steps`` when they were rewritten.
+  ``judgments``), replaced by session id (the file appends session and case-run rows: its views' current
+  rows go to the lake's compacted tables), and ``funnel_steps`` when they were rewritten.
 
 The keys come from ``lake_outbox``, which the session stage fills in the local transaction that
 writes the rows, with ``replace`` set when the lake may hold an older version. A batch takes at
@@ -50,7 +51,7 @@ from typing import Any
 import duckdb
 
 from ...telemetry import Metrics
-from ..rows import CASE_RUN_TABLES
+from ..rows import APPENDED_IN, CASE_RUN_TABLES
 from ..schema import transaction
 from .placement import retry_conflicts
 
@@ -346,14 +347,16 @@ class Shipper:
             insert("tool_calls", f"SELECT * FROM tool_calls WHERE trace_id IN {traced}")
             insert("trace_index", f"SELECT * FROM trace_index WHERE trace_id IN {traced}")
             insert("lake_assembled_traces", f"SELECT * FROM lake_assembled_traces WHERE trace_id IN {traced}")
-        for kind, tables in (("session", ("sessions", "call_scores")), ("case_run", CASE_RUN_TABLES),
-                             ("judgment", ("judgments",))):
+        # sessions and case runs: the file's current rows (its views), as the lake's compacted rows
+        for kind, tables in (("session", (("session_rows_compacted", "sessions"), ("call_scores", "call_scores"))),
+                             ("case_run", tuple((APPENDED_IN[v][1], v) for v in CASE_RUN_TABLES)),
+                             ("judgment", (("judgments", "judgments"),))):
             if kind not in counts:
                 continue
-            for table in tables:
+            for table, source in tables:
                 if counts[kind]:
                     con.execute(f"DELETE FROM {t}.{table} WHERE session_id IN {keys(kind, True)}")
-                insert(table, f"SELECT * FROM {table} WHERE session_id IN {keys(kind)}")
+                insert(table, f"SELECT * FROM {source} WHERE session_id IN {keys(kind)}")
         if "funnel_steps" in counts:
             con.execute(f"DELETE FROM {t}.funnel_steps")
             insert("funnel_steps", "SELECT * FROM funnel_steps")

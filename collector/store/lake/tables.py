@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,8 +20,8 @@ import duckdb
 from ....semconv import SpanView
 from ...config import LakeSettings
 from ..clock import utcnow
-from ..local import LocalSessionTables
-from ..rows import CASE_RUN_TABLES, IN_LIST, Row, json_strings, relation
+from ..local import VERSIONS_REMEMBERED, LocalSessionTables
+from ..rows import APPENDED_IN, IN_LIST, Row, json_strings, relation
 from ..tables import LOCAL, SessionIndex, Sources
 from . import catalog
 from .placement import CATALOG, lake_placement, schema_of
@@ -40,8 +40,9 @@ class LakeSessionTables(LocalSessionTables):
     Whole sessions are read from the file and the other replicas' schemas.
     """
 
-    def __init__(self, lake: LakeSettings) -> None:
-        super().__init__(lake_placement(lake))
+    def __init__(self, lake: LakeSettings, versions_remembered: int = VERSIONS_REMEMBERED,
+                 forgotten: Callable[[int], None] | None = None) -> None:
+        super().__init__(lake_placement(lake), versions_remembered, forgotten)
         self.lake = lake
         self._sources: Sources | None = None
         self._everywhere = LOCAL  # the file and every other replica's schema, index rows included (full re-reads)
@@ -197,7 +198,8 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con, every=0)
         mine = self._owned_everywhere(con)
         gone: set[str] = set()
-        for table in ("sessions", *CASE_RUN_TABLES, "call_scores"):
+        # every row of them, old versions too
+        for table in (*(t for view in APPENDED_IN.values() for t in view), "call_scores"):
             stored = [r[0] for r in con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()]
             dropped = [s for s in stored if not self.placement.owns(s)]
             if dropped:
