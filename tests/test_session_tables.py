@@ -20,7 +20,7 @@ from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
-from agentfunnel.collector.store.local import LocalSessionTables
+from agentfunnel.collector.store.local import LocalSessionTables, stamp_groups
 from agentfunnel.collector.store.rows import UnknownColumn, case_run_tables, insert_rows
 from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.store.writer import connect
@@ -67,7 +67,8 @@ def test_every_row_builder_names_exactly_its_tables_columns(con):
     x = scoring.written[0]
     assert set(session_row(x, NOW)) == _columns(con, "sessions")
     assert set(index_rows(traces, NOW, NOW)[0]) == _columns(con, "trace_index")
-    assert set(tool_call_rows(traces)[0]) == _columns(con, "tool_calls") - {"step", "args_valid"}  # scoring's part
+    # scoring's part, and the bound the tables add (the job's first_received)
+    assert set(tool_call_rows(traces)[0]) == _columns(con, "tool_calls") - {"step", "args_valid", "first_received"}
     assert set(call_step_rows(x, NOW)[0]) == _columns(con, "call_scores")
     assert set(funnel_step_rows(SessionScorer())[0]) == _columns(con, "funnel_steps")
     result = evaluate_run(case_of(), x.records, x.score, GOOD)
@@ -132,6 +133,61 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # asked for, found in no trace: its row is removed
     tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
     assert tables.versions(con, [sid]) == {}
+
+
+def test_span_stamps_go_by_trace_session_and_dialect_and_stamp_exactly_their_spans(con):
+    """The stamp statement carries one row per trace, session and dialect; each span still gets its own, and a
+    stored span the stamps do not name (or one received before the job's traces) keeps none."""
+    old = datetime(2025, 1, 1)
+    insert_rows(con, "spans", [{"trace_id": tid, "span_id": sp, "received_at": at} for tid, sp, at in (
+        ("t1", "a", NOW), ("t1", "b", NOW), ("t1", "c", NOW), ("t1", "e", NOW), ("t2", "d", NOW), ("t2", "x", old))])
+    stamps = [{"trace_id": "t1", "span_id": "a", "session_id": "s1", "dialect": "genai"},
+              {"trace_id": "t1", "span_id": "c", "session_id": "s2", "dialect": "openinference"},
+              {"trace_id": "t1", "span_id": "b", "session_id": "s1", "dialect": "genai"},
+              {"trace_id": "t2", "span_id": "d", "session_id": None, "dialect": "genai"},
+              {"trace_id": "t2", "span_id": "x", "session_id": None, "dialect": "genai"}]
+    assert stamp_groups(stamps) == [
+        {"trace_id": "t1", "session_id": "s1", "dialect": "genai", "span_ids": ["a", "b"]},
+        {"trace_id": "t1", "session_id": "s2", "dialect": "openinference", "span_ids": ["c"]},
+        {"trace_id": "t2", "session_id": None, "dialect": "genai", "span_ids": ["d", "x"]}]
+    LocalSessionTables().write_assembled(con, datetime(2026, 1, 1), [], stamps, [])
+    assert con.execute("SELECT trace_id, span_id, session_id, dialect FROM spans ORDER BY ALL").fetchall() == [
+        ("t1", "a", "s1", "genai"), ("t1", "b", "s1", "genai"), ("t1", "c", "s2", "openinference"),
+        ("t1", "e", None, None), ("t2", "d", None, "genai"), ("t2", "x", None, None)]
+
+
+def test_the_migration_gives_stored_calls_their_traces_first_received_row_for_row(tmp_path):
+    con = connect(tmp_path / "old.duckdb")
+    migrate(con, [m for m in MIGRATIONS if m[0] < "0018"])
+    con.execute("INSERT INTO trace_index (trace_id, first_received, session_ids) VALUES ('t1', TIMESTAMP '2026-11-01', "
+                "['s']), ('t2', TIMESTAMP '2026-11-02', ['s'])")
+    con.execute("INSERT INTO tool_calls (session_id, trace_id, span_id, tool_name, arguments, step, args_valid, "
+                "start_time) VALUES ('s', 't1', 'a', 'search', '{\"q\": 1}', 'search', true, TIMESTAMP '2026-11-01'), "
+                "('s', 't2', 'b', 'cart', NULL, NULL, false, NULL), ('s', 't3', 'c', 'pay', NULL, 'purchase', NULL, NULL)")
+    before = con.execute("SELECT * FROM tool_calls ORDER BY span_id").fetchall()
+    assert migrate(con) == ["0018_tool_call_first_received"]
+    after = con.execute("SELECT * EXCLUDE (first_received) FROM tool_calls ORDER BY span_id").fetchall()
+    assert after == before
+    assert con.execute("SELECT span_id, first_received FROM tool_calls ORDER BY span_id").fetchall() == [
+        ("a", datetime(2026, 11, 1)), ("b", datetime(2026, 11, 2)), ("c", None)]  # t3: no index row to take it from
+
+
+def test_a_sessions_call_steps_reach_every_trace_of_it_and_no_other_calls(con):
+    """Calls are written with their job's first_received; a re-scoring sets the steps of its sessions' calls
+    from the earliest of their traces on, and leaves other sessions' calls as they were."""
+    tables = LocalSessionTables()
+    early, late = datetime(2026, 11, 1), datetime(2026, 11, 20)
+    for tid, since, calls in (("t1", early, [("s", "a"), ("other", "o")]), ("t2", late, [("s", "b")])):
+        tables.write_assembled(con, since, [{"session_id": sid, "trace_id": tid, "span_id": sp, "tool_name": "search"}
+                                            for sid, sp in calls], [],
+                               [{"trace_id": tid, "first_received": since, "session_ids": sorted({c[0] for c in calls})}])
+    assert con.execute("SELECT trace_id, first_received FROM tool_calls ORDER BY span_id").fetchall() == [
+        ("t1", early), ("t2", late), ("t1", early)]
+    steps = [{"session_id": "s", "span_id": sp, "step": st, "args_valid": True} for sp, st in (("a", "search"), ("b", "cart"))]
+    tables.replace_sessions(con, ["s"], [], steps + [{"session_id": "s", "span_id": "o", "step": "x", "args_valid": True}],
+                            [], [])
+    assert con.execute("SELECT span_id, step, args_valid FROM tool_calls ORDER BY span_id").fetchall() == [
+        ("a", "search", True), ("b", "cart", True), ("o", None, None)]
 
 
 def test_a_tables_columns_are_read_once_per_connection(tmp_path):
@@ -287,7 +343,7 @@ def test_the_migration_moves_stored_sessions_and_case_runs_into_their_rows(tmp_p
     stages = con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall()
     funnel = con.execute("SELECT * FROM stage_funnel ORDER BY stage_index").fetchall()
     outcome_mix = con.execute("SELECT * FROM outcome_mix ORDER BY ALL").fetchall()
-    assert migrate(con) == ["0017_append_only_sessions"]
+    assert migrate(con)[0] == "0017_append_only_sessions"
     for table, before_columns in columns.items():  # the same, in the same order
         assert [c[:2] for c in con.execute(f"DESCRIBE {table}").fetchall()] == before_columns, table
     assert con.execute("SELECT * FROM stage_results ORDER BY stage_order").fetchall() == stages

@@ -278,7 +278,7 @@ def test_a_preview_leaves_the_records_held_and_a_reopened_trace_is_still_read_ba
              "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_product_details",
                             "gen_ai.tool.call.arguments": json.dumps({"id": "p1"}),
                             "gen_ai.tool.call.result": json.dumps({"id": "p1"})}}]
-    query = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * FROM tool_calls ORDER BY span_id",
+    query = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * EXCLUDE (first_received) FROM tool_calls ORDER BY span_id",
              "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id")
 
     def run(name: str, shown: bool) -> tuple[list, int, list]:
@@ -344,7 +344,7 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
     monkeypatch.setattr(sessions_module, "assemble_held",
                         lambda views, records: assembled.append(records[0].trace_id) or real(views, records))
     turn = _two_turns("conv-as-shown")[0]
-    rows = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * FROM tool_calls ORDER BY span_id",
+    rows = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * EXCLUDE (first_received) FROM tool_calls ORDER BY span_id",
             "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id",
             "SELECT trace_id, span_count, session_ids, assembled_at IS NOT NULL FROM trace_index")
 

@@ -146,7 +146,7 @@ def test_the_wide_columns_rows_move_to_one_row_per_stage_and_case_runs_reads_as_
     assert rows[0][2:] == ("passed", '{"rank": 1}', True) and rows[3][2] == "failed"
     scored = con.execute("SELECT stage FROM stage_results WHERE session_id = 'b' AND scored ORDER BY stage_order")
     assert [r[0] for r in scored.fetchall()] == ["invocation", "completion"]
-    assert migrate(con) == ["0017_append_only_sessions"]  # the rows appended from then on: read the same
+    assert migrate(con)[0] == "0017_append_only_sessions"  # the rows appended from then on: read the same
     assert con.execute("SELECT * FROM case_runs ORDER BY session_id").fetchall() == wide
 
 

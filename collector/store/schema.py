@@ -1144,3 +1144,16 @@ MIGRATIONS.append((
     {_STAGE_VIEW}
     """,
 ))
+
+# A tool call's row carries the ``first_received`` of its trace's index row (the bound its job read the trace's spans
+# from): a re-scoring sets its sessions' calls' steps among the rows written since their traces' earliest, so DuckDB
+# skips the older row groups by their statistics instead of reading the whole table (a job's step writes cost in
+# proportion to the rows stored before: 3.6 ms at 30,000 calls, 10.7 at a million; ``bench/span_stamps.py``).
+# The calls stored before take their trace's from its index row.
+MIGRATIONS.append((
+    "0018_tool_call_first_received",
+    """
+    ALTER TABLE tool_calls ADD COLUMN first_received TIMESTAMP;
+    UPDATE tool_calls SET first_received = i.first_received FROM trace_index i WHERE tool_calls.trace_id = i.trace_id;
+    """,
+))

@@ -172,8 +172,10 @@ class LakeSessionTables(LocalSessionTables):
                 return row[0]
         return super().cached_judgment(con, input_hash)
 
-    def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row]) -> None:
-        """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins them)."""
+    def _write_call_steps(self, con: duckdb.DuckDBPyConnection, session_ids: list[str], rows: Sequence[Row],
+                          since: datetime | None = None) -> None:
+        """The owner's steps and schema checks for every call of its sessions (the lake's ``tool_calls`` view joins
+        them, wherever the calls are stored: ``since`` bounds this file's calls only)."""
         con.execute(f"DELETE FROM call_scores WHERE session_id {IN_LIST}", [json_strings(session_ids)])
         self._insert(con, "call_scores", rows)
 
