@@ -583,6 +583,18 @@ class FeedbackSettings(_Model):
         return self
 
 
+class IngestSettings(_Model):
+    """``agentfunnel ingest`` sending files to the running server: how it retries when pushed back."""
+
+    retry_seconds: float = Field(
+        300.0, ge=0, description="How long a body the running server pushes back (429 / 503) is retried, as an OTLP "
+        "exporter retries, before the command gives up on it and on the bodies after it (exit 1; running it again "
+        "sends them, and what was stored already is recognised as retries). 0: not retried.")
+    max_retry_wait_seconds: float = Field(
+        10.0, gt=0, description="The longest one wait between retries, whatever the server's Retry-After asks; "
+        "without a Retry-After the waits start at 1 s and double up to it.")
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -600,6 +612,7 @@ class Settings(_Model):
     ui: UISettings = UISettings()
     monitors: MonitorSettings = MonitorSettings()
     feedback: FeedbackSettings = FeedbackSettings()
+    ingest: IngestSettings = IngestSettings()
 
     @model_validator(mode="after")
     def _two_credentials(self) -> "Settings":
