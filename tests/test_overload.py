@@ -226,6 +226,52 @@ def test_requests_are_pushed_back_while_the_session_stage_holds_its_bound(server
     assert sql(srv.db, "SELECT count(*) AS n FROM spans")[0]["n"] == 500 * accepted
 
 
+def test_by_default_a_flood_is_pushed_back_before_what_is_held_passes_its_bound(server_factory, tmp_path):
+    """With the default settings but a small sessions.max_held_bytes, concurrent clients are pushed back (503 with
+    Retry-After, counted as held_bytes) before the spans held pass the bound: none evicted, none skipped."""
+    bound = 8_000_000
+    srv = server_factory(_config(tmp_path, f"sessions:\n  max_held_bytes: {bound}\n  idle_timeout_seconds: 3600\n"
+                                           "receivers:\n  max_commit_wait_seconds: 0\n"))
+    answers: list[tuple[int, str | None]] = []
+    held: list[int] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 3.0
+
+    def client(k: int) -> None:
+        i = 0
+        while time.monotonic() < stop_at:
+            body, i = _body(500, k * 1000 + i), i + 1
+            req = urllib.request.Request(srv.http_url + "/v1/traces", data=body,
+                                         headers={"Content-Type": "application/x-protobuf"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    answer = (resp.status, None)
+            except urllib.error.HTTPError as exc:
+                answer = (exc.code, exc.headers.get("Retry-After"))
+                time.sleep(0.1)
+            with lock:
+                answers.append(answer)
+
+    def sample() -> None:
+        while time.monotonic() < stop_at + 1:
+            held.append(_metrics(srv)["held_bytes"])
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)] + [threading.Thread(target=sample)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    accepted = sum(1 for status, _ in answers if status == 200)
+    refused = [answer for answer in answers if answer[0] != 200]
+    assert accepted and refused and set(refused) == {(503, "1")}, answers[:20]
+    metrics = _metrics(srv)
+    assert metrics["pushed_back"] == {"http:held_bytes": len(refused)}
+    assert max(held) <= bound and metrics["held_bytes"] <= bound, (max(held), metrics["held_bytes"])
+    assert metrics.get("held_traces_evicted", 0) == 0 and metrics.get("prepare_skipped", 0) == 0
+    assert sql(srv.db, "SELECT count(*) AS n FROM spans")[0]["n"] == 500 * accepted
+
+
 def test_a_stop_in_the_middle_of_a_flood_is_bounded_quiet_and_loses_nothing_acknowledged(server_factory, tmp_path):
     SPANS = 2000
     bound = 8  # requests still waiting for their commit get 2 s of it, and a deep commit queue keeps many waiting
