@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=30.0, help="a request unanswered this long is counted as such")
     p.add_argument("--stop-at", type=float, help="SIGTERM this many seconds into the flood (default: after the catch-up)")
     p.add_argument("--catch-up-limit", type=float, default=300.0, help="longest wait for sessions to catch up")
+    p.add_argument("--transports", default=",".join(TRANSPORTS),
+                   help=f"the transports the processes take in turn (default {','.join(TRANSPORTS)})")
     p.add_argument("--timeline", action="store_true",
                    help="print the server's RSS and the gauges that bound its memory at every sample (every 0.5 s)")
     args = p.parse_args(argv)
@@ -181,13 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     rss_idle = proc_status(pid).get("VmRSS", 0)
     results: mp.Queue = mp.Queue()
     procs = []
+    transports = [t for t in args.transports.split(",") if t]
+    if not transports or set(transports) - set(TRANSPORTS):
+        p.error(f"--transports: a comma-separated list of {', '.join(TRANSPORTS)}")
     for i in range(args.processes):
-        transport = TRANSPORTS[i % len(TRANSPORTS)]
+        transport = transports[i % len(transports)]
         addr = grpc_addr if transport == "grpc" else http_addr
         procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, args.repeat,
                                                       args.timeout, results)))
     print(f"flooding for {args.seconds:.0f} s: {args.processes} processes x {args.threads} threads, "
-          f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
+          f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over "
+          f"{', '.join(sorted({transports[i % len(transports)] for i in range(args.processes)}))}")
     gauges: dict[str, int] = {}
     metrics: dict = {}
     t_start = time.monotonic()

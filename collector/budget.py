@@ -1,7 +1,7 @@
 """The server's memory budget: which setting bounds what it holds, and what they add up to.
 
 Everything a flood can make the server hold is bounded by a setting; this module names them and
-what each costs under given settings, so the sum is computed, not restated: ``agentfunnel serve``
+what each costs under given settings, so the sum is computed, not restated: ``agentfunnel -v serve``
 logs it at start, docs/operations.md shows the defaults' table, and a test holds the two equal and
 the defaults' sum (with the process's measured idle base) under 1 GiB. What is left out is bounded
 elsewhere: SQL runs in worker processes of their own (``sql.memory_limit_mb`` each).

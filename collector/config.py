@@ -193,8 +193,8 @@ class StoreSettings(_Model):
     snapshot_interval_seconds: float = Field(3600.0, gt=0, description="How often the periodic snapshot is written.")
     memory_limit_mb: int = Field(
         256, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
-        "DuckDB spills to temporary files next to the database. Part of the server's memory budget (see "
-        "`agentfunnel serve`'s start-up line and docs/operations.md).")
+        "DuckDB spills to temporary files next to the database. Part of the server's memory budget (docs/operations.md; "
+        "`agentfunnel -v serve` logs its sum at start).")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
     rewrite_reader_wait_seconds: float = Field(
         30.0, ge=0, description="How long a rewrite of the file (after `agentfunnel delete`) waits for reads in "
