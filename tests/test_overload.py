@@ -10,6 +10,7 @@ stopped with a backlog, or in the middle of a flood, within its bound.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -21,9 +22,12 @@ from concurrent.futures import Future
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 
-from agentfunnel.collector.errors import CommitsBehind, RetryableError
+from agentfunnel.collector.config import ReceiverSettings
+from agentfunnel.collector.errors import CommitsBehind, RetryableError, Saturated
 from agentfunnel.collector.pipeline import Admission, Pipeline
+from agentfunnel.collector.receivers.grpc import GrpcReceiver
 from agentfunnel.collector.receivers.status import grpc_code, http_status, retry_after_header
 from agentfunnel.collector.store.writer import CommitResult
 from agentfunnel.collector.telemetry import Metrics
@@ -353,3 +357,50 @@ def test_a_stop_in_the_middle_of_a_flood_is_bounded_quiet_and_loses_nothing_ackn
         srv.db, "SELECT trace_id, count(*) AS n FROM spans GROUP BY trace_id")}
     lost = [tid.hex() for tid in acknowledged if stored.get(tid.hex()) != SPANS]
     assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged requests not stored whole"
+
+
+def test_a_refused_grpc_call_leaves_nothing_for_the_cyclic_collector():
+    """A refused call is answered UNAVAILABLE with RetryInfo and freed at once: nothing of it waits for the cyclic
+    collector (which the server runs rarely), since what waits keeps the message its client had already sent."""
+
+    class Full:
+        limit, in_flight = 1, 1
+
+        def check(self, receiver: str) -> None:
+            raise Saturated("full; retry after 1s", 1.0)
+
+    class Refusing:
+        admission = Full()
+
+        def count_refusal(self, signal: str, exc: Exception) -> None:
+            pass
+
+    body = b"\x00" * 200_000
+    answers: list[grpc.RpcError] = []
+
+    async def run() -> list[object]:
+        receiver = GrpcReceiver(ReceiverSettings(), Refusing(), Metrics(), None)  # type: ignore[arg-type]
+        port = receiver.bind("127.0.0.1")
+        await receiver.server.start()
+        gc.collect()
+        gc.disable()
+        try:
+            def calls() -> None:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    for _ in range(20):
+                        with pytest.raises(grpc.RpcError) as refused:
+                            _grpc_export(channel, body)
+                        answers.append(refused.value)
+            await asyncio.get_running_loop().run_in_executor(None, calls)
+            await asyncio.sleep(0.2)  # the server's last call settled
+            left = [o for o in gc.get_objects() if isinstance(o, grpc.aio.AbortError)]
+        finally:
+            gc.enable()
+            await receiver.server.stop(None)
+        return left
+
+    left = asyncio.run(run())
+    assert len(answers) == 20 and {a.code() for a in answers} == {grpc.StatusCode.UNAVAILABLE}
+    status = status_pb2.Status.FromString(dict(answers[0].trailing_metadata())["grpc-status-details-bin"])
+    assert status.details[0].Unpack(error_details_pb2.RetryInfo())
+    assert left == []  # before: one aborted call's exception in a cycle with its state, per refused call
