@@ -44,6 +44,9 @@ SPANS = 2_000
 # The first half of every trace id in a body; each send overwrites it with a fresh counter.
 MARKER = bytes.fromhex("fa11ab1edeadc0de")
 TRANSPORTS = ("grpc", "http-protobuf", "http-json")
+# the server's gauges of what bounds its memory (bytes in MiB with --timeline) and of its backlog
+GAUGES = ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "assembled_cache_bytes", "jobs_waiting",
+          "open_traces")
 
 
 def _otlp_json(req: object) -> bytes:
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=30.0, help="a request unanswered this long is counted as such")
     p.add_argument("--stop-at", type=float, help="SIGTERM this many seconds into the flood (default: after the catch-up)")
     p.add_argument("--catch-up-limit", type=float, default=300.0, help="longest wait for sessions to catch up")
+    p.add_argument("--transports", default=",".join(TRANSPORTS),
+                   help=f"the transports the processes take in turn (default {','.join(TRANSPORTS)})")
+    p.add_argument("--timeline", action="store_true",
+                   help="print the server's RSS and the gauges that bound its memory at every sample (every 0.5 s)")
     args = p.parse_args(argv)
     atexit.register(Child.cleanup)
     workdir = Path(tempfile.mkdtemp(prefix="af-overload-"))
@@ -176,15 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     rss_idle = proc_status(pid).get("VmRSS", 0)
     results: mp.Queue = mp.Queue()
     procs = []
+    transports = [t for t in args.transports.split(",") if t]
+    if not transports or set(transports) - set(TRANSPORTS):
+        p.error(f"--transports: a comma-separated list of {', '.join(TRANSPORTS)}")
     for i in range(args.processes):
-        transport = TRANSPORTS[i % len(TRANSPORTS)]
+        transport = transports[i % len(transports)]
         addr = grpc_addr if transport == "grpc" else http_addr
         procs.append(mp.Process(target=_client, args=(transport, addr, args.seconds, args.threads, i, args.repeat,
                                                       args.timeout, results)))
     print(f"flooding for {args.seconds:.0f} s: {args.processes} processes x {args.threads} threads, "
-          f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over {', '.join(sorted({TRANSPORTS[i % 3] for i in range(args.processes)}))}")
+          f"{SPANS:,}-span requests ({'repeated' if args.repeat else 'new spans each'}) over "
+          f"{', '.join(sorted({transports[i % len(transports)] for i in range(args.processes)}))}")
     gauges: dict[str, int] = {}
     metrics: dict = {}
+    t_start = time.monotonic()
 
     def sample() -> dict:
         """The server's gauges now, their maxima kept; {} once it stops answering."""
@@ -192,10 +204,14 @@ def main(argv: list[str] | None = None) -> int:
             m = get_json(f"{admin}/metrics")
         except OSError:
             return {}
-        for name in ("bytes_in_flight", "held_bytes", "prepare_queue_bytes", "assembled_cache_bytes",
-                     "jobs_waiting", "open_traces"):
+        for name in GAUGES:
             gauges[name] = max(gauges.get(name, 0), int(m.get(name, 0) or 0))
         metrics.update(m)
+        if args.timeline:
+            rss = proc_status(pid).get("VmRSS", 0)
+            print(f"  {time.monotonic() - t_start:6.1f} s  RSS {rss / 2**20:6,.0f} MiB  " + "  ".join(
+                f"{name} {int(m.get(name, 0) or 0) / 2**20 if name.endswith('bytes') else int(m.get(name, 0) or 0):,.0f}"
+                for name in GAUGES), flush=True)
         return m
 
     peaks: list[int] = []

@@ -70,7 +70,7 @@ class ReceiverSettings(_Model):
         "OTLP/protobuf can carry (its decoders stop at 100 nested messages), so what is accepted can be forwarded; "
         "at most 200, within what JSON parsing allows.")
     max_bytes_in_flight: int = Field(
-        96 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed, at what they "
+        64 * MiB, gt=0, description="Admission control: payload bytes accepted and not yet committed, at what they "
         "decode to once decoded (metrics: counted on the wire before they are; a request's data points past it are "
         "refused, counted in metric_points_rejected as decoded_bytes)."
     )
@@ -192,8 +192,9 @@ class StoreSettings(_Model):
         "(as `agentfunnel snapshot` does, replaced whole each time), for tools that open the file themselves.")
     snapshot_interval_seconds: float = Field(3600.0, gt=0, description="How often the periodic snapshot is written.")
     memory_limit_mb: int = Field(
-        512, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
-        "DuckDB spills to temporary files next to the database.")
+        256, gt=0, description="DuckDB's memory limit (buffer pool: ingest, assembly and SQL together); beyond it "
+        "DuckDB spills to temporary files next to the database. Part of the server's memory budget (docs/operations.md; "
+        "`agentfunnel -v serve` logs its sum at start).")
     threads: int = Field(2, gt=0, le=256, description="DuckDB's worker threads (ingest commits and SQL share them).")
     rewrite_reader_wait_seconds: float = Field(
         30.0, ge=0, description="How long a rewrite of the file (after `agentfunnel delete`) waits for reads in "
@@ -225,16 +226,19 @@ class SessionSettings(_Model):
     )
     check_interval_seconds: float = Field(1.0, gt=0, description="How often idle traces are looked for.")
     max_held_bytes: int = Field(
-        256 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
-        "assembled; beyond it the least recently active are evicted (held_traces_evicted) and read back from the "
-        "store when they close.")
+        192 * MiB, gt=0, description="Open traces' spans held in memory, decoded and normalized, until they are "
+        "assembled; beyond it (push_back_when_held_full off, or a batch holding more than admission foresaw) the "
+        "least recently active are evicted (held_traces_evicted) and read back from the store when they close.")
     push_back_when_held_full: bool = Field(
-        False, description="When the spans held for sessions not yet assembled, the batches waiting to be held and "
-        "the requests in flight reach max_held_bytes, new requests are pushed back (503 / UNAVAILABLE with "
-        "Retry-After, counted in pushed_back as <receiver>:held_bytes) until assemblies free room, so a flood the "
-        "session stage cannot keep up with neither grows memory nor leaves traces to read back. false: they are "
-        "accepted, and the least recently active traces are evicted instead. Off by default: while on, sustained "
-        "intake of new traces is at most about max_held_bytes per idle timeout (with the defaults near 4k spans/s).")
+        True, description="When the spans held for sessions not yet assembled, the batches waiting to be held and "
+        "the requests in flight (at what they will hold) reach max_held_bytes, new requests are pushed back (503 / "
+        "UNAVAILABLE with Retry-After, counted in pushed_back as <receiver>:held_bytes) until assemblies free room, "
+        "so a flood the session stage cannot keep up with neither grows memory nor leaves traces to read back, and "
+        "max_held_bytes bounds the requests in flight and the prepare queue too. Its cost: sustained intake of new "
+        "traces is at most about max_held_bytes per idle timeout (with the defaults near 3k agent spans/s; bursts up to "
+        "max_held_bytes are taken at full speed). false: requests are accepted, and the least recently active "
+        "traces are evicted instead and read back from the store when they close (more throughput in a burst, "
+        "more memory after it).")
     max_prepare_queue_bytes: int = Field(
         32 * MiB, gt=0, description="Committed batches waiting to be normalized and held, counted at what they hold "
         "decoded (as receivers.max_bytes_in_flight counts them); a batch beyond it is "
@@ -242,7 +246,7 @@ class SessionSettings(_Model):
         "With push_back_when_held_full no batch is skipped: the queue counts within max_held_bytes, and "
         "from half of this bound on its worker stops giving way to requests.")
     max_assembled_cache_bytes: int = Field(
-        256 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
+        128 * MiB, gt=0, description="Recently assembled traces kept in memory, so a session's next turn is scored "
         "without reading its earlier turns back, each counted at what its records hold (large tool results in "
         "full); beyond it the least recently used go (assembled_cache_evicted).")
     assembly_retry_seconds: float = Field(
@@ -583,6 +587,18 @@ class FeedbackSettings(_Model):
         return self
 
 
+class IngestSettings(_Model):
+    """``agentfunnel ingest`` sending files to the running server: how it retries when pushed back."""
+
+    retry_seconds: float = Field(
+        300.0, ge=0, description="How long a body the running server pushes back (429 / 503) is retried, as an OTLP "
+        "exporter retries, before the command gives up on it and on the bodies after it (exit 1; running it again "
+        "sends them, and what was stored already is recognised as retries). 0: not retried.")
+    max_retry_wait_seconds: float = Field(
+        10.0, gt=0, description="The longest one wait between retries, whatever the server's Retry-After asks; "
+        "without a Retry-After the waits start at 1 s and double up to it.")
+
+
 class Settings(_Model):
     """Everything ``agentfunnel serve`` and ``agentfunnel ingest`` read."""
 
@@ -600,6 +616,7 @@ class Settings(_Model):
     ui: UISettings = UISettings()
     monitors: MonitorSettings = MonitorSettings()
     feedback: FeedbackSettings = FeedbackSettings()
+    ingest: IngestSettings = IngestSettings()
 
     @model_validator(mode="after")
     def _two_credentials(self) -> "Settings":

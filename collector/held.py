@@ -518,6 +518,7 @@ class Preparer:
         self._stopping = False
         self._draining = 0  # callers waiting in drain(): prepare at once, without giving way
         self._busy = False
+        self._preparing = 0  # what the batch being prepared counts: out of the queue, not yet held
         self._thread = threading.Thread(target=self._run, name="agentfunnel-prepare", daemon=True)
         self._thread.start()
         metrics.gauge("prepare_queue_bytes", lambda: self._queue_bytes)
@@ -528,7 +529,7 @@ class Preparer:
 
     def held_soon(self) -> int:
         """Bytes held now and what the batches queued will hold: what the session stage holds until assembly."""
-        return self.held.bytes + int(self._queue_bytes * self.held_per_decoded)
+        return self.held.bytes + int((self._queue_bytes + self._preparing) * self.held_per_decoded)
 
     def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
         """A committed batch (on the writer thread, right after its commit): queue it and return."""
@@ -560,6 +561,7 @@ class Preparer:
                     continue
                 batch, trace_ids, size = self._queue.popleft()
                 self._queue_bytes -= size
+                self._preparing = size
                 self._busy = True
             try:
                 batch.prepared = prepare(batch, self.session_keys)
@@ -568,6 +570,8 @@ class Preparer:
             except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
                 log.exception("preparing a committed batch failed; its traces are read back at assembly")
                 self.held.not_held(trace_ids, announced=True)
+            with self._cond:
+                self._preparing = 0
             self._tell(batch)
             with self._cond:
                 self._busy = False

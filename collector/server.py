@@ -28,6 +28,7 @@ from aiohttp import web
 
 from ..scoring.prices import PriceTable
 from .admin_access import AdminAccess
+from .budget import budget_line
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
@@ -113,6 +114,7 @@ class Server:
         if self.evaluator is not None and (warning := self.evaluator.judge_warning()):
             log.warning("%s", warning)
         self.store.open()
+        log.info("%s", budget_line(self.settings))
         if self.settings.store.lake is None:
             self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()  # type: ignore[arg-type]  # a reader cursor reads as a connection does
         if self.forwarder is not None:

@@ -10,6 +10,7 @@ stopped with a backlog, or in the middle of a flood, within its bound.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -21,9 +22,12 @@ from concurrent.futures import Future
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 
-from agentfunnel.collector.errors import CommitsBehind, RetryableError
+from agentfunnel.collector.config import ReceiverSettings
+from agentfunnel.collector.errors import CommitsBehind, RetryableError, Saturated
 from agentfunnel.collector.pipeline import Admission, Pipeline
+from agentfunnel.collector.receivers.grpc import GrpcReceiver
 from agentfunnel.collector.receivers.status import grpc_code, http_status, retry_after_header
 from agentfunnel.collector.store.writer import CommitResult
 from agentfunnel.collector.telemetry import Metrics
@@ -226,6 +230,52 @@ def test_requests_are_pushed_back_while_the_session_stage_holds_its_bound(server
     assert sql(srv.db, "SELECT count(*) AS n FROM spans")[0]["n"] == 500 * accepted
 
 
+def test_by_default_a_flood_is_pushed_back_before_what_is_held_passes_its_bound(server_factory, tmp_path):
+    """With the default settings but a small sessions.max_held_bytes, concurrent clients are pushed back (503 with
+    Retry-After, counted as held_bytes) before the spans held pass the bound: none evicted, none skipped."""
+    bound = 8_000_000
+    srv = server_factory(_config(tmp_path, f"sessions:\n  max_held_bytes: {bound}\n  idle_timeout_seconds: 3600\n"
+                                           "receivers:\n  max_commit_wait_seconds: 0\n"))
+    answers: list[tuple[int, str | None]] = []
+    held: list[int] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + 3.0
+
+    def client(k: int) -> None:
+        i = 0
+        while time.monotonic() < stop_at:
+            body, i = _body(500, k * 1000 + i), i + 1
+            req = urllib.request.Request(srv.http_url + "/v1/traces", data=body,
+                                         headers={"Content-Type": "application/x-protobuf"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    answer = (resp.status, None)
+            except urllib.error.HTTPError as exc:
+                answer = (exc.code, exc.headers.get("Retry-After"))
+                time.sleep(0.1)
+            with lock:
+                answers.append(answer)
+
+    def sample() -> None:
+        while time.monotonic() < stop_at + 1:
+            held.append(_metrics(srv)["held_bytes"])
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)] + [threading.Thread(target=sample)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    accepted = sum(1 for status, _ in answers if status == 200)
+    refused = [answer for answer in answers if answer[0] != 200]
+    assert accepted and refused and set(refused) == {(503, "1")}, answers[:20]
+    metrics = _metrics(srv)
+    assert metrics["pushed_back"] == {"http:held_bytes": len(refused)}
+    assert max(held) <= bound and metrics["held_bytes"] <= bound, (max(held), metrics["held_bytes"])
+    assert metrics.get("held_traces_evicted", 0) == 0 and metrics.get("prepare_skipped", 0) == 0
+    assert sql(srv.db, "SELECT count(*) AS n FROM spans")[0]["n"] == 500 * accepted
+
+
 def test_a_stop_in_the_middle_of_a_flood_is_bounded_quiet_and_loses_nothing_acknowledged(server_factory, tmp_path):
     SPANS = 2000
     bound = 8  # requests still waiting for their commit get 2 s of it, and a deep commit queue keeps many waiting
@@ -307,3 +357,50 @@ def test_a_stop_in_the_middle_of_a_flood_is_bounded_quiet_and_loses_nothing_ackn
         srv.db, "SELECT trace_id, count(*) AS n FROM spans GROUP BY trace_id")}
     lost = [tid.hex() for tid in acknowledged if stored.get(tid.hex()) != SPANS]
     assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged requests not stored whole"
+
+
+def test_a_refused_grpc_call_leaves_nothing_for_the_cyclic_collector():
+    """A refused call is answered UNAVAILABLE with RetryInfo and freed at once: nothing of it waits for the cyclic
+    collector (which the server runs rarely), since what waits keeps the message its client had already sent."""
+
+    class Full:
+        limit, in_flight = 1, 1
+
+        def check(self, receiver: str) -> None:
+            raise Saturated("full; retry after 1s", 1.0)
+
+    class Refusing:
+        admission = Full()
+
+        def count_refusal(self, signal: str, exc: Exception) -> None:
+            pass
+
+    body = b"\x00" * 200_000
+    answers: list[grpc.RpcError] = []
+
+    async def run() -> list[object]:
+        receiver = GrpcReceiver(ReceiverSettings(), Refusing(), Metrics(), None)  # type: ignore[arg-type]
+        port = receiver.bind("127.0.0.1")
+        await receiver.server.start()
+        gc.collect()
+        gc.disable()
+        try:
+            def calls() -> None:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    for _ in range(20):
+                        with pytest.raises(grpc.RpcError) as refused:
+                            _grpc_export(channel, body)
+                        answers.append(refused.value)
+            await asyncio.get_running_loop().run_in_executor(None, calls)
+            await asyncio.sleep(0.2)  # the server's last call settled
+            left = [o for o in gc.get_objects() if isinstance(o, grpc.aio.AbortError)]
+        finally:
+            gc.enable()
+            await receiver.server.stop(None)
+        return left
+
+    left = asyncio.run(run())
+    assert len(answers) == 20 and {a.code() for a in answers} == {grpc.StatusCode.UNAVAILABLE}
+    status = status_pb2.Status.FromString(dict(answers[0].trailing_metadata())["grpc-status-details-bin"])
+    assert status.details[0].Unpack(error_details_pb2.RetryInfo())
+    assert left == []  # before: one aborted call's exception in a cycle with its state, per refused call

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import database_options, settings_for
+from .common import database_options, seconds, settings_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,6 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     database_options(p, "create")
     p.add_argument("--signal", choices=["auto", "traces", "logs", "metrics"], default="auto",
                    help="what protobuf files hold (default: logs or metrics if the name says so, else traces)")
+    p.add_argument("--retry-seconds", type=seconds, default=None,
+                   help="through a running server: how long a body it pushes back is retried before giving up "
+                        "(ingest.retry_seconds, default 300)")
     p.add_argument("files", nargs="+", help="files to ingest")
     p.set_defaults(func=run)
 
@@ -26,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ..ingest import ingest_files
     from ..terminal import visible_controls
 
-    settings = settings_for(args)
+    settings = settings_for(args, {("ingest", "retry_seconds"): args.retry_seconds})
     paths = [Path(p) for p in args.files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
