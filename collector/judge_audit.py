@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..scoring.judge_audit import (VERDICT, Agreement, agreement, item_id, items_of, parse_label,
-                                   pass_rate_bounds, shared_family, stratified_sample)
+from ..scoring.judge_audit import (VERDICT, Agreement, agreement, criteria_of, item_id, items_of, judge_met,
+                                   parse_label, pass_rate_bounds, shared_family, stratified_sample)
 from .config import StoreSettings
+from .phrasing import fixed, plural
 from .query import query
 
 COLUMNS = ("item_id", "experiment", "session_id", "input_hash", "case_id", "criterion", "judge_call", "judge_met",
@@ -59,11 +60,6 @@ ORDER BY j.session_id
 """
 
 
-def _criteria(value: Any) -> list[dict[str, Any]]:
-    parsed = json.loads(value) if isinstance(value, str) else value
-    return [c for c in parsed or [] if isinstance(c, dict)]
-
-
 def latest_judgments(db: Path | StoreSettings | Any, pattern: str) -> list[dict[str, Any]]:
     """Each session's latest real verdict (complete or incomplete) in the experiments ``pattern`` matches."""
     return _rows(db, _JUDGMENTS_SQL.format(pattern=_literal(pattern)))
@@ -78,11 +74,11 @@ def export_rows(judgments: list[dict[str, Any]], sample: int, seed: int = 0) -> 
     """The sampled items of these judgments, as the rows of the labelling file."""
     by_key = {(j["session_id"], j["input_hash"]): j for j in judgments}
     items = [it for j in judgments for it in items_of(j["session_id"], j["input_hash"], j["passed"], j["status"],
-                                                      _criteria(j["criteria"]))]
+                                                      criteria_of(j["criteria"]))]
     rows = []
     for it in stratified_sample(items, sample, seed):
         j = by_key[(it.session_id, it.input_hash)]
-        evidence = next((c.get("evidence") for c in _criteria(j["criteria"]) if c.get("criterion") == it.criterion), "")
+        evidence = next((c.get("evidence") for c in criteria_of(j["criteria"]) if c.get("criterion") == it.criterion), "")
         rows.append({"item_id": it.item_id, "experiment": j["experiment"], "session_id": it.session_id,
                      "input_hash": it.input_hash, "case_id": j["case_id"], "criterion": it.criterion,
                      "judge_call": it.judge_status, "judge_met": "met" if it.judge_met else "not_met",
@@ -232,16 +228,6 @@ QUALIFY row_number() OVER (PARTITION BY l.item_id, l.labeler ORDER BY j.created_
 """
 
 
-def judge_met(row: dict[str, Any]) -> bool | None:
-    """What the stored judgment said about the labelled item: its pass, or the criterion's assessment."""
-    if row["criterion"] == VERDICT:
-        return bool(row["passed"])
-    for c in _criteria(row["criteria"]):
-        if c.get("criterion") == row["criterion"]:
-            return c.get("status") == "satisfied"
-    return None
-
-
 @dataclass(frozen=True)
 class AuditReport:
     by_criterion: dict[str, Agreement]  # VERDICT among them
@@ -320,8 +306,6 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        from .report.text import fixed, plural
-
         shown = "undefined" if kappa is None else fixed(kappa)
         return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "
                 f"below {fixed(minimum)}"]

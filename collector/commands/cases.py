@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..phrasing import plural
 from ..query import QueryError, query
 from ..store.lake import LakeUnavailable, ReaderTables, open_reader
 from ..store.rows import LOG_COLUMNS, SPAN_COLUMNS, span_views
@@ -36,7 +37,6 @@ def check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
     # start-up time: the case models, rich
     from ...scoring.cases import CaseFileError, load_suite
-    from ..report.text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)

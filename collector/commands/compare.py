@@ -9,7 +9,7 @@ from pathlib import Path
 from ..judge_audit import judge_warnings, kappa_gate
 from ..query import QueryError
 from ..regression import explain_regressions
-from ..ui.links import compare_url, experiment_url, ui_base
+from ..links import compare_url, experiment_url, ui_base
 from .common import database, database_options, fail, seconds, settings_for, wait_for_judgments
 
 

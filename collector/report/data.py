@@ -19,7 +19,7 @@ from ...scoring import labels, stages
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
 from ..judge_audit import audit_report
-from ..monitors.report import load_firings
+from .monitors import load_firings
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql

@@ -419,17 +419,6 @@ def text(key: str, lang: str, **kw: Any) -> str:
     return s.format(**kw) if kw else s
 
 
-def plural(n: int, one: str, many: str | None = None) -> str:
-    """``n`` and the noun that agrees with it: "1 session", "2 sessions", "1 criterion", "3 criteria"."""
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
-def fixed(x: float, digits: int = 2) -> str:
-    """``x`` with ``digits`` decimals, never a negative zero: -0.001 reads 0.00, not -0.00."""
-    out = f"{x:.{digits}f}"
-    return out[1:] if out.startswith("-") and not out.strip("-0.") else out
-
-
 def variant_name(variant: str | None, lang: str, registry: Registry | None = None) -> str:
     """A variant's display name: of ``registry`` (a configuration's variants), else of the built-in ones."""
     if not variant:

@@ -27,7 +27,7 @@ from . import model
 from .conversation import Message, conversation
 from .filters import PAGE_SIZE, SORTS, SessionFilters
 from .jsontree import TreeBudget
-from .links import path_segment
+from ..links import path_segment
 from .queries import CompareRows, ExperimentRows, ListRows, OverviewRows, SessionRows
 from .words import t
 

@@ -26,7 +26,7 @@ from aiohttp import web
 from ..case_draft import DraftError, check_case_id
 from ..judge_audit import insert_labels
 from ..review_queue import label_row
-from .links import path_segment
+from ..links import path_segment
 
 if TYPE_CHECKING:
     from .app import UI
