@@ -24,11 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from ..scoring.judge_audit import (VERDICT, Agreement, agreement, criteria_of, item_id, items_of, judge_met,
                                    parse_label, pass_rate_bounds, shared_family, stratified_sample)
 from .config import StoreSettings
 from .phrasing import fixed, plural
-from .query import query
+from .query import admin_post, query, running_server
+from .store.guard import StoreUnusable, held_elsewhere
+from .store.schema import migrate
+from .store.writer import connect
 
 COLUMNS = ("item_id", "experiment", "session_id", "input_hash", "case_id", "criterion", "judge_call", "judge_met",
            "judge_score", "request", "final_answer", "judge_evidence", "judge_explanation", "label", "labeler", "note")
@@ -164,20 +169,12 @@ def insert_labels(con: Any, rows: list[dict[str, Any]]) -> int:
 
 def store_labels(db: Path, rows: list[dict[str, Any]]) -> str:
     """Through the server that owns the file, or into the file itself; returns where they went."""
-    from .query import admin_post, running_server
-
     info = running_server(db)
     if info is not None:
         payload = [{**r, "labeled_at": r["labeled_at"].isoformat(), "imported_at": r["imported_at"].isoformat()}
                    for r in rows]
         admin_post(info, "/audit/labels", {"labels": payload})
         return "the running server"
-    import duckdb
-
-    from .store.guard import StoreUnusable, held_elsewhere
-    from .store.schema import migrate
-    from .store.writer import connect
-
     try:
         con = connect(db)
     except duckdb.IOException as exc:

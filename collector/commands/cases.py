@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...scoring import SessionScorer
 from ..config import Settings
 from ..phrasing import plural
 from ..query import QueryError, query
@@ -80,9 +81,7 @@ def add(args: argparse.Namespace) -> int:
 
 def session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
-    # start-up time: the session stage and the scorer
-    from ...scoring import SessionScorer
-    from ..sessions import gather_sessions
+    from ..sessions import gather_sessions  # start-up time: the session stage
     keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         con = open_reader(settings.store.lake)

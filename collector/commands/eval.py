@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..eval_run import Endpoint, Runner, RunRecord, _Interrupted, new_batch, plan_runs, run_traces, select_cases
+from ..eval_run import Endpoint, Runner, RunRecord, Interrupted, new_batch, plan_runs, run_traces, select_cases
 from ..judge_audit import judge_warnings, kappa_gate
 from ..query import QueryError, admin_post, running_server
 from .common import database_options, fail, otlp_ports, seconds, settings_for, wait_for_judgments
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             runner = Runner(target, command, args.timeout, args.concurrency, on_done=done)
             try:
                 records = runner.run(specs)
-            except _Interrupted as stop:
+            except Interrupted as stop:
                 records, interrupted = stop.records, True
                 console.print("interrupted: the runs in progress were stopped; what finished is kept")
             except (OSError, QueryError) as exc:  # the server went away, refused the harness's span, ...

@@ -27,9 +27,6 @@ from .text import lang_of, text
 from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
-OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
-                 "rfq_submitted", "action_taken", "read_only", "search_only", "info_provided", "no_activity",
-                 "failed", "abandoned")
 WASTED_KINDS = ("repeats", "retries", "rederivations", "walk_backs")
 
 
@@ -303,13 +300,13 @@ def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
 def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None,
                 registry: Registry = BUILTIN_REGISTRY) -> ReportData:
     """Read everything the report shows; raises QueryError when the database cannot be read. ``registry``:
-    the configuration's variants (their names and terminal rungs), the built-in ones by default."""
-    data = _load_report(db, filters, now)
+    the configuration's variants (their names, terminal rungs and outcomes' order), the built-in ones by default."""
+    data = _load_report(db, filters, now, registry)
     data.registry = registry
     return data
 
 
-def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None) -> ReportData:
+def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None, registry: Registry) -> ReportData:
     generated = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     sql = ReportSQL(filters)
     have = _rows(db, sql.tables)[0]
@@ -326,12 +323,12 @@ def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | 
             data.funnels.setdefault(r["variant"], []).append(FunnelStep(
                 r["variant"], r["step"], int(r["step_index"]), r["display_en"], r["display_ja"], int(r["sessions"]),
                 r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"]), int(r["skipped"])))
-    rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
     for r in _rows(db, sql.outcomes()):
         reads_as = r["reads_as"] or labels.OUTCOME_READS_AS.get(r["outcome"] or "", "unknown")
         data.outcomes.setdefault(r["variant"], []).append(
             OutcomeCount(r["variant"], r["outcome"], reads_as, int(r["sessions"]), float(r["share"])))
-    for rows in data.outcomes.values():
+    for variant, rows in data.outcomes.items():
+        rank = registry.outcome_rank(variant)  # best first, as the variant's ladder ranks them
         rows.sort(key=lambda o: (rank.get(o.outcome or "", len(rank)), -o.sessions, o.outcome or ""))
     data.drops = [DropReason(r["variant"], r["drop_reason"], r["drop_step"], r["drop_fix"], int(r["sessions"]),
                              r["example"], r["stopped_at"]) for r in _rows(db, sql.drops())]
