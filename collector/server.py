@@ -28,7 +28,7 @@ from aiohttp import web
 
 from ..scoring.prices import PriceTable
 from ..scoring.variants.registry import Registry
-from .admin_access import AdminAccess
+from .admin_access import AdminAccess, json_body
 from .case_draft import draft_into_suite
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
@@ -258,10 +258,7 @@ class Server:
         """
         if (refused := self.admin.refused(request)) is not None:
             return refused
-        try:
-            doc = await request.json() if request.can_read_body else {}
-        except json.JSONDecodeError:
-            doc = None
+        doc = await json_body(request)
         if not isinstance(doc, dict) or any(doc.get(k) is not None and not isinstance(doc[k], str)
                                             for k in ("session", "experiment")):
             return web.json_response({"error": 'body must be JSON {"session": "..."} or {"experiment": "..."}'},
@@ -298,10 +295,7 @@ class Server:
         """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
         if (refused := self.admin.refused(request)) is not None:
             return refused
-        try:
-            doc = await request.json() if request.can_read_body else {}
-        except json.JSONDecodeError:
-            doc = None
+        doc = await json_body(request)
         ids = doc.get("trace_ids") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not (ids is None or (isinstance(ids, list) and all(isinstance(t, str) for t in ids))):
             return web.json_response({"error": 'body must be JSON {} or {"trace_ids": ["...", ...]}'}, status=400)

@@ -322,7 +322,8 @@ def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | 
         for r in _rows(db, sql.funnel()):
             data.funnels.setdefault(r["variant"], []).append(FunnelStep(
                 r["variant"], r["step"], int(r["step_index"]), r["display_en"], r["display_ja"], int(r["sessions"]),
-                r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"]), int(r["skipped"])))
+                r["share_of_sessions"], None if r["first_step"] else r["conversion_from_previous"], bool(r["first_step"]),
+                int(r["skipped"])))  # the first step's conversion is its share, shown once
     for r in _rows(db, sql.outcomes()):
         reads_as = r["reads_as"] or labels.OUTCOME_READS_AS.get(r["outcome"] or "", "unknown")
         data.outcomes.setdefault(r["variant"], []).append(
