@@ -27,7 +27,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from ..scoring.prices import PriceTable
-from ..scoring.variants.registry import Registry
+from ..scoring.variant_registry import Registry
 from .admin_access import AdminAccess, json_body
 from .case_draft import draft_into_suite
 from .config import Settings

@@ -2,8 +2,9 @@
 store knows nothing of the stages above it; the session stage's middle never touches the store; the
 report's parts and the store's (and the lake's) import one way only, and the report knows no command
 line; nothing below the command line imports it, the commands stand side by side over what they share,
-and the circles batches <-> metric_batches and server <-> data_admin stay open; no two of collector's modules or
-packages import each other in a circle, and no project module is imported inside a function but for start-up time."""
+and the circles batches <-> metric_batches and server <-> data_admin stay open; no two modules or packages of
+semconv, scoring or collector import each other in a circle, and no project module is imported inside a function
+but for start-up time."""
 
 from __future__ import annotations
 

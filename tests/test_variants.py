@@ -23,7 +23,7 @@ from agentfunnel.scoring.config import BUILTIN_VARIANTS, STEP_LABELS
 from agentfunnel.scoring.funnel import GLOBAL_ORDER
 from agentfunnel.scoring.labels import VARIANT_OUTCOME_LABELS
 from agentfunnel.scoring.variants import BUILTINS, STEP_KEYS
-from agentfunnel.scoring.variants.registry import BUILTIN_REGISTRY
+from agentfunnel.scoring.variant_registry import BUILTIN_REGISTRY
 from agentfunnel.semconv import SpanRecord
 from conftest import run_cli
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...scoring.variants.registry import Registry
+from ...scoring.variant_registry import Registry
 from .common import database, database_options, seconds, settings_for, wait_for_judgments
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ..config import StoreSettings
 from ..query import QueryError
 from ..links import ui_base

@@ -24,7 +24,7 @@ from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
 from .text import lang_of, text
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
 WASTED_KINDS = ("repeats", "retries", "rederivations", "walk_backs")

@@ -12,7 +12,7 @@ from ...scoring import labels
 from ...scoring.dropoff import FIXES
 from ...scoring.stages import stage_fix as _stage_fix
 from ...scoring.variants import BUILTINS
-from ...scoring.variants.registry import Registry
+from ...scoring.variant_registry import Registry
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
 TEXT: dict[str, dict[str, str]] = {

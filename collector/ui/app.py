@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from . import feedback as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of

@@ -17,7 +17,7 @@ from ...scoring.prices import PriceTable
 from ...semconv.dialects import read_messages
 from ...semconv.messages import Message, loads
 from ...scoring.variants import Activity, Variant
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ...semconv.normalize import normalize
 from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
 from .conversation import span_view

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from ...scoring import labels, stages
 from ...scoring.prices import PriceTable
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ..config import UISettings
 from ..report.text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
 from . import model

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
-from .. import labels
-from ..config import FunnelSettings, UserVariant
-from . import BUILTINS, merged, step_order
-from .base import Clues, Proof, Reading, Step, Variant
+from . import labels
+from .config import FunnelSettings, UserVariant
+from .variants import BUILTINS, merged, step_order
+from .variants.base import Clues, Proof, Reading, Step, Variant
 
 
 def configured(key: str, uv: UserVariant) -> Variant:
