@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import secrets
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -90,3 +91,11 @@ def _bearer_is(header: str, token: str) -> bool:
     except UnauthorizedError:
         return False
     return True
+
+
+async def json_body(request: web.Request) -> Any:
+    """An admin request's JSON body: ``{}`` without a body, None when it is not JSON (the caller answers 400)."""
+    try:
+        return await request.json() if request.can_read_body else {}
+    except json.JSONDecodeError:
+        return None

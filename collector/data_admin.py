@@ -13,14 +13,13 @@ write anywhere their user can by having the server write beside the database and
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 from typing import Any, Callable
 
 from aiohttp import web
 
-from .admin_access import AdminAccess
+from .admin_access import AdminAccess, json_body
 from .export import export_tables, write_snapshot
 from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, deletion_json, parse_time
 
@@ -89,10 +88,7 @@ def add_routes(app: web.Application, access: AdminAccess, store: Any, retention:
         async def handle(request: web.Request) -> web.Response:
             if (refused := access.refused(request)) is not None:
                 return refused
-            try:
-                doc = await request.json() if request.can_read_body else {}
-            except json.JSONDecodeError:
-                doc = None
+            doc = await json_body(request)
             if not isinstance(doc, dict):
                 return web.json_response({"error": "the body must be a JSON object"}, status=400)
             try:

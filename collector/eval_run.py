@@ -414,11 +414,14 @@ class Runner:
             if exc is None and f.result() is not None:
                 records.append(f.result())
         if interrupted:
-            raise _Interrupted(records)  # type: ignore[arg-type]
+            raise Interrupted(records)  # type: ignore[arg-type]
         return records  # type: ignore[return-value]  # only results that are not None are kept
 
 
-class _Interrupted(KeyboardInterrupt):
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch: the runs that finished before it (``records``), which ``eval run`` still closes and
+    summarizes."""
+
     def __init__(self, records: list[RunRecord]) -> None:
         super().__init__()
         self.records = records

@@ -214,7 +214,7 @@ class Evaluator:
         """Made on first use: importing the anthropic SDK takes seconds, and most sessions are not case runs."""
         with self._judge_lock:
             if self._judge is None:
-                from ..scoring.judge import AnthropicJudge
+                from ..scoring.judge import AnthropicJudge  # start-up time: the anthropic SDK (seconds)
 
                 extra: dict[str, Any] = {"rubric": self.rubric} if self.rubric is not None else {}
                 self._judge = AnthropicJudge(self.judge_settings, cache=_StoredJudgments(self.store, self.tables), **extra)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from .config import Settings
 from .errors import PermanentError, Saturated
 from .files import Body, SignalHint, read_bodies
-from .pipeline import Admission, ExportResult
+from .pipeline import DECODERS, Admission, ExportResult
 from .query import QueryError, admin_post, running_server
 from .telemetry import Metrics
 from .wiring import build_ingest_path
@@ -200,7 +200,6 @@ def _partial_success(body: Body, payload: bytes) -> tuple[int, str]:
 
 
 def _count_items(body: Body) -> int:
-    from .pipeline import DECODERS
     try:
         return len(DECODERS[(body.signal, body.encoding)](body.data))
     except PermanentError:

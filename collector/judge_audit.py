@@ -24,10 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..scoring.judge_audit import (VERDICT, Agreement, agreement, item_id, items_of, parse_label,
-                                   pass_rate_bounds, shared_family, stratified_sample)
+import duckdb
+
+from ..scoring.judge_audit import (VERDICT, Agreement, agreement, criteria_of, item_id, items_of, judge_met,
+                                   parse_label, pass_rate_bounds, shared_family, stratified_sample)
 from .config import StoreSettings
-from .query import query
+from .phrasing import fixed, plural
+from .query import admin_post, query, running_server
+from .store.guard import StoreUnusable, held_elsewhere
+from .store.schema import migrate
+from .store.writer import connect
 
 COLUMNS = ("item_id", "experiment", "session_id", "input_hash", "case_id", "criterion", "judge_call", "judge_met",
            "judge_score", "request", "final_answer", "judge_evidence", "judge_explanation", "label", "labeler", "note")
@@ -59,11 +65,6 @@ ORDER BY j.session_id
 """
 
 
-def _criteria(value: Any) -> list[dict[str, Any]]:
-    parsed = json.loads(value) if isinstance(value, str) else value
-    return [c for c in parsed or [] if isinstance(c, dict)]
-
-
 def latest_judgments(db: Path | StoreSettings | Any, pattern: str) -> list[dict[str, Any]]:
     """Each session's latest real verdict (complete or incomplete) in the experiments ``pattern`` matches."""
     return _rows(db, _JUDGMENTS_SQL.format(pattern=_literal(pattern)))
@@ -78,11 +79,11 @@ def export_rows(judgments: list[dict[str, Any]], sample: int, seed: int = 0) -> 
     """The sampled items of these judgments, as the rows of the labelling file."""
     by_key = {(j["session_id"], j["input_hash"]): j for j in judgments}
     items = [it for j in judgments for it in items_of(j["session_id"], j["input_hash"], j["passed"], j["status"],
-                                                      _criteria(j["criteria"]))]
+                                                      criteria_of(j["criteria"]))]
     rows = []
     for it in stratified_sample(items, sample, seed):
         j = by_key[(it.session_id, it.input_hash)]
-        evidence = next((c.get("evidence") for c in _criteria(j["criteria"]) if c.get("criterion") == it.criterion), "")
+        evidence = next((c.get("evidence") for c in criteria_of(j["criteria"]) if c.get("criterion") == it.criterion), "")
         rows.append({"item_id": it.item_id, "experiment": j["experiment"], "session_id": it.session_id,
                      "input_hash": it.input_hash, "case_id": j["case_id"], "criterion": it.criterion,
                      "judge_call": it.judge_status, "judge_met": "met" if it.judge_met else "not_met",
@@ -168,20 +169,12 @@ def insert_labels(con: Any, rows: list[dict[str, Any]]) -> int:
 
 def store_labels(db: Path, rows: list[dict[str, Any]]) -> str:
     """Through the server that owns the file, or into the file itself; returns where they went."""
-    from .query import admin_post, running_server
-
     info = running_server(db)
     if info is not None:
         payload = [{**r, "labeled_at": r["labeled_at"].isoformat(), "imported_at": r["imported_at"].isoformat()}
                    for r in rows]
         admin_post(info, "/audit/labels", {"labels": payload})
         return "the running server"
-    import duckdb
-
-    from .store.guard import StoreUnusable, held_elsewhere
-    from .store.schema import migrate
-    from .store.writer import connect
-
     try:
         con = connect(db)
     except duckdb.IOException as exc:
@@ -230,16 +223,6 @@ JOIN sessions s ON s.session_id = l.session_id
 WHERE {where}
 QUALIFY row_number() OVER (PARTITION BY l.item_id, l.labeler ORDER BY j.created_at DESC) = 1
 """
-
-
-def judge_met(row: dict[str, Any]) -> bool | None:
-    """What the stored judgment said about the labelled item: its pass, or the criterion's assessment."""
-    if row["criterion"] == VERDICT:
-        return bool(row["passed"])
-    for c in _criteria(row["criteria"]):
-        if c.get("criterion") == row["criterion"]:
-            return c.get("status") == "satisfied"
-    return None
 
 
 @dataclass(frozen=True)
@@ -320,8 +303,6 @@ def kappa_gate(db: Path | StoreSettings, pattern: str, minimum: float | None) ->
         return [f"the judge of {pattern} ({', '.join(judges)}) is not audited: no labels (agentfunnel judge audit "
                 "export, label, import)"]
     if kappa is None or kappa < minimum:
-        from .report.text import fixed, plural
-
         shown = "undefined" if kappa is None else fixed(kappa)
         return [f"the judge of {pattern} agrees with people at kappa {shown} over {plural(n, 'label')}, "
                 f"below {fixed(minimum)}"]

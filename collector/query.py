@@ -29,6 +29,7 @@ import duckdb
 import pyarrow as pa
 
 from .config import LakeSettings, SqlSettings, StoreSettings
+from .store.lake import READERS, LakeUnavailable, open_reader
 from .store.writer import connect, lock_down
 
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}  # DESCRIBE, SUMMARIZE, SHOW and FROM-first are SELECTs
@@ -353,8 +354,6 @@ def query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSe
     The lake is attached once per process (loading the extensions and the catalog costs most of a
     small query) and each query gets its own cursor, which reads the newest snapshot.
     """
-    from .store.lake import READERS, LakeUnavailable, open_reader
-
     key = (lake.catalog, lake.data_path)
     with _LAKE_READERS_LOCK:
         con = _LAKE_READERS.get(key)

@@ -147,6 +147,7 @@ def _lines(ex: dict[str, Any] | None, side: str) -> list[str]:
 
 
 def terminal_renderables(why: dict[str, dict], a: str, b: str) -> list[Any]:
+    # start-up time: rich (``compare``'s parser loads this module; only its terminal output needs rich)
     from rich.table import Table
     from rich.text import Text
 

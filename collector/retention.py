@@ -36,6 +36,7 @@ import duckdb
 
 from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
 from .config import DERIVED_TABLES, RAW_TABLES, Settings
+from .export import write_snapshot
 from .store.rows import APPENDED_IN, CASE_RUN_TABLES
 from .privacy import Redactor
 from .telemetry import Metrics
@@ -357,8 +358,6 @@ class Retention:
 
     def write_snapshot(self) -> dict[str, int] | None:
         """Write the periodic snapshot (``store.snapshot_path``) now, one writer of it at a time; None without one."""
-        from .export import write_snapshot
-
         out = self.settings.store.snapshot_path
         if out is None:
             return None

@@ -13,11 +13,10 @@ Reads go through a reader with ``rows(sql, params)`` (the UI's); nothing here wr
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scoring.judge_audit import VERDICT, item_id, items_of, parse_label
+from ..scoring.judge_audit import VERDICT, criteria_of, item_id, items_of, parse_label
 from .judge_audit import export_rows, latest_judgments
 from .monitors.columns import TABLE as FIRINGS
 
@@ -60,11 +59,6 @@ QUALIFY row_number() OVER (PARTITION BY item_id ORDER BY imported_at DESC, label
 """
 
 
-def _criteria(value: Any) -> list[dict[str, Any]]:
-    parsed = json.loads(value) if isinstance(value, str) else value
-    return [c for c in parsed or [] if isinstance(c, dict)]
-
-
 def _has(reader: Any, table: str) -> bool:
     return bool(reader.rows("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = $t", {"t": table})[0]["n"])
 
@@ -96,7 +90,7 @@ def build_queue(reader: Any, experiments: str, sample: int, firings: int, max_fi
         if j is None:
             unjudged.append({"session_id": sid, "monitor": monitor})
             continue
-        for it in items_of(sid, j["input_hash"], j["passed"], j["status"], _criteria(j["criteria"])):
+        for it in items_of(sid, j["input_hash"], j["passed"], j["status"], criteria_of(j["criteria"])):
             items.setdefault(it.item_id, ReviewItem(it.item_id, sid, it.input_hash, it.criterion, it.judge_met,
                                                     it.judge_status, j["experiment"], monitor))
     if items:
@@ -127,7 +121,7 @@ def label_row(reader: Any, form: dict[str, str], labeler: str, now: dt.datetime)
     j = reader.one(_ONE_JUDGMENT_SQL, {"sid": sid, "hash": ih})
     if j is None:
         raise ValueError(f"no stored verdict of session {sid!r} with input hash {ih!r}")
-    if crit != VERDICT and crit not in {c.get("criterion") for c in _criteria(j["criteria"])}:
+    if crit != VERDICT and crit not in {c.get("criterion") for c in criteria_of(j["criteria"])}:
         raise ValueError(f"the judge assessed no criterion {crit!r} in that verdict")
     note = (form.get("note") or "").strip()[:MAX_NOTE_CHARS] or None
     return {"item_id": item_id(sid, ih, crit), "session_id": sid, "input_hash": ih, "criterion": crit,
@@ -142,7 +136,7 @@ def session_items(reader: Any, session_id: str) -> list[ReviewItem]:
         return []
     items = {it.item_id: ReviewItem(it.item_id, session_id, it.input_hash, it.criterion, it.judge_met,
                                     it.judge_status, j["experiment"], "session")
-             for it in items_of(session_id, j["input_hash"], j["passed"], j["status"], _criteria(j["criteria"]))}
+             for it in items_of(session_id, j["input_hash"], j["passed"], j["status"], criteria_of(j["criteria"]))}
     for r in reader.rows(_LABELS_SQL, {"ids": list(items)}):
         items[r["item_id"]].label, items[r["item_id"]].labeler = bool(r["label"]), r["labeler"]
     return list(items.values())

@@ -27,8 +27,10 @@ from typing import Any, Callable
 from aiohttp import web
 
 from ..scoring.prices import PriceTable
-from .admin_access import AdminAccess
+from ..scoring.variant_registry import Registry
+from .admin_access import AdminAccess, json_body
 from .budget import budget_line
+from .case_draft import draft_into_suite
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
@@ -40,10 +42,11 @@ from .retention import Retention
 from .sql_sandbox import SqlSandbox
 from .store.guard import StoreUnusable
 from .evaluation import NotConfigured
-from .feedback.intake import PATH as FEEDBACK_PATH
+from .receivers.feedback import PATH as FEEDBACK_PATH
 from .judge_audit import insert_labels, labels_from_json
 from .telemetry import Metrics
 from .monitors.service import for_store as monitors_for_store
+from .ui.queries import Reader
 from .wiring import build_ingest_path
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,8 @@ class Server:
         self._prune_task: asyncio.Task | None = None
         self._snapshot_task: asyncio.Task | None = None
         self._session_task: asyncio.Task | None = None
-        self.monitors = monitors_for_store(settings, self.store, self.metrics, lambda: self._ui_url)
+        self.monitors = monitors_for_store(settings.monitors, Reader(self.store.reader, settings.sql).rows, self.store,
+                                           self.metrics, lambda: self._ui_url)
         self._ui_url: str | None = None
         self._monitor_task: asyncio.Task | None = None
         self._decode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentfunnel-decode")
@@ -188,9 +192,7 @@ class Server:
     def _mount_ui(self, app: web.Application) -> None:
         """The UI under /ui/ on the HTTP port: the admin token (never the ingest token), reads on the query pool; its
         writes (review labels, case drafts) go through the store's writer."""
-        from .case_draft import draft_into_suite
-        from ..scoring.variants.registry import Registry
-        from .ui import UI, Reader  # start-up time: Jinja2 and the report's words, only where the HTTP port is on
+        from .ui import UI  # start-up time: Jinja2 and the report's words, only where the HTTP port is on
 
         scoring = self.settings.scoring
         UI(Reader(self.store.reader, self.settings.sql), token=self.settings.admin.token,
@@ -258,10 +260,7 @@ class Server:
         """
         if (refused := self.admin.refused(request)) is not None:
             return refused
-        try:
-            doc = await request.json() if request.can_read_body else {}
-        except json.JSONDecodeError:
-            doc = None
+        doc = await json_body(request)
         if not isinstance(doc, dict) or any(doc.get(k) is not None and not isinstance(doc[k], str)
                                             for k in ("session", "experiment")):
             return web.json_response({"error": 'body must be JSON {"session": "..."} or {"experiment": "..."}'},
@@ -298,10 +297,7 @@ class Server:
         """Assemble every open trace now (or those of ``{"trace_ids": [...]}``), without waiting for the idle timeout."""
         if (refused := self.admin.refused(request)) is not None:
             return refused
-        try:
-            doc = await request.json() if request.can_read_body else {}
-        except json.JSONDecodeError:
-            doc = None
+        doc = await json_body(request)
         ids = doc.get("trace_ids") if isinstance(doc, dict) else None
         if not isinstance(doc, dict) or not (ids is None or (isinstance(ids, list) and all(isinstance(t, str) for t in ids))):
             return web.json_response({"error": 'body must be JSON {} or {"trace_ids": ["...", ...]}'}, status=400)

@@ -14,7 +14,7 @@ from .batches import LogBatch, SpanBatch
 from .config import Settings
 from .decode_metrics import MetricLimits
 from .evaluation import Evaluator
-from .feedback.intake import FeedbackIntake
+from .receivers.feedback import FeedbackIntake
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .privacy import redactor_for

@@ -163,9 +163,9 @@ def _ending_reason(end: Ending, nxt: str) -> DropOff | None:
     return None
 
 
-def _failed_ahead(tried: Sequence[str], facts: Sequence[StepFacts]) -> DropOff | None:
+def _failed_ahead(tried: Sequence[str], facts: Sequence[StepFacts], paying: Iterable[str]) -> DropOff | None:
     """The latest failure at a step tried beyond where the session stopped (on a tie the furthest step),
-    after the latest success there."""
+    after the latest success there; at a step of ``paying``, an error that asks for payment says so."""
     failures = []
     for rank, step in enumerate(tried):
         call = _first(map(methodcaller("get", step), filter(None, _each(reversed(facts), "failed"))))
@@ -174,11 +174,18 @@ def _failed_ahead(tried: Sequence[str], facts: Sequence[StepFacts]) -> DropOff |
     if not failures:
         return None
     _, _, step, call = max(failures, key=itemgetter(0, 1))
-    if call.mentions_payment and step in ("checkout", "purchase"):
+    if call.mentions_payment and step in paying:
         return DropOff("checkout_payment_required", step, {"tool": call.tool_name, "error": call.error},
                        FIXES["checkout_payment_required"])
     return DropOff("tool_error", step, {"tool": call.tool_name, "error": call.error, "span_id": call.span_id},
                    f"{call.tool_name}: {call.error}")
+
+
+def _paying(order: Sequence[str], checks: Mapping[str, StepCheck]) -> list[str]:
+    """The steps where a session pays: the step its variant checks for a pending payment, and those after it
+    (lodging's ``checkout`` and ``purchase``, shopping's ``checkout``)."""
+    first = next((i for i, step in enumerate(order) if checks.get(step) is payment_pending), len(order))
+    return list(order[first:])
 
 
 # What one step's facts can say about a session that stopped there: given the facts of its runs of calls
@@ -247,7 +254,7 @@ def diagnose(variant_steps: Sequence[str], reached: Sequence[str], facts: Sequen
     tried = [last] if final else beyond
 
     # 1. a step it tried beyond where it stopped failed (at the last step: after its latest success)
-    failed = _failed_ahead(tried, facts)  # type: ignore[arg-type]  # final: last is set
+    failed = _failed_ahead(tried, facts, _paying(order, checks or {}))  # type: ignore[arg-type]  # final: last is set
     if failed is not None:
         return failed
     if last is None:

@@ -16,7 +16,7 @@ from ..semconv import SpanRecord
 from ..semconv.dialects.mcp import HANDSHAKE_METHODS, LISTING_METHOD, declared_services, tool_annotations
 from .config import FunnelSettings, UserVariant, matches, tool_key
 from .variants import BY_KEY, STEP_KEYS, Clues, Reading, Variant
-from .variants.registry import Registry, configured
+from .variant_registry import Registry, configured
 
 # The order a name is matched in where the session's own variant has no step for it.
 GLOBAL_ORDER = STEP_KEYS

@@ -28,6 +28,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 VERDICT = "(verdict)"  # the item that stands for the judgment's pass, among the criteria
 LABEL_WORDS = {"met": True, "not_met": False, "not met": False, "pass": True, "fail": False, "yes": True, "no": False,
@@ -67,6 +68,23 @@ def items_of(session_id: str, input_hash: str, passed: bool, status: str, criter
         if isinstance(name, str) and isinstance(assessment, str):
             out.append(Item(session_id, input_hash, name, assessment == "satisfied", assessment))
     return out
+
+
+def criteria_of(value: Any) -> list[dict[str, Any]]:
+    """A stored judgment's criteria (JSON text or already parsed), only the assessments that are objects."""
+    parsed = json.loads(value) if isinstance(value, str) else value
+    return [c for c in parsed or [] if isinstance(c, dict)]
+
+
+def judge_met(row: dict[str, Any]) -> bool | None:
+    """What a stored judgment said about a labelled item (``criterion``, ``passed``, ``criteria``): its pass, or
+    the criterion's assessment; None when the judgment did not assess that criterion."""
+    if row["criterion"] == VERDICT:
+        return bool(row["passed"])
+    for c in criteria_of(row["criteria"]):
+        if c.get("criterion") == row["criterion"]:
+            return c.get("status") == "satisfied"
+    return None
 
 
 def stratified_sample(items: Sequence[Item], n: int, seed: int = 0) -> list[Item]:

@@ -33,7 +33,7 @@ from .labels import OUTCOME_READS_AS
 from .prices import PriceTable
 from .results import SessionScore
 from .variants import BUILTINS, Activity, Reading, Variant
-from .variants.registry import Registry
+from .variant_registry import Registry
 from .validity import ToolCatalog
 
 

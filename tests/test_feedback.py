@@ -358,7 +358,7 @@ def test_the_demo_database_shows_feedback_in_sql_the_report_and_chromium(demo_ui
 
 def test_the_endpoint_scrubs_items_by_the_privacy_settings_as_telemetry_is_scrubbed():
     from agentfunnel.collector.config import PrivacySettings
-    from agentfunnel.collector.feedback.intake import FeedbackIntake
+    from agentfunnel.collector.receivers.feedback import FeedbackIntake
     from agentfunnel.collector.privacy import Redactor
     from agentfunnel.collector.telemetry import Metrics
 

@@ -24,13 +24,14 @@ import json
 import os
 import random
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from agentfunnel.collector.report import Filters, FunnelStep, ReportData, ReportSQL, Summary
+from agentfunnel.collector.report import Filters, FunnelStep, ReportData, ReportSQL, Summary, load_report
 from agentfunnel.collector.report.html import render_html
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.scoring import SessionScorer
@@ -224,6 +225,22 @@ def test_the_terminal_report_shows_the_views_numbers(shop_db):
         if r["step_index"] > 1:
             assert cells[1] == f"{r['conversion_from_previous'] * 100:.0f}%"
     assert terminal_row(out, "View Details")[0] == "10" and terminal_row(out, "Add to Cart")[2][1] == "100%"
+
+
+def test_the_report_reads_the_funnel_from_the_stores_one_definition(shop_db, tmp_path):
+    """The report's funnel is the store's ``funnel_conversion_of`` over its sessions, not arithmetic of its own:
+    a database whose macro counts otherwise is reported as the macro counts (its first step's conversion, the
+    share again, is shown once, as the share)."""
+    db = tmp_path / "shop.duckdb"
+    shutil.copy(shop_db, db)
+    con = duckdb.connect(str(db))
+    con.execute("CREATE OR REPLACE MACRO funnel_conversion_of(session_ids) AS TABLE "
+                "SELECT * REPLACE (sessions * 2 AS sessions, 0.25 AS conversion_from_previous) "
+                "FROM funnel_conversion WHERE variant = 'shopping'")
+    con.close()
+    (first, second, *_) = load_report(db, Filters(variant="shopping")).funnels["shopping"]
+    assert (first.sessions, first.conversion, first.first) == (34, None, True)
+    assert (second.step, second.sessions, second.conversion, second.first) == ("details", 20, 0.25, False)
 
 
 def test_the_terminal_report_shows_skipped_steps_apart(shop_db):

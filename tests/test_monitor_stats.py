@@ -147,7 +147,7 @@ def test_the_documented_configuration_is_valid():
 def test_the_html_reports_firings_escape_what_telemetry_wrote():
     """A monitor's message quotes telemetry (a variant, a reason, a version): the HTML report escapes it, and links
     the first session behind the firing through the report's own session link."""
-    from agentfunnel.collector.monitors.report import html_section
+    from agentfunnel.collector.report.monitors import html_section
 
     firing = {"monitor": "m<1>", "fired_at": dt.datetime(2026, 3, 1, 12, 10, 34), "session_ids": ["s-1", "s-2"],
               "message": 'share of variant <img src=x onerror=alert(1)> is 40% "above" 0.03'}

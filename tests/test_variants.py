@@ -23,7 +23,7 @@ from agentfunnel.scoring.config import BUILTIN_VARIANTS, STEP_LABELS
 from agentfunnel.scoring.funnel import GLOBAL_ORDER
 from agentfunnel.scoring.labels import VARIANT_OUTCOME_LABELS
 from agentfunnel.scoring.variants import BUILTINS, STEP_KEYS
-from agentfunnel.scoring.variants.registry import BUILTIN_REGISTRY
+from agentfunnel.scoring.variant_registry import BUILTIN_REGISTRY
 from agentfunnel.semconv import SpanRecord
 from conftest import run_cli
 
@@ -95,6 +95,37 @@ def test_a_variant_defined_in_one_file_is_read_like_a_built_in_one(tmp_path):
     confirmed = scorer.score("rent-2", [*records[:2], call("pay_deposit", {"order": {"id": "o9", "status": "confirmed"}})])
     assert (confirmed.outcome, confirmed.drop) == ("rental_confirmed", None)
     assert SessionScorer().score("rent-3", records).variant != "rental"  # only where it is registered
+
+
+def test_a_variants_outcomes_are_listed_best_first_as_its_own_ladder_ranks_them(tmp_path):
+    """The report (and the UI) order a variant's outcomes by its rungs in the registry, not by a list of the
+    built-in outcomes: a Deposit Paid session comes before a Browsed one, then those below every ladder."""
+    scorer = SessionScorer(builtins=(*BUILTINS, _rental()))
+    db = tmp_path / "rental.duckdb"
+    _store(db, scorer, "rent-paid", [call("search_equipment", {"items": [{"id": "drill-7"}]}),
+                                     call("reserve_equipment", {"hold_id": "h1"}), call("pay_deposit", {"paid": True})])
+    con = connect(db)
+    con.execute("INSERT INTO session_rows_compacted (session_id, status, first_seen, last_seen, variant, steps, outcome,"
+                " outcome_reads_as) SELECT 'rent-browsed', status, first_seen, last_seen, variant, ['browse'], 'browsed',"
+                " 'partial' FROM session_rows_compacted")
+    con.close()
+    data = load_report(db, Filters(), registry=scorer.variants)
+    assert [o.outcome for o in data.outcomes["rental"]] == ["paid", "browsed"]
+    assert list(scorer.variants.outcome_rank("rental")) == ["rental_confirmed", "paid", "reserved", "browsed",
+                                                            "info_provided", "failed", "abandoned"]
+    support = SessionScorer(ScoringConfig.model_validate({"funnel": {"variants": {"support": SUPPORT}}})).variants
+    assert list(support.outcome_rank("support"))[:2] == ["resolved", "triage_reached"]  # the furthest step's first
+
+
+def test_a_failed_call_asking_for_payment_at_a_variants_own_payment_step_is_a_payment_drop_off():
+    """Where a session pays is the variant's data (the step it checks for a pending payment, and those after):
+    the rental's ``pay`` step, named neither checkout nor purchase."""
+    scorer = SessionScorer(builtins=(*BUILTINS, _rental()))
+    s = scorer.score("rent-4", [call("search_equipment", {"items": [{"id": "drill-7"}]}),
+                                call("reserve_equipment", {"hold_id": "h1"}),
+                                call("pay_deposit", error="no payment method on file")])
+    assert s.drop is not None and (s.drop.reason, s.drop.step) == ("checkout_payment_required", "pay")
+    assert s.drop.evidence == {"tool": "pay_deposit", "error": "no payment method on file"}
 
 
 SUPPORT = {"name": "Support Desk", "name_ja": "サポート窓口",

@@ -448,7 +448,8 @@ def test_the_recorded_calls_are_the_scripted_ones():
 
 
 def test_counts_agree_with_their_nouns_and_no_number_reads_minus_zero():
-    from agentfunnel.collector.report.text import fixed, plural, text
+    from agentfunnel.collector.phrasing import fixed, plural
+    from agentfunnel.collector.report.text import text
     from agentfunnel.collector.ui.words import t
 
     assert [text("n_sessions", "en", n=n) for n in (0, 1, 2)] == ["0 sessions", "1 session", "2 sessions"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from ...scoring.judge_audit import VERDICT, Agreement
 from ..judge_audit import (audit_report, default_labeler, export_rows, family_warnings, latest_judgments,
                            read_labels, store_labels, write_sample)
+from ..phrasing import fixed
 from ..query import QueryError
 from .common import database, database_options, fail, settings_for
 
@@ -73,8 +74,6 @@ def import_labels(args: argparse.Namespace) -> int:
 
 
 def _row(name: str, a: Agreement) -> list[str]:
-    from ..report.text import fixed  # start-up time: rich
-
     pct = "—" if a.percent is None else f"{a.percent * 100:.0f}%"
     kappa = "—" if a.kappa is None else fixed(a.kappa)
     return [name, str(a.n), pct, kappa, str(a.tp), str(a.fp), str(a.fn), str(a.tn)]

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...scoring import SessionScorer
 from ..config import Settings
+from ..phrasing import plural
 from ..query import QueryError, query
 from ..store.lake import LakeUnavailable, ReaderTables, open_reader
 from ..store.rows import LOG_COLUMNS, SPAN_COLUMNS, span_views
@@ -36,7 +38,6 @@ def check(args: argparse.Namespace) -> int:
     """Validate a case file; errors name the case and the field."""
     # start-up time: the case models, rich
     from ...scoring.cases import CaseFileError, load_suite
-    from ..report.text import plural
 
     try:
         loaded = load_suite(args.file, args.fallback)
@@ -80,9 +81,7 @@ def add(args: argparse.Namespace) -> int:
 
 def session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
-    # start-up time: the session stage and the scorer
-    from ...scoring import SessionScorer
-    from ..sessions import gather_sessions
+    from ..sessions import gather_sessions  # start-up time: the session stage
     keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         con = open_reader(settings.store.lake)

@@ -40,6 +40,19 @@ def otlp_ports(p: argparse.ArgumentParser, grpc_default: int | None = None, http
                        else f"OTLP/{name} port (default: any free)")
 
 
+def gate_options(p: argparse.ArgumentParser, whose: str, against: str = "") -> None:
+    """The gates ``compare`` and ``eval run`` share, each failing the command when ``whose`` runs miss it
+    (``B's`` or ``the``); ``against`` names what a regression is measured against."""
+    p.add_argument("--min-pass-hat-k", type=float, default=None, help=f"fail when {whose} mean pass^k is below this")
+    p.add_argument("--max-regressions", type=int, default=0, help=f"regressed cases allowed{against} (default 0)")
+    for q in ("p95", "p99"):
+        p.add_argument(f"--max-{q}-cost", type=float, default=None,
+                       help=f"fail when {whose} {q} cost per run (USD) is above")
+    p.add_argument("--max-cost", type=float, default=None, help=f"fail when {whose} most expensive run (USD) is above")
+    p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help=f"fail unless {whose} judge is "
+                   "audited (judge audit) to at least this Cohen's kappa")
+
+
 def seconds(text: str) -> float:
     """A flag's number of seconds, 0 to a day."""
     try:

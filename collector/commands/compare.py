@@ -9,8 +9,8 @@ from pathlib import Path
 from ..judge_audit import judge_warnings, kappa_gate
 from ..query import QueryError
 from ..regression import explain_regressions
-from ..ui.links import compare_url, experiment_url, ui_base
-from .common import database, database_options, fail, seconds, settings_for, wait_for_judgments
+from ..links import compare_url, experiment_url, ui_base
+from .common import database, database_options, fail, gate_options, seconds, settings_for, wait_for_judgments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,13 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     database_options(p, "read")
     p.add_argument("a", help="baseline experiment (a glob pools reruns, e.g. 'base-*')")
     p.add_argument("b", help="candidate experiment (or glob)")
-    p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when B's mean pass^k is below this")
-    p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed (default 0)")
-    p.add_argument("--max-p95-cost", type=float, default=None, help="fail when B's p95 cost per run (USD) is above")
-    p.add_argument("--max-p99-cost", type=float, default=None, help="fail when B's p99 cost per run (USD) is above")
-    p.add_argument("--max-cost", type=float, default=None, help="fail when B's most expensive run (USD) is above")
-    p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless B's judge is "
-                   "audited (judge audit) to at least this Cohen's kappa")
+    gate_options(p, "B's")
     p.add_argument("--format", choices=["table", "json"], default="table", help="a table, or JSON for scripts")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the comparison as HTML")
     p.add_argument("--wait", type=seconds, default=0.0, metavar="SECONDS",

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..eval_run import Endpoint, Runner, RunRecord, _Interrupted, new_batch, plan_runs, run_traces, select_cases
+from ..eval_run import Endpoint, Runner, RunRecord, Interrupted, new_batch, plan_runs, run_traces, select_cases
 from ..judge_audit import judge_warnings, kappa_gate
 from ..query import QueryError, admin_post, running_server
-from .common import database_options, fail, otlp_ports, seconds, settings_for, wait_for_judgments
+from .common import database_options, fail, gate_options, otlp_ports, seconds, settings_for, wait_for_judgments
 
 WAIT_DEFAULT_SECONDS = 300.0
 
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             runner = Runner(target, command, args.timeout, args.concurrency, on_done=done)
             try:
                 records = runner.run(specs)
-            except _Interrupted as stop:
+            except Interrupted as stop:
                 records, interrupted = stop.records, True
                 console.print("interrupted: the runs in progress were stopped; what finished is kept")
             except (OSError, QueryError) as exc:  # the server went away, refused the harness's span, ...
@@ -284,13 +284,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"wait up to this long for judgments (default {WAIT_DEFAULT_SECONDS:g})")
     p.add_argument("--baseline", default=None, metavar="NAME", help="compare with this experiment (or glob): "
                    "a regressed case fails the gate")
-    p.add_argument("--min-pass-hat-k", type=float, default=None, help="fail when the mean pass^k is below this")
-    p.add_argument("--max-regressions", type=int, default=0, help="regressed cases allowed vs --baseline (default 0)")
-    p.add_argument("--max-p95-cost", type=float, default=None, help="fail when the p95 cost per run (USD) is above")
-    p.add_argument("--max-p99-cost", type=float, default=None, help="fail when the p99 cost per run (USD) is above")
-    p.add_argument("--max-cost", type=float, default=None, help="fail when the most expensive run (USD) is above")
-    p.add_argument("--min-judge-kappa", type=float, default=None, metavar="K", help="fail unless the judge is "
-                   "audited (judge audit) to at least this Cohen's kappa")
+    gate_options(p, "the", " vs --baseline")
     p.add_argument("--html", type=Path, default=None, metavar="FILE", help="also write the summary as HTML")
     otlp_ports(p)  # the embedded server's; not with --endpoint
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the agent's command and its arguments")

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check_file(settings: Settings) -> list[dict[str, Any]]:
     """Open the file (migrating it), evaluate with this process's configuration, store the firings."""
-    from ..monitors.service import MonitorService  # start-up time: the monitors' engine and webhook
+    # start-up time: the monitors' engine and webhook
+    from ..monitors.service import MonitorService
     from ..monitors.table import insert
 
     db: Path = settings.store.path

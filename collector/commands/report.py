@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...scoring.variant_registry import Registry
 from .common import database, database_options, seconds, settings_for, wait_for_judgments
 
 
@@ -32,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...scoring.variants.registry import Registry
     from ..report.command import run_report  # start-up time: rich
 
     settings = settings_for(args)

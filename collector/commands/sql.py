@@ -49,7 +49,8 @@ def print_table(columns: list[str], rows: list[list[Any]]) -> None:
     """Cells are data: shown as typed, never as markup, with control characters (line breaks too) escaped.
     The table fits the terminal (a pipe: 120 columns): cells wrap at their words, a token longer than 12 cells
     may be folded; a table whose columns cannot fit side by side is printed record by record."""
-    from rich.table import Table  # start-up time: rich
+    # start-up time: rich
+    from rich.table import Table
 
     from ..terminal import as_records, data_text, fit_table, output_console
 

@@ -5,11 +5,10 @@ people in the report, on ``/ui/review`` and in ``judge_labels``."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 from typing import Any
 
-from ...scoring.judge_audit import items_of
+from ...scoring.judge_audit import criteria_of, items_of
 from ..judge_audit import insert_labels, latest_judgments
 from ..review_queue import label_row
 from ..ui.queries import Reader
@@ -19,12 +18,6 @@ DISAGREE = 0.2  # of those, the share where the reviewer sees it the other way
 REVIEWER = "demo-reviewer"
 
 
-def _criteria(judgment: dict[str, Any]) -> list[dict[str, Any]]:
-    value = judgment["criteria"]
-    parsed = json.loads(value) if isinstance(value, str) else value
-    return [c for c in parsed or [] if isinstance(c, dict)]
-
-
 def review_demo_judgments(server: Any, seed: int) -> int:
     """Labels for calls spread over every judged session, committed before this returns; how many.
 
@@ -32,7 +25,7 @@ def review_demo_judgments(server: Any, seed: int) -> int:
     hash the judge's input (trace ids differ from one demo to the next): the same seed labels the same calls."""
     reader = Reader(server.store.reader, server.settings.sql)
     calls = sorted((it for j in latest_judgments(reader, "*")
-                    for it in items_of(j["session_id"], j["input_hash"], j["passed"], j["status"], _criteria(j))),
+                    for it in items_of(j["session_id"], j["input_hash"], j["passed"], j["status"], criteria_of(j["criteria"]))),
                    key=lambda it: (it.session_id, it.criterion))
     chosen = calls[::max(1, len(calls) // LABELLED)][:LABELLED]
     rng = random.Random(seed * 104729 + 44)

@@ -8,10 +8,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 from ..config import Settings
 from ..feedback.demo import send_demo_feedback
 from ..monitors.settings import MonitorSettings
 from ..server import Endpoints, Server
+from ..store.guard import held_elsewhere
+from ..store.writer import connect
 from .agents import DemoSummary, run_population
 from .judge import DemoJudge
 from .review import review_demo_judgments
@@ -43,11 +47,6 @@ _HOW = "choose another --db, or delete the file yourself if you no longer need i
 def check_replaceable(db: Path) -> None:
     """Return when the demo may delete ``db``: it does not exist, is empty, or is a database the demo wrote
     that nothing has written to since. Raise ``NotTheDemosDatabase`` (the reason and what to do) otherwise."""
-    import duckdb
-
-    from ..store.guard import held_elsewhere
-    from ..store.writer import connect
-
     if not db.exists() or (db.is_file() and db.stat().st_size == 0):
         return
     try:
@@ -77,8 +76,6 @@ def check_replaceable(db: Path) -> None:
 
 def _mark(db: Path, finished: bool = False) -> None:
     """Mark a new file as the demo's; once ``finished`` (the server has closed it), record its span count."""
-    from ..store.writer import connect
-
     con = connect(db)
     try:
         if finished:

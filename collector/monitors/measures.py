@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...scoring.judge_audit import judge_met
 from .settings import Rule
 
 Rows = Callable[[str, dict[str, Any]], list[dict[str, Any]]]
@@ -131,8 +132,6 @@ class MeasureSQL:
 
     def _agreement(self, side: Side) -> list[tuple[str, bool]]:
         """(session, whether the judge agreed with the person) for each labelled item's latest label in ``side``."""
-        from ..judge_audit import judge_met
-
         params: dict[str, Any] = {}
         rows = self._rows(f"""
             WITH latest AS (

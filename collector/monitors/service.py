@@ -15,7 +15,7 @@ from typing import Any
 from .engine import Evaluation, evaluate, is_repeat, rule_hash
 from .measures import Rows
 from .settings import MonitorSettings
-from .table import PREVIOUS_SQL, firing_row
+from .table import PREVIOUS_SQL, firing_row, insert
 from .webhook import post, slack_body
 
 log = logging.getLogger(__name__)
@@ -106,19 +106,15 @@ class MonitorService:
         return out
 
 
-def for_store(settings: Any, store: Any, metrics: Any, ui_base: Callable[[], str | None] = lambda: None
-              ) -> MonitorService:
-    """The service of a running server: reads on the store's reader cursors within the ``sql`` bounds, firings
-    written in the writer's transaction, counters and per-monitor series in ``metrics``."""
-    from ..ui.queries import Reader
-    from .table import insert
+def for_store(settings: MonitorSettings, rows: Rows, store: Any, metrics: Any,
+              ui_base: Callable[[], str | None] = lambda: None) -> MonitorService:
+    """The service of a running server: reads through ``rows`` (the server's reader, within the ``sql``
+    bounds), firings written in the store writer's transaction, counters and per-monitor series in ``metrics``."""
 
-    reader = Reader(store.reader, settings.sql)
+    def write(found: list[dict[str, Any]]) -> None:
+        store.submit_job(lambda con: insert(con, found)).result(timeout=120)
 
-    def write(rows: list[dict[str, Any]]) -> None:
-        store.submit_job(lambda con: insert(con, rows)).result(timeout=120)
-
-    service = MonitorService(settings.monitors, reader.rows, write,
+    service = MonitorService(settings, rows, write,
                              lambda name, label: metrics.inc(name, label=label), ui_base)
     metrics.exposition(service.prometheus)
     return service

@@ -10,11 +10,11 @@ feedback and monitor sections the renderers draw import :mod:`.text`, which must
 import-linter holds the direction.
 """
 
-from .data import (OUTCOME_ORDER, BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
+from .data import (BucketRow, CriterionMiss, DropReason, ExperimentRuns, FailureShape,
                    FunnelStep, OutcomeCount, OutvotedRun, ReportData, SessionRow, StageRow, Summary, Tails,
                    load_report)
 from .sql import BUCKETS, Filters, ReportSQL, sql_string
 
-__all__ = ["BUCKETS", "OUTCOME_ORDER", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
+__all__ = ["BUCKETS", "BucketRow", "CriterionMiss", "DropReason", "ExperimentRuns",
            "FailureShape", "Filters", "FunnelStep", "OutcomeCount", "OutvotedRun", "ReportData", "ReportSQL",
            "SessionRow", "StageRow", "Summary", "Tails", "load_report", "sql_string"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ..config import StoreSettings
 from ..query import QueryError
-from ..ui.links import ui_base
+from ..links import ui_base
 from .data import load_report
 from .html import render_html
 from .sql import Filters

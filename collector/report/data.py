@@ -19,17 +19,14 @@ from ...scoring import labels, stages
 from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
 from ..judge_audit import audit_report
-from ..monitors.report import load_firings
+from .monitors import load_firings
 from ..query import query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
 from .text import lang_of, text
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 
 # Display order of outcomes within a variant: the ladder from the best rung down.
-OUTCOME_ORDER = ("purchase_completed", "checkout_reached", "cart_created", "po_submitted", "quote_received",
-                 "rfq_submitted", "action_taken", "read_only", "search_only", "info_provided", "no_activity",
-                 "failed", "abandoned")
 WASTED_KINDS = ("repeats", "retries", "rederivations", "walk_backs")
 
 
@@ -303,13 +300,13 @@ def _rows(db: Path | StoreSettings, sql: str) -> list[dict[str, Any]]:
 def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None,
                 registry: Registry = BUILTIN_REGISTRY) -> ReportData:
     """Read everything the report shows; raises QueryError when the database cannot be read. ``registry``:
-    the configuration's variants (their names and terminal rungs), the built-in ones by default."""
-    data = _load_report(db, filters, now)
+    the configuration's variants (their names, terminal rungs and outcomes' order), the built-in ones by default."""
+    data = _load_report(db, filters, now, registry)
     data.registry = registry
     return data
 
 
-def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None = None) -> ReportData:
+def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | None, registry: Registry) -> ReportData:
     generated = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     sql = ReportSQL(filters)
     have = _rows(db, sql.tables)[0]
@@ -325,13 +322,14 @@ def _load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | 
         for r in _rows(db, sql.funnel()):
             data.funnels.setdefault(r["variant"], []).append(FunnelStep(
                 r["variant"], r["step"], int(r["step_index"]), r["display_en"], r["display_ja"], int(r["sessions"]),
-                r["share_of_sessions"], r["conversion_from_previous"], bool(r["first_step"]), int(r["skipped"])))
-    rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
+                r["share_of_sessions"], None if r["first_step"] else r["conversion_from_previous"], bool(r["first_step"]),
+                int(r["skipped"])))  # the first step's conversion is its share, shown once
     for r in _rows(db, sql.outcomes()):
         reads_as = r["reads_as"] or labels.OUTCOME_READS_AS.get(r["outcome"] or "", "unknown")
         data.outcomes.setdefault(r["variant"], []).append(
             OutcomeCount(r["variant"], r["outcome"], reads_as, int(r["sessions"]), float(r["share"])))
-    for rows in data.outcomes.values():
+    for variant, rows in data.outcomes.items():
+        rank = registry.outcome_rank(variant)  # best first, as the variant's ladder ranks them
         rows.sort(key=lambda o: (rank.get(o.outcome or "", len(rank)), -o.sessions, o.outcome or ""))
     data.drops = [DropReason(r["variant"], r["drop_reason"], r["drop_step"], r["drop_fix"], int(r["sessions"]),
                              r["example"], r["stopped_at"]) for r in _rows(db, sql.drops())]

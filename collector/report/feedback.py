@@ -14,7 +14,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .text import clip_width, drop_reason_name, lang_of, pct, plural, variant_name
+from ..phrasing import plural
+from .text import clip_width, drop_reason_name, lang_of, pct, variant_name
 from ..terminal import data_text
 from ..feedback.analysis import FeedbackView, Row, session_verdict, we_say
 

@@ -11,10 +11,10 @@ import math
 import re
 
 from ...scoring import labels, stages
-from ..ui.links import experiment_url, session_url
+from ..links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData, SessionRow
 from .experiments import html_body, trends_html
-from ..monitors.report import html_section as firings_section
+from .monitors import html_section as firings_section
 from .feedback import section_html as feedback_section
 from .shapes import shapes_html, tails_html
 from .text import (clip_width, drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, review_line,

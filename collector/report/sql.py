@@ -129,37 +129,19 @@ class ReportSQL:
         return self.with_sessions() + "SELECT variant, count(*) AS n FROM s GROUP BY variant"
 
     def funnel(self) -> str:
-        """The ``funnel_conversion`` view's arithmetic, over the filtered sessions (the view sees all).
+        """The store's ``funnel_conversion_of`` macro (``funnel_conversion``'s arithmetic) over the filtered sessions.
 
         A session counts at a step when it reached that step or a later one of its variant; of those,
         the ones without a successful call to it skipped it. Conversion is the ratio of a step's count
-        to the previous step's: the two numbers shown.
+        to the previous step's (SPEC §8); the first step has none, and the macro gives its share there.
         """
-        steps_where = f"WHERE variant = {sql_string(self.variant)}" if self.variant else ""
-        return self.with_sessions() + f""",
-        steps AS (SELECT DISTINCT variant, step, step_index, display_en, display_ja FROM funnel_steps {steps_where}),
-        positions AS (
-            SELECT s.variant, s.session_id, any_value(s.steps) AS steps,
-                   coalesce(max(st.step_index) FILTER (WHERE list_contains(s.steps, st.step)), 0) AS furthest
-            FROM s JOIN steps st ON st.variant = s.variant
-            GROUP BY s.variant, s.session_id
-        ),
-        totals AS (SELECT variant, count(*) AS n FROM s GROUP BY variant),
-        counted AS (
-            SELECT st.variant, st.step, st.step_index, st.display_en, st.display_ja,
-                   count(*) FILTER (WHERE p.furthest >= st.step_index) AS sessions,
-                   count(*) FILTER (WHERE list_contains(p.steps, st.step)) AS reached_directly
-            FROM steps st JOIN positions p ON p.variant = st.variant
-            GROUP BY st.variant, st.step, st.step_index, st.display_en, st.display_ja
-        )
-        SELECT c.variant, c.step, c.step_index, c.display_en, c.display_ja, c.sessions,
-               c.sessions / t.n AS share_of_sessions,
-               c.sessions / nullif(lag(c.sessions) OVER w, 0) AS conversion_from_previous,
-               lag(c.sessions) OVER w IS NULL AS first_step,
-               c.sessions - c.reached_directly AS skipped
-        FROM counted c JOIN totals t USING (variant)
-        WINDOW w AS (PARTITION BY c.variant ORDER BY c.step_index)
-        ORDER BY c.variant, c.step_index"""
+        variant = f"WHERE f.variant = {sql_string(self.variant)}" if self.variant else ""
+        return self.with_sessions() + f"""
+        SELECT f.variant, f.step, f.step_index, f.display_en, f.display_ja, f.sessions, f.share_of_sessions,
+               f.conversion_from_previous, f.step_index = min(f.step_index) OVER (PARTITION BY f.variant) AS first_step,
+               f.skipped
+        FROM funnel_conversion_of((SELECT coalesce(list(session_id), []::VARCHAR[]) FROM s)) f {variant}
+        ORDER BY f.variant, f.step_index"""
 
     def outcomes(self) -> str:
         return self.with_sessions() + (

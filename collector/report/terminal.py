@@ -30,7 +30,7 @@ from rich.text import Text
 
 from ...scoring import labels, stages
 from ..terminal import WIDE, data_text, fit_table, output_console, visible_controls
-from ..ui.links import experiment_url, session_url
+from ..links import experiment_url, session_url
 from .data import CriterionMiss, DropReason, ExperimentRuns, FunnelStep, OutcomeCount, ReportData
 from .feedback import terminal_renderables as feedback_renderables
 from .experiments import terminal_renderables as experiment_stats
@@ -38,7 +38,7 @@ from .layout import AS_TYPED, Bar, clipped, fitted, measurer, room, share_bar, t
 from .shapes import shapes_renderables, tails_renderables
 from .text import (drop_fix, drop_reason_name, experiment_name, lang_of, miss_reasons, pct, review_line, short_time,
                    stage_fix, text, variant_name)
-from ..monitors.report import terminal_renderables as firings_renderables
+from .monitors import terminal_renderables as firings_renderables
 
 FIX_MIN = 30  # cells the suggested fix needs for the drop-offs to stay a table
 CRITERION_MIN = 24  # likewise the criterion, for the criteria missed most

@@ -12,7 +12,7 @@ from ...scoring import labels
 from ...scoring.dropoff import FIXES
 from ...scoring.stages import stage_fix as _stage_fix
 from ...scoring.variants import BUILTINS
-from ...scoring.variants.registry import Registry
+from ...scoring.variant_registry import Registry
 
 # Words of the report itself; outcome and stage names come from scoring.labels.
 TEXT: dict[str, dict[str, str]] = {
@@ -417,17 +417,6 @@ def text(key: str, lang: str, **kw: Any) -> str:
     table = TEXT[lang_of(lang)]
     s = table.get(f"{key}_one", table[key]) if kw.get("n") == 1 else table[key]
     return s.format(**kw) if kw else s
-
-
-def plural(n: int, one: str, many: str | None = None) -> str:
-    """``n`` and the noun that agrees with it: "1 session", "2 sessions", "1 criterion", "3 criteria"."""
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
-def fixed(x: float, digits: int = 2) -> str:
-    """``x`` with ``digits`` decimals, never a negative zero: -0.001 reads 0.00, not -0.00."""
-    out = f"{x:.{digits}f}"
-    return out[1:] if out.startswith("-") and not out.strip("-0.") else out
 
 
 def variant_name(variant: str | None, lang: str, registry: Registry | None = None) -> str:

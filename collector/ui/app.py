@@ -32,8 +32,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
-from ..feedback import ui as feedback_ui
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
+from . import feedback as feedback_ui
 from ..query import QueryError
 from ..report.text import lang_of
 from . import monitor_pages, pages, queries, review_pages

@@ -17,9 +17,8 @@ from ...scoring.prices import PriceTable
 from ...semconv.dialects import read_messages
 from ...semconv.messages import Message, loads
 from ...scoring.variants import Activity, Variant
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ...semconv.normalize import normalize
-from ..report import OUTCOME_ORDER
 from ..report.text import drop_fix, drop_reason_name, lang_of, text, variant_name
 from .conversation import span_view
 from .filters import SessionFilters
@@ -137,9 +136,9 @@ def overview_view(rows: OverviewRows, lang: str, registry: Registry = BUILTIN_RE
             if g["variant"] == variant:
                 cur = mix.setdefault(g["outcome"], [0, g["reads_as"] or labels.OUTCOME_READS_AS.get(g["outcome"] or "", "unknown")])
                 cur[0] = int(cur[0]) + int(g["n"])
-        rank = {o: i for i, o in enumerate(OUTCOME_ORDER)}
+        rank = registry.outcome_rank(variant)
         shades: dict[str, int] = defaultdict(int)
-        for outcome, (count, reads) in sorted(mix.items(), key=lambda kv: (rank.get(kv[0] or "", 99), kv[0] or "")):
+        for outcome, (count, reads) in sorted(mix.items(), key=lambda kv: (rank.get(kv[0] or "", len(rank)), kv[0] or "")):
             view.slices.append(Slice(outcome, outcome_label(outcome, variant, lang), str(reads), int(count),
                                      int(count) / n if n else 0.0, base.link(variant=variant, outcome=outcome or None),
                                      shades[str(reads)]))

@@ -20,14 +20,14 @@ from markupsafe import Markup
 
 from ...scoring import labels, stages
 from ...scoring.prices import PriceTable
-from ...scoring.variants.registry import BUILTIN_REGISTRY, Registry
+from ...scoring.variant_registry import BUILTIN_REGISTRY, Registry
 from ..config import UISettings
 from ..report.text import clip_width, drop_reason_name, lang_of, pct, short_time, stage_fix, variant_name
 from . import model
 from .conversation import Message, conversation
 from .filters import PAGE_SIZE, SORTS, SessionFilters
 from .jsontree import TreeBudget
-from .links import path_segment
+from ..links import path_segment
 from .queries import CompareRows, ExperimentRows, ListRows, OverviewRows, SessionRows
 from .words import t
 

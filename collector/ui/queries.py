@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-
 from ..config import SqlSettings
 from ..query import run_query
 from .filters import PAGE_SIZE, SessionFilters, in_list
@@ -47,7 +45,8 @@ class Reader:
 
     CACHE_SECONDS = 60.0
 
-    def __init__(self, cursor: Callable[[], duckdb.DuckDBPyConnection], limits: SqlSettings | None = None) -> None:
+    def __init__(self, cursor: Callable[[], Any], limits: SqlSettings | None = None) -> None:
+        # ``cursor``: a DuckDB connection's cursor, or the store's reader cursor, which reads as one
         self._cursor = cursor
         self.limits = limits or SqlSettings()
         self._cache: dict[str, tuple[float, Any]] = {}

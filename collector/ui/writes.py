@@ -18,18 +18,46 @@ import datetime as dt
 import functools
 import hashlib
 import hmac
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from aiohttp import web
 
 from ..case_draft import DraftError, check_case_id
 from ..judge_audit import insert_labels
+from ..links import path_segment
 from ..review_queue import label_row
-from .links import path_segment
+from .pages import Context
+from .queries import Reader
 
-if TYPE_CHECKING:
-    from .app import UI
+
+class Mount(Protocol):
+    """What the write routes read of the UI they are mounted on (``app.UI``), which imports them."""
+
+    @property
+    def token(self) -> str | None: ...
+    @property
+    def write(self) -> Callable[[Callable[[Any], Any]], Any] | None: ...
+    @property
+    def draft(self) -> Callable[[str, str], Any] | None: ...
+    @property
+    def reader(self) -> Reader: ...
+    @property
+    def ui_settings(self) -> Any: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def headers(self) -> dict[str, str]: ...
+    @property
+    def _busy(self) -> asyncio.Semaphore: ...
+    @property
+    def _pool(self) -> Executor: ...
+    def _count(self, name: str, label: str) -> None: ...
+    def _refused(self, request: web.Request) -> web.Response | None: ...
+    def _ctx(self, request: web.Request) -> Context: ...
+    def _plain(self, status: int, message: str) -> web.Response: ...
 
 REVIEWER_COOKIE = "agentfunnel_reviewer"
 WRITE_TIMEOUT_S = 60.0
@@ -56,7 +84,7 @@ def _next_url(value: str | None, fallback: str) -> str:
 class Writes:
     """The write routes of one ``UI``; ``ui.write`` runs a job on the store's writer, ``ui.draft`` drafts a case."""
 
-    def __init__(self, ui: UI) -> None:
+    def __init__(self, ui: Mount) -> None:
         self.ui = ui
         self.csrf = csrf_token(ui.token) if ui.token else None
 

@@ -37,6 +37,7 @@ VARIANT = Variant(
     steps=(Step("browse", "Browse Equipment", "機材を探す"), Step("reserve", "Reserve", "予約"),
            Step("pay", "Pay Deposit", "保証金の支払い")),
     ladder=rental_rung,
+    rungs=tuple(OUTCOMES),  # best first, as rental_rung tries them
     terminal=("rental_confirmed",),
     proofs={"rental_confirmed": Proof(frozenset({ev.ORDER_CONFIRMED})), "paid": Proof(steps=("pay",)),
             "reserved": Proof(steps=("reserve",)), "browsed": Proof(steps=("browse",))},

@@ -29,7 +29,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "AnthropicJudge":
-        from .anthropic_judge import AnthropicJudge
+        from .anthropic_judge import AnthropicJudge  # start-up time: the anthropic SDK, for a configured judge only
 
         return AnthropicJudge
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Adding a built-in variant is one module and one line in ``BUILTINS``; the tables the rest of the code
 reads (step order, step keys, the merged vocabulary, declared services) are derived here. Variants
-defined in a configuration file are built into the same type (``registry.Registry``).
+defined in a configuration file are built into the same type (``scoring.variant_registry.Registry``, above the configuration it reads).
 """
 
 from __future__ import annotations

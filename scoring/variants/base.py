@@ -85,6 +85,10 @@ def _nothing(_: Activity) -> frozenset[str]:
     return frozenset()
 
 
+# The outcomes below every variant's ladder (``funnel.outcome`` gives them when the ladder gives none), best first.
+BELOW_EVERY_LADDER: tuple[str, ...] = ("info_provided", "failed", "abandoned")
+
+
 @dataclass(frozen=True)
 class Variant:
     """One funnel variant. ``ladder`` gives the highest rung a ``Reading`` proves, or None (the rungs
@@ -99,6 +103,7 @@ class Variant:
     names: Mapping[str, str]  # lang -> display name
     steps: tuple[Step, ...]
     ladder: Callable[[Reading], str | None]
+    rungs: tuple[str, ...] = ()  # what ``ladder`` can give, best first (the order a report lists outcomes in)
     terminal: tuple[str, ...] = ()
     proofs: Mapping[str, Proof] = field(default_factory=dict)  # outcome -> what proves it
     vocabulary: tuple[Vocabulary, ...] = ()
@@ -123,6 +128,11 @@ class Variant:
 
     def step_label(self, step: str, lang: str) -> str:
         return next((s.label(lang) for s in self.steps if s.key == step), step)
+
+    @property
+    def outcomes(self) -> tuple[str, ...]:
+        """Every outcome a session of this variant can have, best first: its rungs, then those below every ladder."""
+        return tuple(dict.fromkeys((*self.rungs, *BELOW_EVERY_LADDER)))
 
     def finished(self, outcome: str, steps: tuple[str, ...]) -> bool:
         """The session ended the funnel: a terminal rung, or (a variant without one) its last step reached."""

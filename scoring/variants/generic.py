@@ -23,6 +23,7 @@ VARIANT = Variant(
     steps=(Step("discover", "Discover Tools", "ツール探索"), Step("read", "Read / Query", "参照・検索"),
            Step("action", "Action", "操作")),
     ladder=activity_rung,
+    rungs=("action_taken", "read_only", "no_activity"),
     proofs={"action_taken": Proof(steps=("action",)), "read_only": Proof(steps=("read", "discover"))},
     dropoff=None,
     reach=discovered,

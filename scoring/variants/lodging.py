@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import evidence as ev
 from ..dropoff import cart_without_checkout, payment_pending, search_without_ids
 from .base import Activity, Clues, Step, Variant, Vocabulary
-from .shopping import PROOFS, purchase_rung
+from .shopping import PROOFS, PURCHASE_RUNGS, purchase_rung
 
 VOCABULARY = (
     Vocabulary("hotels", "lodging", {
@@ -40,6 +40,7 @@ VARIANT = Variant(
     steps=(Step("search", "Search Stays", "宿泊検索"), Step("cart", "Hold Room", "部屋確保"),
            Step("checkout", "Book", "予約"), Step("purchase", "Booked", "予約完了")),
     ladder=purchase_rung,
+    rungs=PURCHASE_RUNGS,
     terminal=("purchase_completed",),
     proofs=PROOFS,
     vocabulary=VOCABULARY,

@@ -40,6 +40,7 @@ VARIANT = Variant(
     steps=(Step("search", "Search Catalog", "カタログ検索"), Step("rfq", "Request Quote", "見積依頼"),
            Step("quote", "Receive Quote", "見積受領"), Step("po", "Submit PO", "発注書提出")),
     ladder=procurement_rung,
+    rungs=("po_submitted", "quote_received", "rfq_submitted", "search_only"),
     terminal=("po_submitted",),
     proofs={"po_submitted": Proof(frozenset({ev.PO}), ("po",)), "quote_received": Proof(frozenset({ev.QUOTE}), ("quote",)),
             "rfq_submitted": Proof(frozenset({ev.RFQ}), ("rfq",)), "search_only": Proof(steps=("search", "details"))},

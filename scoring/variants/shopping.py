@@ -68,6 +68,9 @@ VOCABULARY = (
 )
 
 
+PURCHASE_RUNGS = ("purchase_completed", "checkout_reached", "cart_created", "search_only")  # what purchase_rung gives
+
+
 def purchase_rung(r: Reading) -> str | None:
     """Shopping's and lodging's rung: a purchase only with a confirmation, never on a store page."""
     steps, flags = r.steps, r.flags
@@ -101,6 +104,7 @@ VARIANT = Variant(
     steps=(Step("search", "Search Products", "商品検索"), Step("details", "View Details", "商品詳細"),
            Step("cart", "Add to Cart", "カート追加"), Step("checkout", "Checkout", "チェックアウト")),
     ladder=purchase_rung,
+    rungs=PURCHASE_RUNGS,
     terminal=("purchase_completed",),
     proofs=PROOFS,
     vocabulary=VOCABULARY,

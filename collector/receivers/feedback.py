@@ -23,13 +23,13 @@ from aiohttp import web
 from ..batches import LogBatch, SpanBatch
 from ..config import FeedbackSettings
 from ..errors import BodyTimeout, IngestError, PayloadTooLarge, PermanentError, RetryableError, UnsupportedMedia
+from ..feedback.model import Bounds, Feedback, FeedbackError, from_item
+from ..feedback.otlp import feedback_in, stored_feedback
 from ..privacy import Redactor
-from ..receivers.status import check_bearer, http_status, retry_after_header
 from ..store.feedback_table import insert_feedback
 from ..store.writer import Store
 from ..telemetry import Metrics
-from .model import Bounds, Feedback, FeedbackError, from_item
-from .otlp import feedback_in, stored_feedback
+from .status import check_bearer, http_status, retry_after_header
 
 log = logging.getLogger(__name__)
 PATH = "/v1/feedback"

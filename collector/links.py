@@ -2,7 +2,8 @@
 
 The report, the HTML report and ``compare`` print these when a server owns the database (its
 sidecar names its HTTP address); reading a file offline they print nothing, since no UI is up.
-Imports nothing of the UI itself, so the report can use it without loading templates.
+Beside the UI, not in it: the report, ``compare`` and the UI's pages name addresses without loading
+templates or the web server.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .query import UntrustedSidecar, running_server
+
 
 def ui_base(db: Any) -> str | None:
     """``http://127.0.0.1:4318/ui/`` of the server that owns ``db`` (a path), or None."""
-    from ..query import UntrustedSidecar, running_server
-
     if not isinstance(db, (str, Path)):
         return None  # a lake: replicas have no single UI to name
     try:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 
-from .. import labels
-from ..config import FunnelSettings, UserVariant
-from . import BUILTINS, merged, step_order
-from .base import Clues, Proof, Reading, Step, Variant
+from . import labels
+from .config import FunnelSettings, UserVariant
+from .variants import BUILTINS, merged, step_order
+from .variants.base import Clues, Proof, Reading, Step, Variant
 
 
 def configured(key: str, uv: UserVariant) -> Variant:
@@ -25,7 +25,8 @@ def configured(key: str, uv: UserVariant) -> Variant:
 
     names = {"en": uv.name or key, "ja": uv.name_ja or uv.name or key}
     return Variant(key=key, names=names, steps=tuple(Step(s.key, s.label or s.key, s.label_ja) for s in uv.steps),
-                   ladder=ladder, proofs={outcome: Proof(steps=steps) for outcome, steps in proofs.items()},
+                   ladder=ladder, rungs=tuple(dict.fromkeys(uv.outcome_of(s.key) for s in reversed(uv.steps))),
+                   proofs={outcome: Proof(steps=steps) for outcome, steps in proofs.items()},
                    reads_as=uv.reads_as)
 
 
@@ -44,6 +45,7 @@ class Registry(Mapping[str, Variant]):
         self.step_keys = step_order(self.builtins)
         self.patterns = merged(chain.from_iterable(v.vocabulary for v in self.builtins), self.step_keys)
         self.named_steps = frozenset(k for k, names in self.patterns.items() if names)
+        self.outcomes = tuple(dict.fromkeys(chain.from_iterable(v.outcomes for v in self.builtins)))
 
     def __getitem__(self, key: str) -> Variant:
         return self._by_key[key]
@@ -78,6 +80,13 @@ class Registry(Mapping[str, Variant]):
         v = self._by_key.get(key or "")
         own = v.outcome_labels.get(lang, {}).get(outcome) if v is not None else None
         return own or labels.outcome_label(outcome, key, lang)
+
+    def outcome_rank(self, key: str | None) -> dict[str, int]:
+        """Outcome -> its place in ``key``'s list, best first (``Variant.outcomes``); of a variant not known here,
+        the built-in variants' outcomes in their order (a database scored under another configuration)."""
+        v = self._by_key.get(key or "")
+        order = v.outcomes if v is not None else self.outcomes
+        return {o: i for i, o in enumerate(order)}
 
     def proof(self, key: str | None, outcome: str) -> Proof:
         """What proves ``outcome`` in a session of ``key``; of a variant not known here, the first

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ui.links import path_segment
-from .analysis import HAS_TABLE, SESSION_ITEMS, load
+from ..feedback.analysis import HAS_TABLE, SESSION_ITEMS, load
+from ..links import path_segment
 from ..report.feedback import esc, section_html, session_block_html
 
 OVERVIEW_SECONDS = 5.0  # as the overview's own scans: requests this close together share one read

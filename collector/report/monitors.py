@@ -11,7 +11,10 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from .columns import TABLE
+from ..links import session_url
+from ..monitors.columns import TABLE
+from ..query import query
+from ..terminal import data_text
 
 RECENT = 5
 TITLE = {"en": "Monitors fired (most recent first)", "ja": "発火したモニター (新しい順)"}
@@ -20,8 +23,6 @@ SESSIONS = {"en": "sessions behind it", "ja": "該当セッション"}
 
 def load_firings(db: Any, limit: int = RECENT) -> list[dict[str, Any]]:
     """The latest firings, or none when the database has no firings table (an older file) or no firing."""
-    from ..query import query
-
     have = query(db, f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{TABLE}'").rows[0][0]
     if not have:
         return []
@@ -32,9 +33,6 @@ def load_firings(db: Any, limit: int = RECENT) -> list[dict[str, Any]]:
 
 def terminal_renderables(firings: list[dict[str, Any]], lang: str, ui_base: str | None = None) -> list[RenderableType]:
     """A heading and two lines per firing: the monitor and when, then its message (telemetry text made visible)."""
-    from ..terminal import data_text
-    from ..ui.links import session_url
-
     if not firings:
         return []
     out: list[RenderableType] = [Text(), Text(TITLE.get(lang, TITLE["en"]), style="bold underline")]
