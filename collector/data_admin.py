@@ -20,7 +20,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from .admin_access import AdminAccess, json_body
-from .export import export_tables, write_snapshot
+from .store.export import export_tables, write_snapshot
 from .retention import OLDER_THAN, NotSupported, Retention, cutoffs_for, deletion_json, parse_time
 
 log = logging.getLogger(__name__)

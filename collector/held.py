@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 from ..semconv import SpanRecord, SpanView, normalize
+from ..semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 from .assembly import AssembledTrace, assemble_records
 from .batches import LogBatch, SpanBatch
 from .decoded import decoded_cost
@@ -50,7 +51,6 @@ HeldRow = tuple[Any, ...]
 
 
 def view_of(row: HeldRow) -> SpanView:
-    from ..semconv.records import new_view
 
     tid, sid, parent, name, attributes, resource, events, kind, status, message, scope, start, end = row
     return new_view(tid, sid, parent, name, json.loads(attributes), resource, json.loads(events) if events else [],
@@ -125,7 +125,6 @@ class Prepared:
 
 def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
     """Views and normalized records of every span in the batch (pure; the prepare worker runs it after the commit)."""
-    from ..semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 
     # columns zipped rather than indexed: this runs once per span the server takes
     views = [new_view(tid, sid, parent, name or "", a, r, e, kind or "INTERNAL", status or "UNSET", message, scope,

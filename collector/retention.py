@@ -36,7 +36,7 @@ import duckdb
 
 from ..semconv.attributes import SESSION_KEYS, USER_KEYS, WEAK_SESSION_KEYS
 from .config import DERIVED_TABLES, RAW_TABLES, Settings
-from .export import write_snapshot
+from .store.export import write_snapshot
 from .store.rows import APPENDED_IN, CASE_RUN_TABLES
 from .privacy import Redactor
 from .telemetry import Metrics

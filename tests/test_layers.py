@@ -30,9 +30,6 @@ def test_imports_flow_one_way():
 # comment line right above a run of imports, which it covers. A circle is never a reason: open it instead.
 MARK = re.compile(r"#\s*start-up time:\s*\S")
 PACKAGES = ("semconv", "scoring", "collector")
-# held.py's two imports of ``new_view`` from semconv (imported at its top already) have no reason; they move up
-# with the module's next change
-KNOWN = {"collector/held.py": 2}
 
 
 def _is_project(node: ast.Import | ast.ImportFrom) -> bool:
@@ -87,8 +84,7 @@ def test_no_import_hides_in_a_function_but_for_start_up_time():
             lines = unmarked_local_imports(path.read_text())
             if lines:
                 unmarked[path.relative_to(ROOT).as_posix()] = lines
-    assert {p: len(v) for p, v in unmarked.items() if p in KNOWN} == KNOWN, "KNOWN is out of date"
-    assert {p: v for p, v in unmarked.items() if p not in KNOWN} == {}
+    assert unmarked == {}
 
 
 def test_the_import_check_sees_what_it_looks_for():

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..export import DEFAULT_EXPORT, EXPORT_TIME, export_tables
+from ..store.export import DEFAULT_EXPORT, EXPORT_TIME, export_tables
 from ..retention import parse_time
 from .common import database_options, fail
 from .data import Target, merge_partitions, print_counts, read_only, through_server_or_file

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
-from ..export import write_snapshot
+from ..store.export import write_snapshot
 from .common import database_options, fail, settings_for
 from .data import Target, print_counts, read_only, replace_file, through_server_or_file
 

@@ -32,7 +32,7 @@ from ..batches import LogBatch, SpanBatch
 from ..config import StoreSettings
 from ..metric_batches import MetricBatch
 from ..wire import WIRE
-from ..export import write_snapshot
+from .export import write_snapshot
 from ..errors import PermanentError, RetryableError, Saturated, StoreClosing
 from ..telemetry import Metrics
 from .dedupe import DedupeWindow

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from .store.schema import migrate
+from .schema import migrate
 
 # Each exportable table, with the time its rows are partitioned and filtered by.
 EXPORT_TIME: dict[str, str] = {
