@@ -24,16 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 
 from ..scoring.judge_audit import (VERDICT, Agreement, agreement, criteria_of, item_id, items_of, judge_met,
                                    parse_label, pass_rate_bounds, shared_family, stratified_sample)
 from .config import StoreSettings
 from .phrasing import fixed, plural
 from .query import admin_post, query, running_server
-from .store.guard import StoreUnusable, held_elsewhere
+from .store.guard import connect_unless_held
 from .store.schema import migrate
-from .store.writer import connect
 
 COLUMNS = ("item_id", "experiment", "session_id", "input_hash", "case_id", "criterion", "judge_call", "judge_met",
            "judge_score", "request", "final_answer", "judge_evidence", "judge_explanation", "label", "labeler", "note")
@@ -175,12 +173,7 @@ def store_labels(db: Path, rows: list[dict[str, Any]]) -> str:
                    for r in rows]
         admin_post(info, "/audit/labels", {"labels": payload})
         return "the running server"
-    try:
-        con = connect(db)
-    except duckdb.IOException as exc:
-        if (held := held_elsewhere(exc)) is None:
-            raise
-        raise StoreUnusable(f"cannot open the database {db}: {held}") from None
+    con = connect_unless_held(db)
     try:
         migrate(con)
         con.execute("BEGIN TRANSACTION")

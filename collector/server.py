@@ -238,7 +238,10 @@ class Server:
         """Re-derive sessions with the running configuration (``agentfunnel rescore`` while serving)."""
         if (refused := self.admin.refused(request)) is not None:
             return refused
-        stale = bool((await request.json()).get("stale_only")) if request.can_read_body else False
+        doc = await json_body(request)
+        if not isinstance(doc, dict) or not isinstance(doc.get("stale_only", False), bool):
+            return web.json_response({"error": 'body must be JSON {} or {"stale_only": true}'}, status=400)
+        stale = doc.get("stale_only", False)
         traces = await asyncio.get_running_loop().run_in_executor(self._query_pool, self.sessions.rescore, stale)
         return web.json_response({"traces": traces})
 

@@ -271,3 +271,17 @@ def test_admin_settings_name_what_is_wrong(tmp_path):
     assert confined(tmp_path / "data" / "sub" / "x.duckdb", settings) == (tmp_path / "data" / "sub" / "x.duckdb").resolve()
     with pytest.raises(OutsideDataDir, match="outside the directories"):
         confined(tmp_path / "data" / ".." / "x.duckdb", settings)
+
+
+def test_an_admin_body_that_is_not_the_json_object_asked_for_is_answered_400_naming_the_shape(server):
+    secret = json.loads(server.db.with_name(server.db.name + ".agentfunnel.json").read_text())["secret"]
+    headers = {"Content-Type": "application/json", "X-Agentfunnel-Secret": secret}
+    for path in ("/rescore", "/flush", "/judge", "/prune"):
+        for data in (b"not json", b"[1]", b'"stale_only"'):
+            status, _, text = _call(server.admin + path, headers=headers, data=data)
+            assert status == 400 and "JSON" in text, (path, data, status, text)
+    status, _, text = _call(server.admin + "/rescore", headers=headers, data=b'{"stale_only": "yes"}')
+    assert status == 400 and "stale_only" in text, text
+    status, _, text = _call(server.admin + "/rescore", headers=headers, data=b'{"stale_only": true}')
+    assert status == 200 and json.loads(text) == {"traces": 0}, text
+    assert " ERROR " not in server.logs() and "Traceback" not in server.logs()

@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import duckdb
 
 from ..config import Settings
 from ..query import QueryError, admin_post, run_query, running_server
-from ..store.guard import StoreUnusable, held_elsewhere
+from ..store.guard import connect_unless_held
 from ..store.schema import migrate, transaction
-from ..store.writer import connect
 from ..telemetry import Metrics
 from .common import database_options, settings_for
 
@@ -38,12 +36,7 @@ def _check_file(settings: Settings) -> list[dict[str, Any]]:
     from ..monitors.table import insert
 
     db: Path = settings.store.path
-    try:
-        con = connect(db)
-    except duckdb.IOException as exc:
-        if (held := held_elsewhere(exc)) is None:
-            raise
-        raise StoreUnusable(f"cannot open the database {db}: {held}") from None
+    con = connect_unless_held(db)
     metrics = Metrics()
 
     def rows(sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,6 +23,10 @@ import struct
 from datetime import datetime, timezone
 from pathlib import Path
 
+import duckdb
+
+from .connect import connect
+
 log = logging.getLogger(__name__)
 
 _HEADER_BYTES = 3 * 4096  # DuckDB's main header, then two database headers (the newer one is in use)
@@ -47,6 +51,16 @@ def held_elsewhere(exc: BaseException) -> str | None:
     m = _LOCK_HELD.search(text)
     who = f"PID {m.group(1)}: " if m else ""
     return f"another process has the file open ({who}a running agentfunnel serve?)"
+
+
+def connect_unless_held(db: Path) -> duckdb.DuckDBPyConnection:
+    """The file opened for writing by a command that runs without a server, or one line saying who holds it."""
+    try:
+        return connect(db)
+    except duckdb.IOException as exc:
+        if (held := held_elsewhere(exc)) is None:
+            raise
+        raise StoreUnusable(f"cannot open the database {db}: {held}") from None
 
 
 def wal_path(db: Path) -> Path:
