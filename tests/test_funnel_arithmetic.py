@@ -372,7 +372,7 @@ _ids = itertools.count(1)
 def rec(kind: str, trace: str = "t1", **kw) -> SpanRecord:
     n = next(_ids)
     start = kw.pop("start", n * 1000)
-    return SpanRecord(trace_id=trace, span_id=f"{n:016x}", parent_span_id=None, name=kind, dialect="otel_genai",
+    return SpanRecord(trace_id=trace, span_id=f"{n:016x}", parent_span_id=None, name=kind, dialect=kw.pop("dialect", "otel_genai"),
                       kind=kind, start_ns=start, end_ns=kw.pop("end", start + 500), **kw)
 
 
@@ -456,6 +456,17 @@ def test_hit_cap_needs_a_signal():
     s = score(rec("agent", start=0, end=10**6, error="Max turns (3) exceeded", step_limit="MaxTurnsExceeded", **agent),
               call("search_products", SEARCH))
     assert (s.hit_cap, s.outcome) == (True, "search_only")
+
+
+
+@pytest.mark.parametrize("dialect", ["pydantic_ai", "strands", "google_adk"])
+def test_a_framework_raising_its_own_step_limit_error_has_no_silent_cap(dialect):
+    # its model call asking for tools that never ran is a step on the way: the framework's error says
+    # when its cap was hit, and there is none here
+    agent = dict(agent_name="a", dialect=dialect)
+    s = score(rec("agent", start=0, end=10**6, **agent), call("search_products", SEARCH, dialect=dialect),
+              rec("llm", finish_reason="tool_call", dialect=dialect))
+    assert (s.hit_cap, s.outcome) == (False, "search_only")
 
 
 # ---------------------------------------------------------------------------- pure: the SQL against the rule

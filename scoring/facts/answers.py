@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...semconv.dialects.adk import GoogleADK
+from ...semconv.dialects.pydantic_ai import PydanticAI
+from ...semconv.dialects.strands import Strands
 from .base import Fact, Key, Trace, latest_ending
 
 # Frameworks that raise their own step-limit error (semconv STEP_LIMIT_SIGNALS): a model call of theirs
-# asking for tools that never ran is no silent cap (the error says when the cap was hit).
-CAP_SIGNALLING_DIALECTS = frozenset({"pydantic_ai", "strands", "adk"})
+# asking for tools that never ran is no silent cap (the error says when the cap was hit). Named by the
+# dialects themselves, so a name spelt here cannot drift from the one records carry.
+CAP_SIGNALLING_DIALECTS = frozenset({PydanticAI.name, Strands.name, GoogleADK.name})
 
 
 @dataclass(frozen=True, slots=True)
