@@ -8,12 +8,14 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from conftest import ServerProcess, agentfunnel_cmd, sql
@@ -315,3 +317,34 @@ def test_the_log_check_follows_checkpoints_and_the_database_it_was_recorded_for(
     mark_path(db).write_text(f"{header[124:140].hex()} {iteration:020d} {100:020d}\n")
     with pytest.raises(StoreUnusable, match="is missing, but 100 bytes were committed"):
         check_files(db)
+
+
+def test_commands_opening_the_file_themselves_say_in_one_line_who_holds_it(tmp_path):
+    """``monitors check`` and a label import without a server open the file for writing: a file another
+    process holds (no agentfunnel server to go through) is one line naming the holder, and nothing is written."""
+    from agentfunnel.collector.judge_audit import store_labels
+    from agentfunnel.collector.store.guard import StoreUnusable
+
+    db = tmp_path / "held.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); c.execute('CREATE TABLE t (x INT)'); "
+        "print('open', flush=True); time.sleep(60)"), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        proc = subprocess.run([*agentfunnel_cmd(), "monitors", "check", "--db", str(db)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"agentfunnel monitors check: cannot open the database {db}: another process has the file open "
+            f"(PID {holder.pid}: a running agentfunnel serve?)"], proc.stderr
+        with pytest.raises(StoreUnusable, match=rf"another process has the file open \(PID {holder.pid}:"):
+            store_labels(db, [])
+    finally:
+        holder.kill()
+        holder.wait()
+    con = duckdb.connect(str(db), read_only=True)
+    try:  # the holder's table only: neither command migrated the file
+        assert con.execute("SELECT table_name FROM information_schema.tables").fetchall() == [("t",)]
+    finally:
+        con.close()
