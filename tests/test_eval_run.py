@@ -298,6 +298,23 @@ def test_without_a_judge_runs_that_need_one_fail_the_gate_and_say_why(tmp_path):
     assert json.loads(kyoto["completion_evidence"])["error"] == why
     assert kyoto["fix_hint"] == f"the judge, not the agent: {why}"
 
+    # compare gates on the same rule: neither side's unjudged runs pass
+    cmp = subprocess.run([*agentfunnel_cmd(), "compare", "nojudge", "nojudge", "--db", str(tmp_path / "nojudge.duckdb")],
+                         capture_output=True, text=True, timeout=120, env=NO_JUDGE_KEY)
+    assert cmp.returncode == 1, cmp.stdout + cmp.stderr
+    flat = " ".join(cmp.stdout.split())
+    assert "run(s) of A (nojudge) have no judgment (judge_unavailable)" in flat, cmp.stdout
+    assert "run(s) of B (nojudge) have no judgment (judge_unavailable)" in flat and "all gates passed" not in flat
+
+    # a judge section without a key: the other reason, and eval run --baseline fails the gate as well
+    keyless = tmp_path / "keyless.yaml"
+    keyless.write_text(yaml.safe_dump({"judge": {"model": "claude-sonnet-4-5"}}))
+    again = _eval(tmp_path / "nojudge.duckdb", "keyless", plan, "--wait", "0", "--baseline", "nojudge", config=keyless)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "judge.api_key is not set and $ANTHROPIC_API_KEY is not set" in again.stderr
+    assert "have no judgment (judge_unavailable)" in " ".join(again.stdout.split())
+    assert "all gates passed" not in again.stdout
+
 
 def test_an_endpoint_is_used_only_with_a_suite_that_has_the_cases(tmp_path, server_factory):
     """``--endpoint`` to a server without a suite is refused before any run (exit 2, saying what to do), as is one
@@ -324,6 +341,18 @@ def test_an_endpoint_is_used_only_with_a_suite_that_has_the_cases(tmp_path, serv
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert f"warning: that server: 1 case(s) of the suite need a judge (kyoto-weather) but {NO_JUDGE}" in ran.stderr
     assert "have no judgment (judge_unavailable)" in " ".join(ran.stdout.split())
+
+
+def test_a_server_judging_production_without_a_key_says_so_once_at_start(tmp_path, server_factory):
+    """Production judging configured, no key anywhere: one warning at start naming what to set."""
+    rubric = tmp_path / "rubric.txt"
+    rubric.write_text("Did the answer help?")
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"judge": {"production": {"sample_rate": 1.0, "rubric_file": str(rubric)}}}))
+    srv = server_factory(["--config", str(config)], env={"ANTHROPIC_API_KEY": ""})
+    warned = [line for line in srv.logs().splitlines() if "production judging is configured but no judge" in line]
+    assert len(warned) == 1, srv.logs()
+    assert "judge.api_key is not set and $ANTHROPIC_API_KEY is not set" in warned[0]
 
 
 def test_the_embedded_server_listens_on_the_ports_it_is_given(tmp_path):
