@@ -79,6 +79,24 @@ def test_an_item_is_bounded_and_a_bad_one_is_named():
     assert _item({"session_id": "c1", "thumbs": "up", "id": "app-7"}).feedback_id == "app-7"
 
 
+def test_the_documented_configuration_is_valid_and_gives_every_setting_its_default(tmp_path):
+    import re
+    import tomllib
+
+    from agentfunnel.collector.config import ConfigError, Settings, load_settings
+    from docs_text import section as doc_section
+
+    block = re.search(r"```toml\n(.*?)```", doc_section("docs/feedback.md", "## Configuration"), re.S).group(1)
+    doc = tomllib.loads(block)
+    assert set(doc) == {"feedback"} and set(doc["feedback"]) == set(FeedbackSettings.model_fields)
+    assert Settings.model_validate(doc).feedback == FeedbackSettings()  # the page's values are the defaults
+    # as the page says, a bad value is refused at start, naming the field
+    path = tmp_path / "c.toml"
+    path.write_text(block.replace("negative_at = 0.4", "negative_at = 0.8"))
+    with pytest.raises(ConfigError, match="feedback: .*negative_at \\(0.8\\) must be below positive_at"):
+        load_settings(path)
+
+
 def _eval_attrs(name: str, **more) -> list[dict]:
     attrs = {"gen_ai.evaluation.name": name, **more}
     out = []
