@@ -111,6 +111,8 @@ def test_a_window_that_fired_stays_quiet_until_it_has_moved_past():
     ({"name": "a", "measure": {"kind": "judged_pass_rate"}, "condition": {"below": 50}}, "monitors.rules.0"),
     ({"name": "a", "measure": {"kind": "judged_pass_rate", "colour": 1}, "condition": {"below": 0.5}},
      "monitors.rules.0.measure.colour"),
+    ({"name": "a", "measure": {"kind": "outcome_share", "outcome": "purchased", "variant": "shopping"},
+      "slice": {"variant": "lodging"}, "condition": {"below": 0.5}}, "monitors.rules.0"),  # would read nothing
 ])
 def test_a_bad_rule_names_its_field(tmp_path, rule, field):
     import yaml

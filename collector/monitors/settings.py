@@ -165,6 +165,9 @@ class Rule(_Model):
         c, m = self.condition, self.measure
         if c.against == "previous_version" and self.slice.agent_version:
             raise ValueError("slice.agent_version fixes the version: against previous_version compares versions")
+        if m.variant and self.slice.variant and m.variant != self.slice.variant and m.kind != "pass_hat_k":
+            raise ValueError(f"measure.variant {m.variant!r} and slice.variant {self.slice.variant!r} select no session "
+                             "in common: give the variant once")
         if m.kind in SHARE_KINDS or (m.kind == "pass_hat_k"):
             for name in ("above", "below"):
                 value = getattr(c, name)
