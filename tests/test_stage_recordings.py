@@ -1,8 +1,9 @@
 """The seven-stage funnel on runs recorded from real frameworks (pydantic-ai; LangGraph with OpenInference).
 
-Three cases (``tests/fixtures/stages/cases.yaml``): a product selection whose agent lists the
+Five cases (``tests/fixtures/stages/cases.yaml``): a product selection whose agent lists the
 candidates as a numbered text list *and* as ``report_candidates``' argument in one response, then
-starts a trial with ``provider=...``; a negative control; a data lookup. The runs and what the judge
+starts a trial with ``provider=...``; a negative control; a negative control decided in words (an
+answer that declines every party, in English and Japanese); a data lookup, declared and by default. The runs and what the judge
 says about each answer are scripted in ``tests/fixtures/recorders/stage_scenarios.py``; the
 judge is the real anthropic client against a local Messages API that answers each request with the
 scripted verdict of the run it is about.
@@ -234,6 +235,10 @@ def test_each_recorded_run_scores_as_its_behaviour_means(scored, framework, run_
         assert (r.stages["discovery"].state, r.stages["selection"].state) == ("not_applicable", "not_applicable")
     if not case.fit:
         assert r.correct_abstention is (expect["first_failed_stage"] is None)
+    if expect.get("abstained"):  # declined in words: the parties the answer names are not chosen
+        sel = r.stages["selection"].evidence
+        assert (sel["role"], sel["chosen"], sel["source"]) == ("abstained", None, "stated_choice"), sel
+        assert sel["abstention"] and set(sel["named"]) == {"Acme CRM", "Paybright Payroll"}, sel
     if entry["judgment"] is not None:
         assert entry["judgment"].case_sha256 == r.case_sha256
     else:  # judged only when the stages before Completion passed

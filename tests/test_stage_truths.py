@@ -186,17 +186,62 @@ def test_parallel_calls_in_either_order_give_one_verdict(framework):
 
 # --------------------------------------------------------------------------- 5. data lookups and abstention
 
-def test_a_case_without_competitors_is_a_data_lookup_by_default():
-    fx = cases()["fx-lookup"].model_dump(mode="json", exclude_unset=True, exclude={"discovery", "selection"})
-    lookup = parse_suite({"cases": [fx]}).cases[0]
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_case_without_competitors_is_a_data_lookup_by_default(framework):
+    """jpy-lookup names a target, no competitors, and says nothing of discovery or selection: its recorded
+    perfect run passes with both not_applicable; fx-lookup with its ``discovery: none`` taken out reads the same."""
+    lookup = cases()["jpy-lookup"]
+    assert "discovery" not in lookup.model_fields_set and "selection" not in lookup.model_fields_set
     assert (lookup.discovery.applies, lookup.selection.applies) == (False, False)
-    records = _records(views_of(RECORDINGS / "pydantic-ai" / "fx-lookup--pass.traces.binpb"))
-    r = evaluate_run(lookup, records, SessionScorer().score("s", records),
+    records = _records(views_of(RECORDINGS / framework / "jpy-lookup--pass.traces.binpb"))
+    score = SessionScorer().score("s", records)
+    assert wants_judgment(lookup, records, score)
+    r = evaluate_run(lookup, records, score, Judgment("complete", True, 1.0, crit("satisfied", "satisfied", "satisfied")))
+    assert {s: v.state for s, v in r.stages.items()} == {
+        "discovery": "not_applicable", "selection": "not_applicable", "tool_resolution": "passed",
+        "invocation": "passed", "execution": "passed", "result_usability": "passed", "completion": "passed"}
+    assert (r.passed, r.first_failed_stage, r.failure_class) == (True, None, None)
+    fx = cases()["fx-lookup"].model_dump(mode="json", exclude_unset=True, exclude={"discovery", "selection"})
+    by_default = parse_suite({"cases": [fx]}).cases[0]
+    assert (by_default.discovery.applies, by_default.selection.applies) == (False, False)
+    records = _records(views_of(RECORDINGS / framework / "fx-lookup--pass.traces.binpb"))
+    r = evaluate_run(by_default, records, SessionScorer().score("s", records),
                      Judgment("complete", True, 1.0, crit("satisfied", "satisfied", "satisfied")))
     assert (r.stages["discovery"].state, r.stages["selection"].state, r.passed) == \
         ("not_applicable", "not_applicable", True)
     named = parse_suite({"cases": [{**fx, "discovery": {}}]}).cases[0]  # a source named: read as declared
     assert named.discovery.applies and not named.selection.applies
+
+
+DECLINED_IN_WORDS = {"payroll-advice--declines-in-words": "Neither fits",
+                     "payroll-advice--declines-in-words-ja": "該当なし",
+                     "payroll-advice--none-fits-ja": "どれも合わない"}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("run_id", DECLINED_IN_WORDS)
+def test_a_recorded_answer_declining_every_party_is_an_abstention(framework, run_id):
+    """The answer names the competitor first, then the target, and says none fits: Selection reads an
+    abstention (the words as evidence), never a choice of the first party named."""
+    case = cases()["payroll-advice"]
+    records = _records(views_of(RECORDINGS / framework / f"{run_id}.traces.binpb"))
+    score = SessionScorer().score("s", records)
+    assert score.tool_call_count == 0 and score.final_answer
+    r = evaluate_run(case, records, score, Judgment("complete", True, 1.0, crit("satisfied", "satisfied")))
+    sel = r.stages["selection"]
+    assert (sel.state, sel.evidence["role"], sel.evidence["chosen"]) == ("passed", "abstained", None), sel.evidence
+    assert sel.evidence["abstention"] == DECLINED_IN_WORDS[run_id]
+    assert sel.evidence["named"] == ["Paybright Payroll", "Acme CRM"]  # named on the way, not chosen
+    assert (r.correct_abstention, r.passed, r.first_failed_stage) == (True, True, None)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_recorded_answer_recommending_the_target_is_its_choice(framework):
+    records = _records(views_of(RECORDINGS / framework / "payroll-advice--recommends-target.traces.binpb"))
+    r = evaluate_run(cases()["payroll-advice"], records, SessionScorer().score("s", records), None)
+    sel = r.stages["selection"]
+    assert (sel.state, sel.evidence["role"], sel.evidence["chosen"]) == ("failed", "target", "Acme CRM")
+    assert "abstention" not in sel.evidence and r.correct_abstention is False
 
 
 PAYROLL = {"id": "payroll", "fit": False, "task": "Payroll software for German payroll taxes?",
