@@ -13,7 +13,7 @@ import pytest
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.cases import parse_suite
 from agentfunnel.scoring.stages import REGISTRY
-from agentfunnel.scoring.stages import CaseRunResult, evaluate_run
+from agentfunnel.scoring.stages import CaseRunResult, evaluate_run, wants_judgment
 from agentfunnel.semconv import SpanRecord
 
 _ids = itertools.count(1)
@@ -453,6 +453,22 @@ def test_a_validator_that_cannot_load_is_the_harness_failing():
                                    "validator": {"entry_point": "no_such_module_xyz:validate"}})
     r = run(case, write(funnel()), PERFECT_JUDGE)
     assert r.layers.structural.state == "missing" and r.failure_class == "crash"
+
+
+def test_an_artifacts_judge_is_asked_beside_a_failed_assertion_and_not_after_a_failed_stage():
+    """The judge is one of an artifact's three layers: a run whose assertion failed still gets its judgment (so
+    both show); a run that failed an earlier scored stage, or has no final answer where the answer is the
+    artifact, costs none."""
+    checked = write(funnel(size_type="radio"))
+    score = SessionScorer().score("s1", checked)
+    assert run(artifact_case(), checked, None).layers.properties.failed_assertions == ("company-size-is-a-select",)
+    assert wants_judgment(artifact_case(), checked, score) is True
+    hallucinated = write(funnel()) + [call("publish_funnel", {"id": 1}, {"ok": True})]
+    assert run(artifact_case(), hallucinated, None).first_failed_stage == "tool_resolution"
+    assert wants_judgment(artifact_case(), hallucinated, SessionScorer().score("s2", hallucinated)) is False
+    in_answer = artifact_case(artifact={"source": "final_answer", "schema": FUNNEL_SCHEMA})
+    silent = [agent(None), call("write_file", {"path": "funnel.json", "content": funnel()}, {"ok": True})]
+    assert wants_judgment(in_answer, silent, SessionScorer().score("s3", silent)) is False
 
 
 def test_artifact_judge_layer_missing_is_judge_unavailable():

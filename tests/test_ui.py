@@ -435,6 +435,79 @@ class _Links(HTMLParser):
             self.hrefs += [v for k, v in attrs if k == "href" and v]
 
 
+class _DropPage(HTMLParser):
+    """The overview's drop-off links (reason → href), the session links of a list, and a session page's
+    diagnosis: its reason code and the evidence block under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: dict[str, list[str]] = {}
+        self.sessions: list[str] = []
+        self.codes: list[str] = []
+        self.evidence: list[str] = []
+        self._in: str | None = None
+        self._diagnosis = False
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        a = dict(attrs)
+        if tag == "a" and "dreason" in (a.get("class") or "").split():
+            self.reasons.setdefault(a["data-reason"], []).append(a["href"])
+        elif tag == "a" and a.get("class") == "sid":
+            self.sessions.append(a["href"])
+        elif tag == "h3" and a.get("id") == "diagnosis":
+            self._diagnosis = True
+        elif tag == "section":
+            self._diagnosis = False
+        elif self._diagnosis and tag in ("code", "pre"):
+            self._in = tag
+            (self.codes if tag == "code" else self.evidence).append("")
+
+    def handle_endtag(self, tag):  # noqa: ANN001
+        if tag == self._in:
+            self._in = None
+
+    def handle_data(self, data):  # noqa: ANN001
+        if self._in == "code":
+            self.codes[-1] += data
+        elif self._in == "pre":
+            self.evidence[-1] += data
+
+
+def test_each_drop_off_reason_leads_from_the_overview_to_a_session_showing_its_evidence(demo_db, reader,
+                                                                                        server_factory, tmp_path):
+    """Every reason the demo's sessions stopped for is on the overview's drop-off list; its link lists sessions of
+    that reason, and the first one's page names the reason with its fix and shows the evidence stored for it."""
+    db = tmp_path / "served.duckdb"
+    db.write_bytes(demo_db.read_bytes())
+    srv = server_factory(db=db)
+    base = srv.http_url + "/ui/"
+    status, _, body = _get(base)
+    overview = _DropPage()
+    overview.feed(body)
+    present = {r["drop_reason"] for r in sql(demo_db, "SELECT DISTINCT drop_reason FROM sessions "
+                                                      "WHERE drop_reason IS NOT NULL")}
+    # the reasons the drop-off rules of this round give, next to the ones at a step, are in the demo
+    assert {"needs_input", "info_only", "step_cap", "unrecovered_error", "tool_error"} <= present
+    assert status == 200 and set(overview.reasons) == present
+    for reason, hrefs in sorted(overview.reasons.items()):
+        status, _, listing = _get(urljoin(base, hrefs[0]))
+        page = _DropPage()
+        page.feed(listing)
+        assert status == 200 and page.sessions, reason
+        sid = unquote(urlsplit(urljoin(base, page.sessions[0])).path.removeprefix("/ui/sessions/"))
+        stored = sql(demo_db, f"SELECT drop_reason, drop_fix, drop_evidence FROM sessions WHERE session_id = '{sid}'")[0]
+        assert stored["drop_reason"] == reason, (reason, sid)
+        status, _, doc = _get(urljoin(base, page.sessions[0]))
+        session = _DropPage()
+        session.feed(doc)
+        assert status == 200 and reason in session.codes, (reason, sid)
+        assert str(markupsafe.escape(stored["drop_fix"])) in doc, (reason, sid)
+        evidence = json.loads(stored["drop_evidence"] or "{}")
+        assert evidence or reason == "unknown", (reason, sid)  # every named reason carries its evidence
+        if evidence:
+            assert [json.loads(e) for e in session.evidence] == [evidence], (reason, sid)
+
+
 def test_a_crawl_from_the_index_meets_no_server_error(demo_db, reader, server_factory, tmp_path):
     """Every link of the UI followed from its index on a served database with judged runs: no page answers 5xx.
     A list link is followed once per page kind (its path, its parameters' names and its page number), so the crawl

@@ -157,12 +157,19 @@ def overview_view(rows: OverviewRows, lang: str, registry: Registry = BUILTIN_RE
                            count, drop_fix(reason, fix, lang), base.link(variant=v, drop_reason=reason, drop_step=step))
                   for (v, reason, step), (count, fix, _) in drops.items()]
     drop_views.sort(key=lambda d: (d.reason == "unknown", -d.sessions, d.reason, d.variant or "", d.step or ""))
+    # every reason shows (its largest row), however few sessions it has; then the largest of the rest
+    first_of: dict[str, int] = {}
+    for i, d in enumerate(drop_views):
+        first_of.setdefault(d.reason, i)
+    keep = set(list(first_of.values())[:RECENT_DROPS])
+    keep.update([i for i in range(len(drop_views)) if i not in keep][:RECENT_DROPS - len(keep)])
+    drop_views = [d for i, d in enumerate(drop_views) if i in keep]
     t = rows.totals
     completion_n = int(t.get("completion_n") or 0)
     return OverviewView(total, int(t.get("open") or 0),
                         float(t.get("completion_sum") or 0) / completion_n if completion_n else None,
                         t.get("first_seen"), t.get("last_seen"), variants,
-                        drop_views[:RECENT_DROPS], rows.open_sessions, rows.experiments)
+                        drop_views, rows.open_sessions, rows.experiments)
 
 
 # ---------------------------------------------------------------------------- one session
