@@ -10,6 +10,7 @@ files given to ``agentfunnel ingest``.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import gzip
 import json
@@ -17,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +30,8 @@ import pytest
 
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
-from agentfunnel.collector.ui.app import CSP
+from agentfunnel.collector.ui.app import CSP, serve_file
+from agentfunnel.collector.ui.queries import Reader
 from conftest import agentfunnel_cmd, run_cli
 from otlp_build import trace_request
 
@@ -173,6 +176,40 @@ def test_every_ui_response_carries_the_security_headers(server):
         assert status in (404, 405), (url, status)
         assert headers.get("Content-Security-Policy") == CSP, (url, headers)
         assert headers.get("X-Content-Type-Options") == "nosniff" and headers.get("X-Frame-Options") == "DENY"
+
+
+def test_a_ui_page_that_fails_answers_500_with_the_security_headers_and_no_details(tmp_path):
+    """A page whose read breaks outside the query runner (here: its database connection closed under it) ends in
+    aiohttp's own bare 500, which carries the headers too and shows neither the error nor a traceback."""
+    db = tmp_path / "af.duckdb"
+    con = connect(db)
+    migrate(con)
+    con.close()
+    con = connect(db, read_only=True)
+    reader = Reader(con.cursor)
+    con.close()  # every page's first cursor now fails: duckdb.ConnectionException, not a QueryError
+    urls: list[str] = []
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete,
+                              args=(serve_file(reader, "127.0.0.1", 0, urls.append, stop=stop),), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not urls:
+            assert time.monotonic() < deadline and thread.is_alive(), "the UI did not start"
+            time.sleep(0.05)
+        for page in ("", "sessions", "sessions/any", "experiments"):
+            status, headers, body = _call(urls[0] + page)
+            assert status == 500, (page, status, body[:300])
+            assert headers.get("Content-Security-Policy") == CSP, (page, headers)
+            assert headers.get("X-Content-Type-Options") == "nosniff" and headers.get("X-Frame-Options") == "DENY"
+            assert headers.get("Cache-Control") == "no-store"
+            assert "Traceback" not in body and "closed" not in body and "duckdb" not in body.lower(), body
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
 
 
 def test_ids_of_any_spelling_round_trip_through_ui_links(server_factory, tmp_path):

@@ -1,5 +1,6 @@
-"""Faults a store must survive, against a real ``agentfunnel serve``: a write-ahead log cut short or deleted,
-files that are not a database, a full disk; and the receivers' answers on a half-closed connection."""
+"""Faults a store must survive, against a real ``agentfunnel serve``: a write-ahead log cut short, deleted or
+failing its checksum, files that are not a database, a full disk; and the receivers' answers on a half-closed
+connection."""
 
 from __future__ import annotations
 
@@ -93,6 +94,24 @@ def test_a_write_ahead_log_cut_short_or_deleted_is_refused_and_kept(server_facto
     assert len(copies) == (0 if left is None else 1)
     if copies:
         assert copies[0].read_bytes() == left
+
+
+def test_a_write_ahead_log_whose_checksum_fails_is_refused_in_one_line_and_kept(server_factory, tmp_path):
+    db = tmp_path / "af.duckdb"
+    wal = Path(str(db) + ".wal")
+    _acknowledged_then_killed(server_factory, db)
+    data = bytearray(wal.read_bytes())
+    middle = len(data) // 2  # inside a record of acknowledged spans, not at its end
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    wal.write_bytes(bytes(data))
+    db_before = db.read_bytes()
+
+    proc = _serve(db)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert str(wal) in line and "checksum" in line, line
+    assert wal.read_bytes() == bytes(data), "the log was not kept as it was"
+    assert db.read_bytes() == db_before, "the database was changed"
 
 
 @pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header", "cut short"])
