@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,8 +29,8 @@ from agentfunnel.collector.assembly import assemble
 from agentfunnel.scoring.cases import load_suite
 from agentfunnel.scoring.passk import pass_at_k, pass_hat_k
 from agentfunnel.semconv import SpanView, normalize
-from conftest import FIXTURES, agentfunnel_cmd, read_db
-from test_judge import FakeMessagesAPI, verdict_reply
+from conftest import FIXTURES, ServerProcess, agentfunnel_cmd, read_db, sql
+from test_judge import FakeMessagesAPI, Reply, verdict_reply
 
 AGENT = FIXTURES / "eval_agent" / "agent.py"
 CASES = FIXTURES / "eval_agent" / "cases.yaml"
@@ -128,15 +129,20 @@ NO_JUDGE_KEY = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_
 NO_JUDGE = "no judge is configured: the configuration has no judge section and $ANTHROPIC_API_KEY is not set"
 
 
+FORECAST_VERDICT = {"status": "complete", "score": 1.0, "explanation": "The forecast is stated.",
+                    "missing_requirements": [], "unsupported_claims": [],
+                    "criteria": [{"criterion": "states tomorrow's forecast for Kyoto", "status": "satisfied",
+                                  "evidence": "sunny"}]}
+
+
+def _judge_config(path: Path, url: str, **extra: object) -> Path:
+    path.write_text(yaml.safe_dump({**extra, "judge": {"api_key": "test-key", "base_url": url, "max_retries": 0}}))
+    return path
+
+
 @pytest.fixture(scope="module")
 def judge_api():
-    def route(body: dict) -> object:
-        criterion = "states tomorrow's forecast for Kyoto"
-        return verdict_reply({"status": "complete", "score": 1.0, "explanation": "The forecast is stated.",
-                              "missing_requirements": [], "unsupported_claims": [],
-                              "criteria": [{"criterion": criterion, "status": "satisfied", "evidence": "sunny"}]})
-
-    api = FakeMessagesAPI(route=route)  # type: ignore[arg-type]
+    api = FakeMessagesAPI(route=lambda body: verdict_reply(FORECAST_VERDICT))  # type: ignore[arg-type]
     yield api
     api.close()
 
@@ -261,6 +267,65 @@ def test_ctrl_c_stops_the_runs_it_started_and_keeps_what_finished(tmp_path):
     assert harness == {"fx-rate": "ok", "kyoto-weather": "interrupted"}
     summary = read_db(db, "SELECT case_id, n, passes FROM experiment_summary WHERE experiment = 'ctrl'")
     assert summary == [{"case_id": "fx-rate", "n": 1, "passes": 1}]  # the interrupted run counts in no pass rate
+
+
+def test_a_stop_in_the_middle_of_a_suite_leaves_no_run_pending_once_the_judge_answers(tmp_path):
+    """``eval run`` is stopped (SIGTERM) partway through a suite: the judge hangs, so the forecasts that finished
+    read pending, and the next run is still going. ``agentfunnel serve`` on the same file with a judge that answers
+    asks about them again by itself, with no new span: no case run is left pending."""
+    hold = threading.Event()
+    hanging = FakeMessagesAPI(route=lambda body: Reply(body=verdict_reply(FORECAST_VERDICT).body, hold=hold))
+    answering = FakeMessagesAPI(route=lambda body: verdict_reply(FORECAST_VERDICT))  # type: ignore[arg-type]
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    plan = _plan(tmp_path / "plan.json", {"pids": str(pids), "fx-rate": {"1": "pass", "2": "pass", "3": "pass"},
+                                          "kyoto-weather": {"1": "pass", "2": "pass", "3": "wait_forever"}})
+    db = tmp_path / "stopped.duckdb"
+    cmd = [*agentfunnel_cmd(), "eval", "run", "--db", str(db), "--cases", str(CASES), "--experiment", "stopped",
+           "--k", "3", "--concurrency", "1", "--timeout", "120",
+           "--config", str(_judge_config(tmp_path / "hanging.yaml", hanging.url)),
+           "--", sys.executable, str(AGENT), str(plan)]
+    pending = "SELECT count(*) AS n FROM case_runs WHERE completion = 'pending'"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=NO_JUDGE_KEY)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:  # the last run waits; two forecasts wait for the judge
+            if any(p.read_text() == "wait_forever" for p in pids.iterdir()) and sql(db, pending)[0]["n"] == 2:
+                break
+            time.sleep(0.5)
+        else:
+            proc.kill()
+            pytest.fail("".join(proc.communicate()))
+        assert hanging.requests  # the judge was asked, and has not answered
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in pids.iterdir():  # the run it was waiting for outlives it: its own process group
+            try:
+                os.kill(int(p.stem), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        hold.set()
+        hanging.close()
+    assert proc.returncode == -signal.SIGTERM
+    assert read_db(db, pending) == [{"n": 2}]
+    srv = ServerProcess(db, ["--config", str(_judge_config(tmp_path / "answering.yaml", answering.url,
+                                                           cases={"suite": str(CASES)}))]).start()
+    try:
+        deadline = time.monotonic() + 60
+        while sql(db, pending)[0]["n"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sql(db, pending) == [{"n": 0}] and answering.requests
+    finally:
+        srv.stop()
+        answering.close()
+    runs = read_db(db, "SELECT case_id, passed, completion, failure_class FROM case_runs ORDER BY ALL")
+    assert [r for r in runs if r["case_id"] == "kyoto-weather"] == \
+        [{"case_id": "kyoto-weather", "passed": True, "completion": "passed", "failure_class": None}] * 2
+    assert read_db(db, "SELECT count(*) AS n FROM sessions WHERE judge_status = 'pending' "
+                       "OR failure_class = 'judge_pending'") == [{"n": 0}]
 
 
 def test_runs_export_to_a_server_already_serving(tmp_path, server_factory):

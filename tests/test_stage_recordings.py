@@ -18,6 +18,7 @@ agentfunnel read the recordings) and against the golden file of everything agent
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -418,16 +419,17 @@ def test_waiting_stops_at_its_deadline_and_says_how_many_remain(tmp_path):
     assert told == [1]  # nothing to wait for: not told, no sleep
 
 
-def test_judgments_pending_at_a_stop_are_asked_again_at_start(tmp_path):
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_judgments_pending_at_a_stop_are_asked_again_at_start(tmp_path, framework):
     """The judge hangs, the server is stopped (SIGTERM) with every judged run pending; restarted with a judge
     that answers, it queues those runs again by itself, and none is pending once the judge has answered."""
     hold = threading.Event()
     hanging = FakeMessagesAPI(route=lambda body: Reply(body=verdict_reply(verdict(RUNS[0])).body, hold=hold))
     answering = FakeMessagesAPI(route=route)
     db = tmp_path / "restart.duckdb"
-    files = sorted(str(p) for p in (RECORDINGS / "pydantic-ai").glob("*.traces.binpb"))
-    judged = sum(wants_judgment(cases()[r.case_id], records_of("pydantic-ai", r),
-                                SessionScorer().score(r.run_id, records_of("pydantic-ai", r))) for r in RUNS)
+    files = sorted(str(p) for p in (RECORDINGS / framework).glob("*.traces.binpb"))
+    judged = sum(wants_judgment(cases()[r.case_id], records_of(framework, r),
+                                SessionScorer().score(r.run_id, records_of(framework, r))) for r in RUNS)
     pending = "SELECT count(*) AS n FROM sessions WHERE judge_status = 'pending'"
     srv = ServerProcess(db, ["--config", str(_config(tmp_path, hanging.url))]).start()
     try:
@@ -455,3 +457,48 @@ def test_judgments_pending_at_a_stop_are_asked_again_at_start(tmp_path):
     finally:
         srv.stop()
         answering.close()
+
+
+def test_judgments_never_asked_are_asked_at_a_start_with_a_judge_within_its_bound(tmp_path):
+    """Runs closed while no judge was configured read ``missing`` with no judgment stored. The first start with a
+    judge and ``judge.requeue_at_start: 2`` asks about the oldest two and counts and says the rest it left; the
+    next start, unbounded, asks about the rest: none is left without a judgment."""
+    answering = FakeMessagesAPI(route=route)
+    db = tmp_path / "unjudged.duckdb"
+    files = sorted(str(p) for p in (RECORDINGS / "pydantic-ai").glob("*.traces.binpb"))
+    judged = sum(wants_judgment(cases()[r.case_id], records_of("pydantic-ai", r),
+                                SessionScorer().score(r.run_id, records_of("pydantic-ai", r))) for r in RUNS)
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump({"cases": {"suite": str(SUITE_FILE)}}))
+    no_key = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    subprocess.run([*agentfunnel_cmd(), "ingest", "--db", str(db), "--config", str(bare), *files], check=True,
+                   capture_output=True, timeout=120, env=no_key)
+    unjudged = ("SELECT session_id FROM sessions WHERE judge_status = 'missing' AND session_id NOT IN "
+                "(SELECT session_id FROM judgments WHERE session_id IS NOT NULL) ORDER BY last_seen, session_id")
+    waiting = [r["session_id"] for r in read_db(db, unjudged)]
+    assert len(waiting) == judged >= 6 and not read_db(db, "SELECT * FROM judgments")
+    bounded = _config(tmp_path, answering.url)
+    settings = yaml.safe_load(bounded.read_text())
+    settings["judge"]["requeue_at_start"] = 2
+    bounded = tmp_path / "bounded.yaml"
+    bounded.write_text(yaml.safe_dump(settings))
+    for bound, asked in ((2, waiting[:2]), (None, waiting[2:])):
+        before = len(answering.requests)
+        srv = ServerProcess(db, ["--config", str(bounded if bound else _config(tmp_path, answering.url))]).start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(answering.requests) - before < len(asked) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # room for a request too many
+            assert len(answering.requests) - before == len(asked), bound
+            metrics = json.loads(urllib.request.urlopen(srv.http_url + "/metrics?format=json", timeout=30).read())
+            assert metrics["judgments_requeued"] == len(asked)
+            assert metrics.get("judgments_not_requeued", 0) == (judged - 2 if bound else 0)
+            said = "wait for a judgment; queued the oldest 2 (judge.requeue_at_start)"
+            assert (f"{judged} run(s) {said}" in srv.logs()) is bool(bound), srv.logs()[-2000:]
+        finally:
+            srv.stop()
+        assert [r["session_id"] for r in read_db(db, unjudged)] == (waiting[2:] if bound else []), bound
+    status = read_db(db, "SELECT DISTINCT judge_status FROM sessions WHERE judge_status IS NOT NULL")
+    assert {r["judge_status"] for r in status} <= {"complete", "incomplete"}, status
+    answering.close()
