@@ -348,12 +348,11 @@ _LAKE_READERS: dict[tuple[str, str], duckdb.DuckDBPyConnection] = {}  # one atta
 _LAKE_READERS_LOCK = threading.Lock()
 
 
-def query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
-    """Read every replica through the lake's views; no server is involved (DuckLake has many readers).
-
-    The lake is attached once per process (loading the extensions and the catalog costs most of a
-    small query) and each query gets its own cursor, which reads the newest snapshot.
-    """
+def lake_cursor(lake: LakeSettings) -> duckdb.DuckDBPyConnection:
+    """A cursor of this process's reader of the lake, whose unqualified names are the readers' views; it reads the
+    newest snapshot. The lake is attached once per process (loading the extensions and the catalog costs most of a
+    small query). The reader is read-only but reaches the lake's data directory and catalog, so callers' SQL never
+    runs on it: it runs in ``collector.sql_sandbox``'s workers, which read the lake through it."""
     key = (lake.catalog, lake.data_path)
     with _LAKE_READERS_LOCK:
         con = _LAKE_READERS.get(key)
@@ -365,6 +364,17 @@ def query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSe
     cur = con.cursor()
     try:
         cur.execute(f"USE {READERS}")
+    except BaseException:
+        cur.close()
+        raise
+    return cur
+
+
+def query_lake(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
+    """agentfunnel's own statements over every replica through the lake's views (reports, cases, judging); no
+    server is involved (DuckLake has many readers). A caller's SQL goes to ``sql_sandbox.query_lake_sandboxed``."""
+    cur = lake_cursor(lake)
+    try:
         return run_query(cur, sql, limits, max_rows)
     finally:
         cur.close()

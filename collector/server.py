@@ -34,7 +34,7 @@ from .case_draft import draft_into_suite
 from .config import Settings
 from .data_admin import add_routes as add_data_routes, prune_forever, snapshot_forever
 from .pipeline import Admission
-from .query import QueryError, QueryResult, query_lake, remove_sidecar, write_sidecar
+from .query import QueryError, QueryResult, lake_cursor, remove_sidecar, write_sidecar
 from .receivers.connections import ConnectionLimits, GuardedSite
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
@@ -90,7 +90,7 @@ class Server:
         self._query_pool = ThreadPoolExecutor(max_workers=settings.sql.max_concurrent + 2,
                                               thread_name_prefix="agentfunnel-sql")
         self._queries_running = 0
-        self._sandbox: SqlSandbox | None = None  # where /sql runs on a single file (a lake has read-only readers)
+        self._sandbox: SqlSandbox | None = None  # where /sql runs
         self.admin = AdminAccess(settings, self.metrics, self._query_pool)  # who may use the admin endpoint
         self.metrics.gauge("sql_queries_running", lambda: self._queries_running)
         self._runners: list[web.AppRunner] = []
@@ -119,8 +119,10 @@ class Server:
             log.warning("%s", warning)
         self.store.open()
         log.info("%s", budget_line(self.settings))
-        if self.settings.store.lake is None:
+        if (lake := self.settings.store.lake) is None:
             self._sandbox = SqlSandbox(self.store.reader, self.settings.sql).open()  # type: ignore[arg-type]  # a reader cursor reads as a connection does
+        else:  # every replica's rows, read through this process's read-only reader of the lake
+            self._sandbox = SqlSandbox(lambda: lake_cursor(lake), self.settings.sql, lake=True).open()
         if self.forwarder is not None:
             self.forwarder.start()
         reopened = self.sessions.recover()
@@ -337,10 +339,7 @@ class Server:
         return web.json_response(result.to_json())
 
     def _read(self, sql: str, max_rows: int | None) -> QueryResult:
-        """A caller's query where writing is impossible: the sandboxed instance, or the lake's read-only readers."""
-        lake = self.settings.store.lake
-        if lake is not None:
-            return query_lake(lake, sql, max_rows, self.settings.sql)
+        """A caller's query where writing is impossible: the sandboxed instance (over the file, or the lake)."""
         assert self._sandbox is not None
         return self._sandbox.query(sql, max_rows)
 

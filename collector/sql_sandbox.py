@@ -17,6 +17,14 @@ What a query costs to read: the columns it touches of each table it names, all o
 rows (filters are applied to the Arrow batches in the worker, not pushed into the store). The UI's
 and the server's own statements, which bind their values as parameters, still read the store's
 instance directly.
+
+On a lake (``lake=True``) the same holds with the lake's reader in the store's place: the
+worker's catalog has one view per view of the readers' schema (``lake.main``: every replica's rows),
+each read through this process's read-only reader. The reader itself can read the lake's data
+directory (DuckLake reads its Parquet files through DuckDB's file system) and its PostgreSQL
+catalog, so a caller's statement never runs on it: ``read_parquet`` of an older file, a COPY into
+the data directory, ``postgres_query`` or ``duckdb_databases()`` (which names the catalog, password
+and all) exist only there.
 """
 
 from __future__ import annotations
@@ -38,8 +46,8 @@ from typing import Any, Callable
 import duckdb
 import pyarrow as pa
 
-from .config import SqlSettings
-from .query import QueryError, QueryResult
+from .config import LakeSettings, SqlSettings
+from .query import QueryError, QueryResult, lake_cursor
 from .sql_worker import CATALOG, SCAN_PREFIX, SCANS, SCHEMAS, encode_schema, read_message, write_message
 from .store.schema import migrate
 from .store.writer import connect
@@ -97,9 +105,11 @@ class _Worker:
 class SqlSandbox:
     """The SQL endpoint's workers and the scans they read; ``open`` once the store is open, ``close`` at stop."""
 
-    def __init__(self, store_cursor: Callable[[], duckdb.DuckDBPyConnection], limits: SqlSettings) -> None:
+    def __init__(self, store_cursor: Callable[[], duckdb.DuckDBPyConnection], limits: SqlSettings,
+                 lake: bool = False) -> None:
         self._store_cursor = store_cursor
         self._limits = limits
+        self._lake = lake  # the cursors read a lake's readers' views (lake.main), not a file's tables
         self._dir: Path | None = None
         self._columns: dict[str, list[str]] = {}
         self._idle: list[_Worker] = []
@@ -111,7 +121,7 @@ class SqlSandbox:
         self._dir = Path(tempfile.mkdtemp(prefix="agentfunnel-sql-"))  # 0700: its socket is this user's alone
         store = self._store_cursor()
         try:
-            schemas = self._build_catalog(store, self._dir / CATALOG)
+            schemas = self._build_catalog(store, self._dir / CATALOG, self._lake)
         finally:
             store.close()
         self._columns = {t: s.names for t, s in schemas.items()}
@@ -124,22 +134,31 @@ class SqlSandbox:
         return self
 
     @staticmethod
-    def _build_catalog(store: duckdb.DuckDBPyConnection, catalog: Path) -> dict[str, pa.Schema]:
-        """The store's schema with each table replaced by a view over its per-query Arrow dataset."""
-        tables = [r[0] for r in store.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND NOT internal ORDER BY table_name").fetchall()]
+    def _build_catalog(store: duckdb.DuckDBPyConnection, catalog: Path, lake: bool = False) -> dict[str, pa.Schema]:
+        """The store's schema with each table replaced by a view over its per-query Arrow dataset; on a lake, exactly
+        the readers' views (those named with a leading ``_`` are their internals), each over its dataset."""
+        if lake:
+            served = [r[0] for r in store.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database() "
+                "AND table_schema = current_schema() AND NOT starts_with(table_name, '_') ORDER BY table_name"
+            ).fetchall()]
+        else:
+            served = [r[0] for r in store.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND schema_name = 'main' AND NOT internal ORDER BY table_name").fetchall()]
         schemas: dict[str, pa.Schema] = {}
         con = connect(catalog)
         try:
             migrate(con)  # the views and macros exactly as the store has them
-            for table in tables:
+            kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                                     "WHERE table_schema = 'main'").fetchall())
+            for name, kind in kinds.items():
+                if name in served or lake:  # on a lake, a replica's own tables are not the readers'
+                    con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} {_quoted(name)}")
+            for table in served:
                 schema = schemas[table] = store.sql(f"SELECT * FROM {_quoted(table)} LIMIT 0").to_arrow_table().schema
-                types = store.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = "
-                                      "current_database() AND schema_name = 'main' AND table_name = ? "
-                                      "ORDER BY column_index", [table]).fetchall()
+                types = [(r[0], r[1]) for r in store.execute(f"DESCRIBE SELECT * FROM {_quoted(table)}").fetchall()]
                 con.register(SCAN_PREFIX + table, schema.empty_table())
-                con.execute(f"DROP TABLE IF EXISTS {_quoted(table)}")
                 listed = ", ".join(f"{_quoted(c)}::{t} AS {_quoted(c)}" if t.startswith(_RETYPED) else _quoted(c)
                                    for c, t in types)
                 con.execute(f"CREATE VIEW {_quoted(table)} AS SELECT {listed} FROM {_quoted(SCAN_PREFIX + table)}")
@@ -254,3 +273,13 @@ class SqlSandbox:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+def query_lake_sandboxed(lake: LakeSettings, sql: str, max_rows: int | None, limits: SqlSettings) -> QueryResult:
+    """A caller's SQL over every replica (``agentfunnel sql --config`` on a lake): in a worker of a sandbox made for
+    it, as the server's ``/sql`` runs it."""
+    sandbox = SqlSandbox(lambda: lake_cursor(lake), limits, lake=True).open()
+    try:
+        return sandbox.query(sql, max_rows)
+    finally:
+        sandbox.close()

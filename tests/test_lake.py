@@ -17,6 +17,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
@@ -47,6 +48,7 @@ from agentfunnel.scoring import SessionScorer
 from agentfunnel.semconv import SpanView
 
 from conftest import ServerProcess
+from otlp_build import trace_request
 from lake_support import (Postgres, Router, file_rows, free_port, lake_config, lake_maintenance, lake_python,
                           lake_rows, lake_sql, pg_bindir, route)
 
@@ -731,7 +733,8 @@ def test_three_replicas_give_the_single_process_result_even_with_one_killed(clus
             break
         cluster.drive(seed=seed, sessions=5)
     assert cluster.router.forwarded[victim] > at_kill[0] + 1, "nothing reached the replica after its restart"
-    shipped = {(r["trace_id"], r["span_id"]) for r in cluster.lake(f"SELECT trace_id, span_id FROM lake.r{victim}.spans")}
+    victims = lake_rows(LAKE_PYTHON, cluster.configs[0], {"rows": f"SELECT trace_id, span_id FROM lake.r{victim}.spans"})  # type: ignore[arg-type]
+    shipped = {(r["trace_id"], r["span_id"]) for r in victims["rows"]}
     waiting = committed_at_kill - shipped
     assert waiting, "the victim had shipped everything it acknowledged before it was killed"
     lag = _metrics(cluster.replicas[victim])  # what it took since its restart waits for a shipment, and says so
@@ -909,3 +912,71 @@ def test_a_shipment_that_loses_to_a_compaction_goes_again_at_once(tmp_path: Path
     assert lost and shipped is not None and shipped.batch_id == lost[0] and shipped.rows == {"logs": 1}
     assert _lake(con, "SELECT record_id FROM lake.r0.logs") == [("l1",)]  # once: the lost attempt was rolled back
     assert metrics.get("lake_ship_errors") == 0
+
+
+def _sql_answer(server: ServerProcess, query: str) -> tuple[int, dict[str, Any]]:
+    side = json.loads(server.db.with_name(server.db.name + ".agentfunnel.json").read_text())
+    req = urllib.request.Request(server.admin + "/sql", data=json.dumps({"query": query}).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "X-Agentfunnel-Secret": side["secret"]})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@needs_lake
+def test_sql_on_a_lake_writes_nothing_and_reads_no_file_nor_the_catalog(tmp_path: Path, postgres: Postgres) -> None:
+    """/sql and `agentfunnel sql --config` on a lake run where the lake's reader cannot be reached: no write into the
+    data directory, no Parquet file read past the lake's views (a file may still hold rows the lake deleted), no
+    PostgreSQL catalog, no catalog string, and the memory bound kills what grows."""
+    data = tmp_path / "lakedata"
+    cfg = lake_config(tmp_path / "r0.yaml", postgres.createdb("sql_on_lake"), data, 0, 1)
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "sql": {"memory_limit_mb": 256}}))
+    server = ServerProcess(cfg.with_suffix(".duckdb"), ["--config", str(cfg), "--grpc-port", "0", "--http-port", "0"],
+                           python=LAKE_PYTHON).start(timeout=90)  # type: ignore[arg-type]
+    try:
+        for n in range(3):
+            body = trace_request([{"name": "execute_tool search", "attributes": {"session.id": f"s{n}"}}
+                                  for _ in range(20)]).SerializeToString()
+            req = urllib.request.Request(server.http_url + "/v1/traces", data=body, method="POST",
+                                         headers={"Content-Type": "application/x-protobuf"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert resp.status == 200
+        server.admin_post("/flush")
+        live = sorted(data.glob("r0/spans/*.parquet"))
+        assert live, "nothing was shipped"
+        planted = data / "r0" / "spans" / "planted.parquet"
+        attacks = {
+            "copy into the data directory": f"EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO '{planted}'",
+            "overwrite a live file": f"EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO '{live[0]}'",
+            "read_parquet": f"SELECT * FROM read_parquet('{data}/**/*.parquet')",
+            "read_blob": f"SELECT content FROM read_blob('{live[0]}')",
+            "glob": f"SELECT file FROM glob('{data}/**')",
+            "the catalog": "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
+            "a replica's schema": "SELECT count(*) FROM lake.r0.spans",
+            "time travel": "SELECT * FROM ducklake_snapshots('lake')",
+            "a table of the instance": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE CREATE TABLE memory.main.t AS SELECT 1",
+            "drop a view": "EXPLAIN ANALYZE COMMIT; EXPLAIN ANALYZE DROP VIEW spans",
+        }
+        before = {p: p.read_bytes() for p in live}
+        spans = _sql_answer(server, "SELECT count(*) AS n FROM spans")
+        assert spans[0] == 200 and spans[1]["rows"][0][0] > 0, spans
+        for what, query in attacks.items():
+            status, doc = _sql_answer(server, query)
+            assert status == 400, (what, status, doc)
+        assert not planted.exists() and {p: p.read_bytes() for p in live} == before
+        assert _sql_answer(server, "SELECT count(*) AS n FROM spans") == spans
+        status, doc = _sql_answer(server, "SELECT list(path) FROM duckdb_databases()")
+        assert status == 200 and "postgres" not in json.dumps(doc) and "port=" not in json.dumps(doc), doc
+        status, doc = _sql_answer(server, "SELECT range(30000000)")
+        assert status == 400 and doc["reason"] == "max_memory", doc
+        # the command reads the lake in a worker of its own, as the server does
+        assert _lake_cli("sql", "--config", str(cfg), "--format", "json", "SELECT count(*) AS n FROM spans"
+                         ).stdout.strip() == f'[{{"n": {spans[1]["rows"][0][0]}}}]'
+        for what in ("copy into the data directory", "read_parquet", "the catalog"):
+            proc = _lake_cli("sql", "--config", str(cfg), attacks[what], check=False)
+            assert proc.returncode != 0 and "Traceback" not in proc.stderr, (what, proc.stdout, proc.stderr)
+        assert not planted.exists() and {p: p.read_bytes() for p in live} == before
+    finally:
+        server.stop()

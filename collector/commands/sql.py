@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from ..query import QueryError, query
+from ..sql_sandbox import query_lake_sandboxed
 from .common import database_options, fail, settings_for
 
 
@@ -27,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_for(args)
     try:
-        result = query(settings.store, args.query, limits=settings.sql)
+        if (lake := settings.store.lake) is not None:  # in a worker, as the server's /sql: the reader reaches files
+            result = query_lake_sandboxed(lake, args.query, None, settings.sql)
+        else:
+            result = query(settings.store, args.query, limits=settings.sql)
     except QueryError as exc:
         return fail("sql", exc, escape=True)
     # json: exact values, terminal controls as \u escapes; csv: exact values (quoted by the csv module), for files
