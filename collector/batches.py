@@ -51,7 +51,6 @@ class SpanBatch:
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
     bytes_values: int | None = None  # AnyValues that were bytes (base64 text now); None: not counted, maybe some
-    prepared: Any = None  # the session stage's views and records of these rows (``held.prepare``), made once
     # Python views for the semconv stage (not stored as such): kept by ``add``, which has the
     # values at hand, or None until first read when the rows came as JSON columns.
     _attrs: list[dict[str, Any]] | None = field(default_factory=list, repr=False, compare=False)

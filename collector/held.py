@@ -123,6 +123,15 @@ class Prepared:
     record_costs: list[int]  # what each record holds (``record_cost``)
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A committed span batch as the session stage hands it on (to the forwarder): with its views and records
+    when the stage prepared it, else None (skipped, or preparing failed: its readers decode it themselves)."""
+
+    batch: SpanBatch
+    prepared: Prepared | None = None
+
+
 def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
     """Views and normalized records of every span in the batch (pure; the prepare worker runs it after the commit)."""
 
@@ -500,7 +509,7 @@ class Preparer:
 
     def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics,
                  ingest_waiting: Callable[[], bool] = lambda: False,
-                 listeners: Sequence[Callable[[SpanBatch], None]] = (), skip_when_full: bool = True) -> None:
+                 listeners: Sequence[Callable[[Committed], None]] = (), skip_when_full: bool = True) -> None:
         self.ingest_waiting = ingest_waiting
         # False: the server's admission bounds what is queued (sessions.push_back_when_held_full): every batch is held
         self.skip_when_full = skip_when_full
@@ -545,7 +554,7 @@ class Preparer:
         if not fits:
             self.metrics.inc("prepare_skipped", len(batch))
             self.held.not_held(trace_ids)
-            self._tell(batch)
+            self._tell(Committed(batch))
 
     def _run(self) -> None:
         while True:
@@ -562,24 +571,26 @@ class Preparer:
                 self._queue_bytes -= size
                 self._preparing = size
                 self._busy = True
+            prepared: Prepared | None = None
             try:
-                batch.prepared = prepare(batch, self.session_keys)
-                self.held.add(batch.prepared, trace_ids)
-                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * sum(batch.prepared.costs) / size
+                made = prepare(batch, self.session_keys)
+                self.held.add(made, trace_ids)
+                prepared = made
+                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * sum(made.costs) / size
             except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
                 log.exception("preparing a committed batch failed; its traces are read back at assembly")
                 self.held.not_held(trace_ids, announced=True)
             with self._cond:
                 self._preparing = 0
-            self._tell(batch)
+            self._tell(Committed(batch, prepared))
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
 
-    def _tell(self, batch: SpanBatch) -> None:
+    def _tell(self, committed: Committed) -> None:
         for listener in self.listeners:
             try:
-                listener(batch)
+                listener(committed)
             except Exception:  # noqa: BLE001 - a listener never undoes what was stored
                 log.exception("batch listener failed")
 
@@ -610,5 +621,5 @@ class Preparer:
             self._cond.notify_all()
         for batch, trace_ids, _ in left:
             self.held.not_held(trace_ids, announced=True)
-            self._tell(batch)
+            self._tell(Committed(batch))
         self._thread.join(timeout)

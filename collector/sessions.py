@@ -27,7 +27,7 @@ from ..scoring.schema_check import take_refusals
 from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from .batches import LogBatch, SpanBatch
 from .config import SessionSettings
-from .held import AssembledTraces, HeldTraces, Preparer, assemble_held, log_events
+from .held import AssembledTraces, Committed, HeldTraces, Preparer, assemble_held, log_events
 from . import trace_text
 from .open_traces import TraceTracker
 from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
@@ -78,7 +78,7 @@ class SessionService:
     def __init__(self, settings: SessionSettings, store: Store, tables: SessionTables, metrics: Metrics,
                  scoring: ScoringConfig | None = None, evaluator: "Evaluator | None" = None,
                  session_listeners: Sequence[SessionListener] = (),
-                 batch_listeners: Sequence[Callable[[SpanBatch], None]] = ()) -> None:
+                 batch_listeners: Sequence[Callable[[Committed], None]] = ()) -> None:
         self.settings = settings
         self.store = store
         self.tables = tables

@@ -76,7 +76,7 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
     sessions = SessionService(
         settings.sessions, store, tables, metrics, settings.scoring, evaluator,
         session_listeners=[forwarder.on_sessions] if forwarder else (),
-        batch_listeners=[forwarder.on_batch] if forwarder else ())  # after normalizing: its records are reused
+        batch_listeners=[forwarder.on_committed] if forwarder else ())  # after normalizing: its records are reused
     return SessionStage(metrics, store, tables, evaluator, sessions, forwarder)
 
 

@@ -447,7 +447,7 @@ def test_the_forward_intake_counts_a_batch_at_what_it_keeps_alive():
     import tracemalloc
 
     from agentfunnel.collector.forward.forwarder import Forwarder
-    from agentfunnel.collector.held import prepare
+    from agentfunnel.collector.held import Committed, prepare
     from agentfunnel.collector.telemetry import Metrics
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
@@ -465,8 +465,7 @@ def test_the_forward_intake_counts_a_batch_at_what_it_keeps_alive():
         try:
             for body in bodies:
                 batch = decode_traces_protobuf_wire(body)
-                batch.prepared = prepare(batch)  # as the session stage hands it on
-                forwarder.on_batch(batch)
+                forwarder.on_committed(Committed(batch, prepare(batch)))  # as the session stage hands it on
             del batch
             gc.collect()
             real = tracemalloc.get_traced_memory()[0]

@@ -356,16 +356,17 @@ def test_a_full_prepare_queue_never_holds_up_ingest_and_its_traces_are_read_back
     held = HeldTraces(1 << 30, metrics)
     release, told = threading.Event(), []
     preparer = Preparer(held, (), max_queue_bytes=1, metrics=metrics,
-                        listeners=[lambda b: (told.append(b), b is batches[0] and release.wait(10))])
+                        listeners=[lambda c: (told.append(c), c.batch is batches[0] and release.wait(10))])
     preparer.submit(batches[0], [])  # taken by the worker, which then waits in the listener
     while not told:
         release.wait(0.01)
     preparer.submit(batches[1], [])  # queued (the queue was empty)
     preparer.submit(batches[2], [])  # does not fit: told at once, unprepared, and its traces marked
-    assert told[-1] is batches[2] and batches[2].prepared is None
+    assert told[-1].batch is batches[2] and told[-1].prepared is None
     assert metrics.get("prepare_skipped") == len(batches[2])
     release.set()
     assert preparer.drain(10)
-    assert batches[1].prepared is not None
+    assert [c.batch for c in told] == [batches[0], batches[2], batches[1]]  # commit order, the skipped one at once
+    assert told[2].prepared is not None
     assert held.take(batches[0].trace_id[0]) is None  # a batch of the trace was not held: read it back
     preparer.stop(1)

@@ -18,8 +18,8 @@ from typing import Any
 
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
-from ..batches import LogBatch, SpanBatch
 from ..decoded import decoded_cost
+from ..held import Committed
 from ..config import ForwardSettings
 from ..scoring_stage import ScoredSession
 from ..telemetry import Metrics
@@ -45,7 +45,7 @@ def _version() -> str | None:
 
 
 class Forwarder:
-    """Register ``on_batch`` with the pipeline and ``on_sessions`` with the session service."""
+    """Register ``on_committed`` with the session stage and ``on_sessions`` with the session service."""
 
     def __init__(self, settings: ForwardSettings, metrics: Metrics, scoring: ScoringConfig | None = None,
                  session_keys: Sequence[str] = (), idle_timeout: float = 30.0,
@@ -76,17 +76,18 @@ class Forwarder:
         metrics.gauge("forward_intake_bytes", lambda: self._intake_bytes)
 
     # ------------------------------------------------------------------ listeners (writer thread)
-    def on_batch(self, batch: SpanBatch | LogBatch) -> None:
-        """Pipeline listener, after COMMIT: queue the spans and return."""
-        if not isinstance(batch, SpanBatch) or not len(batch):
-            return  # log records are stored, not forwarded
+    def on_committed(self, committed: Committed) -> None:
+        """Session stage listener, after COMMIT (and normalizing): queue the spans and return."""
+        batch, prepared = committed.batch, committed.prepared
+        if not len(batch):
+            return
         # what the queued batch keeps alive: its columns, and the views and records the session stage made of it
-        size = decoded_cost(batch) + (sum(batch.prepared.costs) if batch.prepared is not None else 0)
+        size = decoded_cost(batch) + (sum(prepared.costs) if prepared is not None else 0)
         dropped = 0
         with self._cond:
             while self._intake_bytes + size > self.settings.queue_max_bytes and self._spans_queued():
                 dropped += self._drop_oldest_batch()
-            self._intake.append(("spans", batch, size))
+            self._intake.append(("spans", committed, size))
             self._intake_bytes += size
             self._cond.notify()
         if dropped:
@@ -105,11 +106,11 @@ class Forwarder:
         return any(kind == "spans" for kind, _, _ in self._intake)
 
     def _drop_oldest_batch(self) -> int:
-        for i, (kind, batch, size) in enumerate(self._intake):
+        for i, (kind, committed, size) in enumerate(self._intake):
             if kind == "spans":
                 del self._intake[i]
                 self._intake_bytes -= size
-                return len(batch)
+                return len(committed.batch)
         return 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -161,10 +162,10 @@ class Forwarder:
         elif kind == "release":
             self._release(*payload)
 
-    def _on_spans(self, batch: SpanBatch) -> None:
+    def _on_spans(self, committed: Committed) -> None:
+        batch, prepared = committed.batch, committed.prepared  # the session stage normalized these spans once
         if self.hold is None:
             rows = rows_of(batch, keep_parsed=True)
-            prepared = batch.prepared  # the session stage normalized these spans once: reuse its records
             if prepared is not None:
                 self._send(self._label_at_once(rows, prepared.views, prepared.records))
             else:
