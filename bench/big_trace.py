@@ -73,7 +73,7 @@ def views_of(spans: list[dict[str, Any]]) -> list:
 
 def in_process(n_calls: int) -> dict[str, float]:
     """Seconds to assemble and to score the one trace, through the functions the writer thread runs."""
-    from agentfunnel.collector.assembly import assemble
+    from agentfunnel.collector.session.assembly import assemble
     from agentfunnel.scoring import SessionScorer
 
     views = views_of(big_trace(n_calls))

@@ -36,7 +36,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from agentfunnel.collector.decode import decode_traces_protobuf  # noqa: E402
-from agentfunnel.collector.held import prepare  # noqa: E402
+from agentfunnel.collector.session.held import prepare  # noqa: E402
 from agentfunnel.semconv import normalize  # noqa: E402
 
 SPANS_PER_REQUEST = 512  # as ingest.py sends them

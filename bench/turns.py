@@ -32,9 +32,9 @@ if str(HERE) not in sys.path:
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 
-from agentfunnel.collector.assembly import assemble_records  # noqa: E402
+from agentfunnel.collector.session.assembly import assemble_records  # noqa: E402
 from agentfunnel.collector.decode import decode_traces_protobuf  # noqa: E402
-from agentfunnel.collector.held import prepare  # noqa: E402
+from agentfunnel.collector.session.held import prepare  # noqa: E402
 from agentfunnel.scoring import SessionScorer  # noqa: E402
 from payloads import _kv  # noqa: E402
 from sessions_payloads import AGENT, MIDDLE_TURN, _plans, _Session, _turn_spans  # noqa: E402

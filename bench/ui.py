@@ -38,7 +38,7 @@ SHOP_TOOLS = ["search_products", "get_product_details", "add_to_cart", "create_c
 
 
 def build(db: Path, sessions: int) -> None:
-    from agentfunnel.collector.scoring_stage import funnel_step_rows
+    from agentfunnel.collector.session.rows import funnel_step_rows
     from agentfunnel.collector.store.schema import migrate
     from agentfunnel.collector.store.writer import connect
     from agentfunnel.scoring import SessionScorer

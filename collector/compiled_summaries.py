@@ -75,7 +75,7 @@ from ..semconv.dialects.otel_genai import (
 from ..semconv.dialects.user_input import first_user_text
 from ..semconv.records import builder
 from .decode import decode_traces_protobuf
-from .held import prepare
+from .session.held import prepare
 from .wire import _wire
 
 # The facts the compiled path makes states for, in the order it gives them: a new fact (or a renamed

@@ -12,6 +12,7 @@ and ``compare``/``report --wait`` wait for it. Without a configured judge, Compl
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import errno
 import hashlib
 import json
@@ -36,7 +37,6 @@ from ..scoring.run_view import build_view
 from ..scoring.stages import CaseRunResult, evaluate_run, needs_judge, wants_judgment
 from ..semconv import SpanRecord
 from .config import CaseSettings, ConfigError
-from .scoring_stage import Evaluated
 from .store.tables import JudgmentTables
 from .store.writer import Store, handed_over
 
@@ -45,6 +45,18 @@ if TYPE_CHECKING:
     from .telemetry import Metrics
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A case run's verdict on a scored session, with its ``case_runs`` row."""
+
+    passed: bool | None
+    failure_class: str | None
+    judge_status: str | None
+    judge_score: float | None
+    case_run: dict[str, Any] = dataclasses.field(default_factory=dict)
+    judgment: Judgment | None = None  # the verdict read, with its provenance (forwarded with the session)
 
 
 class NotConfigured(Exception):

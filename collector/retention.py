@@ -42,7 +42,7 @@ from .privacy import Redactor
 from .telemetry import Metrics
 
 if TYPE_CHECKING:
-    from .sessions import SessionService
+    from .session.service import SessionService
     from .store.writer import Store
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from .receivers.feedback import FeedbackIntake
 from .forward.forwarder import Forwarder
 from .pipeline import Admission, Pipeline
 from .privacy import redactor_for
-from .sessions import SessionService
+from .session.service import SessionService
 from .store.lake import LakeSessionTables
 from .store.local import LocalSessionTables
 from .store.tables import SessionTables

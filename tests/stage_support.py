@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from agentfunnel.collector.config import Settings
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.pipeline import Admission
-from agentfunnel.collector.sessions import SessionService
+from agentfunnel.collector.session.service import SessionService
 from agentfunnel.collector.store.writer import Store
 from agentfunnel.collector.telemetry import Metrics
 from agentfunnel.collector.wiring import build_ingest_path

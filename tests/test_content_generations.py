@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.semconv import SpanView, normalize
 from agentfunnel.scoring.judge.checks import sha256_text
 from agentfunnel.scoring.judge.rubric import fence
@@ -251,7 +251,7 @@ CHAT = {"gen_ai.operation.name": "chat", "gen_ai.system": "openai", "gen_ai.requ
 
 
 def _log(name: str, body: Any, named: bool = True) -> dict[str, Any]:
-    """A log record joined to its span, as collector.held.log_events shapes it; ``named=False``: the record has
+    """A log record joined to its span, as collector.session.held.log_events shapes it; ``named=False``: the record has
     no event_name of its own, only the ``event.name`` attribute the SDK's Events API wrote (SDK 1.30)."""
     return {"name": name if named else "log", "time_unix_nano": 1, "from_log": True,
             "attributes": {"event.name": name, "gen_ai.system": "openai", "body": body}}

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
-from agentfunnel.collector.held import log_events
+from agentfunnel.collector.session.held import log_events
 from agentfunnel.semconv import SpanView, normalize
 from conftest import FIXTURES, ROOT, ServerProcess, read_db, run_cli
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.collector.report.text import DROP_FIX_TEXT, DROP_REASON_NAMES
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.dropoff import FIXES

@@ -25,7 +25,7 @@ from agentfunnel.collector.eval_run import (ENV_CASE_ID, ENV_CASE_TASK, ENV_OTLP
                                             ProcessResult, RunSpec, classify, harness_request, last_line, plan_runs,
                                             resource_attributes, run_environment, select_cases)
 from agentfunnel.collector.evaluation import harness_error, harness_outcome
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.scoring.cases import load_suite
 from agentfunnel.scoring.passk import pass_at_k, pass_hat_k
 from agentfunnel.semconv import SpanView, normalize

@@ -201,7 +201,8 @@ def test_decode_encode_decode_gives_identical_columns(attrs):
 
 def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
     from agentfunnel.collector.forward import enrich
-    from agentfunnel.collector.scoring_stage import Evaluated, ScoredSession
+    from agentfunnel.collector.evaluation import Evaluated
+    from agentfunnel.collector.session.rows import ScoredSession
     from agentfunnel.scoring import SessionScorer
     from agentfunnel.scoring.assembled import Session, TraceShare
     from agentfunnel.scoring.funnel import StepMatcher
@@ -447,7 +448,7 @@ def test_the_forward_intake_counts_a_batch_at_what_it_keeps_alive():
     import tracemalloc
 
     from agentfunnel.collector.forward.forwarder import Forwarder
-    from agentfunnel.collector.held import Committed, prepare
+    from agentfunnel.collector.session.held import Committed, prepare
     from agentfunnel.collector.telemetry import Metrics
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentfunnel.collector.decode import decode_logs_protobuf, decode_traces_protobuf
-from agentfunnel.collector.held import HeldTraces, assemble_held, log_events, prepare
-from agentfunnel.collector.assembly import assemble, assemble_records
+from agentfunnel.collector.session.held import HeldTraces, assemble_held, log_events, prepare
+from agentfunnel.collector.session.assembly import assemble, assemble_records
 from agentfunnel.collector.telemetry import Metrics
 from conftest import FIXTURES, read_db, run_cli
 from test_dialects import views_of
@@ -172,8 +172,8 @@ def test_the_assembled_cache_counts_what_its_traces_hold():
     measured with tracemalloc (records and the scoring summaries kept with them) for agent traffic, every recorded
     framework, and turns whose tool results are 100 KB of documents or 50 KB of rows of numbers, which a flat rate
     per record counted at a thirtieth of their size. Traces come both from held spans and read back."""
-    from agentfunnel.collector.assembly import sessions_of
-    from agentfunnel.collector.held import AssembledTraces
+    from agentfunnel.collector.session.assembly import sessions_of
+    from agentfunnel.collector.session.held import AssembledTraces
     from agentfunnel.scoring import SessionScorer
 
     def kept(payloads: list[bytes], held_path: bool, metrics: Metrics) -> tuple[AssembledTraces, SessionScorer]:
@@ -234,7 +234,7 @@ def test_evicted_traces_are_read_back_and_give_the_same_rows(tmp_path, server_fa
 
 
 def test_immediate_forwarding_labels_from_the_held_records_without_normalizing_again(monkeypatch):
-    from agentfunnel.collector import assembly
+    from agentfunnel.collector.session import assembly
     from agentfunnel.collector.forward.enrich import immediate_labels
     from agentfunnel.scoring.config import ScoringConfig
     from agentfunnel.scoring.funnel import StepMatcher
@@ -295,7 +295,7 @@ def test_a_held_record_the_trace_rules_or_a_log_record_changed_is_measured():
     call list) or that was read again with a log record: those are measured, the others charged the flat rate."""
     from dataclasses import replace
 
-    from agentfunnel.collector.held import RECORD_COST_BYTES, LazyViews, value_bytes
+    from agentfunnel.collector.session.held import RECORD_COST_BYTES, LazyViews, value_bytes
 
     sys.path.insert(0, str(FIXTURES.parents[1] / "bench"))
     from payloads import genai_request
@@ -313,8 +313,8 @@ def test_a_held_record_the_trace_rules_or_a_log_record_changed_is_measured():
 
 
 def test_a_trace_larger_than_the_whole_cache_is_not_kept_and_pushes_nothing_out():
-    from agentfunnel.collector.assembly import AssembledTrace
-    from agentfunnel.collector.held import AssembledTraces
+    from agentfunnel.collector.session.assembly import AssembledTrace
+    from agentfunnel.collector.session.held import AssembledTraces
 
     metrics = Metrics()
     cache = AssembledTraces(100_000, metrics)
@@ -328,7 +328,7 @@ def test_a_trace_larger_than_the_whole_cache_is_not_kept_and_pushes_nothing_out(
 def test_the_prepare_queue_counts_batches_at_what_they_hold_decoded():
     """``sessions.max_prepare_queue_bytes`` bounds real memory only if a queued batch counts at what it holds:
     measured with tracemalloc while the worker gives way to ingest; request bytes alone were half of it."""
-    from agentfunnel.collector.held import Preparer
+    from agentfunnel.collector.session.held import Preparer
 
     for label, payloads in _payloads().items():
         metrics = Metrics()
@@ -348,7 +348,7 @@ def test_the_prepare_queue_counts_batches_at_what_they_hold_decoded():
 def test_a_full_prepare_queue_never_holds_up_ingest_and_its_traces_are_read_back():
     import threading
 
-    from agentfunnel.collector.held import Preparer
+    from agentfunnel.collector.session.held import Preparer
 
     path = next(OTLP.glob("pydantic-ai/shop_purchase.traces.binpb"))
     batches = [decode_traces_protobuf(path.read_bytes()) for _ in range(3)]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agentfunnel.collector.assembly import assemble_records
+from agentfunnel.collector.session.assembly import assemble_records
 from agentfunnel.collector.decode import decode_traces_protobuf
-from agentfunnel.collector.held import prepare
+from agentfunnel.collector.session.held import prepare
 from agentfunnel.scoring import ScoringConfig, SessionScorer, TraceSummary
 from agentfunnel.scoring.facts.calls import FACT as CALLS
 from agentfunnel.scoring.config import FunnelSettings
@@ -340,7 +340,7 @@ def test_no_records_score_as_an_empty_session():
 
 def test_a_new_turn_summarizes_only_its_own_trace_and_scores_as_the_whole():
     """The collector's path: assembled traces' shares, summaries kept while the shares live."""
-    from agentfunnel.collector.assembly import sessions_of
+    from agentfunnel.collector.session.assembly import sessions_of
 
     class Counting(SessionScorer):
         summarized: list[str] = []

@@ -22,12 +22,12 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agentfunnel.collector.assembly import AssembledTrace, assemble, sessions_of
+from agentfunnel.collector.session.assembly import AssembledTrace, assemble, sessions_of
 from agentfunnel.collector.config import SessionSettings
 from agentfunnel.collector.decode import decode_traces_protobuf
-from agentfunnel.collector.held import prepare
-from agentfunnel.collector.scoring_stage import pass_rows, score_sessions
-from agentfunnel.collector.sessions import SessionService
+from agentfunnel.collector.session.held import prepare
+from agentfunnel.collector.session.rows import pass_rows, score_sessions
+from agentfunnel.collector.session.service import SessionService
 from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.store.tables import Placement
 from agentfunnel.collector.store.schema import migrate
@@ -242,7 +242,7 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
     metrics = Metrics()
     svc = SessionService(SessionSettings(), store, LocalSessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", POISON, "b"], datetime(2026, 1, 1))
-    with caplog.at_level(logging.ERROR, logger="agentfunnel.collector.sessions"):
+    with caplog.at_level(logging.ERROR, logger="agentfunnel.collector.session.service"):
         done = svc.flush()
         assert sorted(t.trace_id for t in done) == ["a", "b"]
         assert store.jobs == [("a", POISON, "b"), ("a",), (POISON,), ("b",)]  # the chunk, then each trace alone once

@@ -30,12 +30,12 @@ from pydantic import ValidationError
 
 import duckdb
 
-from agentfunnel.collector.assembly import AssembledTrace, assemble, index_rows, span_stamps, tool_call_rows
+from agentfunnel.collector.session.assembly import AssembledTrace, assemble, index_rows, span_stamps, tool_call_rows
 from agentfunnel.collector.config import ConfigError, LakeSettings, load_settings
-from agentfunnel.collector.held import AssembledTraces
+from agentfunnel.collector.session.held import AssembledTraces
 from agentfunnel.collector.demo.agents import run_population
-from agentfunnel.collector import trace_text
-from agentfunnel.collector.sessions import gather_sessions
+from agentfunnel.collector.session import trace_text
+from agentfunnel.collector.session.service import gather_sessions
 from agentfunnel.collector.store.clock import utcnow as _utcnow
 from agentfunnel.collector.store.lake import (LAKE_MIGRATIONS, LOCAL_MIGRATIONS, LakeSessionTables, index_everywhere,
                                               lake_ddl, owner_of, reader_views)

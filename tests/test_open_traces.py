@@ -12,8 +12,8 @@ import asyncio
 from datetime import datetime
 
 from agentfunnel.collector.config import LakeSettings, SessionSettings
-from agentfunnel.collector.open_traces import TraceTracker
-from agentfunnel.collector.sessions import SessionService
+from agentfunnel.collector.session.tracker import TraceTracker
+from agentfunnel.collector.session.service import SessionService
 from agentfunnel.collector.store.lake import LakeSessionTables
 from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.telemetry import Metrics

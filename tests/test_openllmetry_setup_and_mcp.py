@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.semconv import SpanView, normalize

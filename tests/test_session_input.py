@@ -14,7 +14,7 @@ from datetime import datetime
 import duckdb
 import pytest
 
-from agentfunnel.collector.scoring_stage import (INPUT_MAX_BYTES, ScoredSession, ScoringPass, bounded_input,
+from agentfunnel.collector.session.rows import (INPUT_MAX_BYTES, ScoredSession, ScoringPass, bounded_input,
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
 from agentfunnel.scoring import ScoringConfig, SessionScorer

@@ -12,11 +12,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from agentfunnel.collector.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
+from agentfunnel.collector.session.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.evaluation import case_run_row, judgment_row
 from agentfunnel.collector.retention import OLDER_THAN, delete_rows, prune_chunk
-from agentfunnel.collector.scoring_stage import (Evaluated, ScoredSession, call_step_rows, funnel_step_rows,
+from agentfunnel.collector.evaluation import Evaluated
+from agentfunnel.collector.session.rows import (ScoredSession, call_step_rows, funnel_step_rows,
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate

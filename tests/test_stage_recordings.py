@@ -31,11 +31,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.evaluation import case_run_row, judge_input
 from agentfunnel.collector.forward import enrich
-from agentfunnel.collector.scoring_stage import Evaluated, ScoredSession
+from agentfunnel.collector.evaluation import Evaluated
+from agentfunnel.collector.session.rows import ScoredSession
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.assembled import Session, TraceShare
 from agentfunnel.scoring.cases import case_from_session, load_suite, parse_suite

@@ -22,7 +22,7 @@ import json
 
 import pytest
 
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.cases import parse_suite
 from agentfunnel.scoring.stages import evaluate_run, stage_fix, wants_judgment

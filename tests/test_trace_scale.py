@@ -10,11 +10,11 @@ import json
 import sys
 from pathlib import Path
 
-import agentfunnel.collector.assembly as assembly
+import agentfunnel.collector.session.assembly as assembly
 import agentfunnel.scoring as scoring
 import agentfunnel.semconv as semconv
 import agentfunnel.semconv.trace_rules as trace_rules
-from agentfunnel.collector.assembly import assemble
+from agentfunnel.collector.session.assembly import assemble
 from agentfunnel.scoring import SessionScorer
 from agentfunnel.scoring.stages import evaluate_run
 from agentfunnel.semconv import SpanView
@@ -167,7 +167,7 @@ def test_evaluating_a_session_of_many_turns_is_linear_in_its_turns():
 
 
 def test_a_tool_name_that_is_not_a_string_is_read_as_text():
-    from agentfunnel.collector.assembly import assemble
+    from agentfunnel.collector.session.assembly import assemble
     from agentfunnel.semconv import SpanView
 
     view = SpanView("t" * 32, "s" * 16, None, "execute_tool", {"gen_ai.operation.name": "execute_tool",

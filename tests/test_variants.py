@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agentfunnel.collector.report import Filters, load_report
 from agentfunnel.collector.report.terminal import render_terminal
-from agentfunnel.collector.scoring_stage import funnel_step_rows
+from agentfunnel.collector.session.rows import funnel_step_rows
 from agentfunnel.collector.store.schema import migrate
 from agentfunnel.collector.store.writer import connect
 from agentfunnel.collector.ui import model

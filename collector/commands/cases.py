@@ -81,7 +81,7 @@ def add(args: argparse.Namespace) -> int:
 
 def session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
-    from ..sessions import gather_sessions  # start-up time: the session stage
+    from ..session.service import gather_sessions  # start-up time: the session stage
     keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         con = open_reader(settings.store.lake)
@@ -101,7 +101,7 @@ def session_records(settings: Settings, session_id: str):
 def stored_session(db: Path, session_id: str, session_keys: tuple[str, ...]) -> dict[str, Any]:
     """A session's traces read back with read-only SQL (``query``): through the server that owns the file, or
     from the file itself; assembled as the session stage assembles them."""
-    from ..assembly import assemble, sessions_of  # start-up time: the session stage
+    from ..session.assembly import assemble, sessions_of  # start-up time: the session stage
     literal = "'" + session_id.replace("'", "''") + "'"
     traces = ("SELECT DISTINCT trace_id FROM (SELECT unnest(session_ids) AS s, trace_id FROM trace_index) "
               f"WHERE s = {literal}")

@@ -23,9 +23,9 @@ from ...scoring.funnel import StepMatcher
 from ...scoring.judge import Judgment
 from ...semconv import SpanRecord, SpanView
 from ...semconv.trace_rules import JUDGE_CALL_SCOPE  # a downstream agentfunnel ignores these
-from ..assembly import assemble, assemble_records
+from ..session.assembly import assemble, assemble_records
 from ..decoded import to_json
-from ..scoring_stage import ScoredSession
+from ..session.rows import ScoredSession
 from .encode import OutLog, OutSpan
 
 NS = "agentfunnel."

@@ -19,9 +19,9 @@ from typing import Any
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
 from ..decoded import decoded_cost
-from ..held import Committed
+from ..session.held import Committed
 from ..config import ForwardSettings
-from ..scoring_stage import ScoredSession
+from ..session.rows import ScoredSession
 from ..telemetry import Metrics
 from .encode import OutSpan, chunked, encode_logs, rows_of
 from .enrich import evaluation_logs, immediate_labels, judge_call_span, span_labels, summary_span, views_of

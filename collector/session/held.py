@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
-from ..semconv import SpanRecord, SpanView, normalize
-from ..semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
+from ...semconv import SpanRecord, SpanView, normalize
+from ...semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 from .assembly import AssembledTrace, assemble_records
-from .batches import LogBatch, SpanBatch
-from .decoded import decoded_cost
-from .telemetry import Metrics
+from ..batches import LogBatch, SpanBatch
+from ..decoded import decoded_cost
+from ..telemetry import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -14,27 +14,18 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..scoring import SessionScore, SessionScorer
-from ..scoring.assembled import Session
-from ..scoring.judge import Judgment
-from ..semconv import SpanRecord
-from .decoded import truncated
+from ...scoring import SessionScore, SessionScorer
+from ...scoring.assembled import Session
+from ...scoring.judge import Judgment
+from ...semconv import SpanRecord
+from ..decoded import truncated
+
+if TYPE_CHECKING:  # the case evaluator makes these; the stage only carries them
+    from ..evaluation import Evaluated
 
 INPUT_MAX_BYTES = 4 * 1024  # the default bound on sessions.input, in UTF-8 bytes
-
-
-@dataclass(frozen=True)
-class Evaluated:
-    """A case run's verdict on a scored session, with its ``case_runs`` row."""
-
-    passed: bool | None
-    failure_class: str | None
-    judge_status: str | None
-    judge_score: float | None
-    case_run: dict[str, Any] = field(default_factory=dict)
-    judgment: Judgment | None = None  # the verdict read, with its provenance (forwarded with the session)
 
 
 class CaseEvaluator(Protocol):

@@ -3,7 +3,7 @@
 Each step runs as a job on the store's writer thread, off the ingest path: a request is
 acknowledged as soon as its spans are committed, and the session work follows. A job assembles
 traces (``assembly``), gathers every trace of the sessions they touch, scores them
-(``scoring_stage``) and writes the rows, all through one ``SessionTables``: the same code for a
+(``rows``) and writes the rows, all through one ``SessionTables``: the same code for a
 file of its own and for a replica on a lake.
 """
 
@@ -20,25 +20,25 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from ..scoring import ScoringConfig, SessionScore, SessionScorer
-from ..scoring.assembled import Session
-from ..scoring.judge import Judgment
-from ..scoring.schema_check import take_refusals
+from ...scoring import ScoringConfig, SessionScore, SessionScorer
+from ...scoring.assembled import Session
+from ...scoring.judge import Judgment
+from ...scoring.schema_check import take_refusals
 from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
-from .batches import LogBatch, SpanBatch
-from .config import SessionSettings
+from ..batches import LogBatch, SpanBatch
+from ..config import SessionSettings
 from .held import AssembledTraces, Committed, HeldTraces, Preparer, assemble_held, log_events
 from . import trace_text
-from .open_traces import TraceTracker
-from .scoring_stage import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
-from .store.clock import utcnow
-from .store.tables import SessionIndex, SessionTables, traces_in
-from .errors import StoreClosing
-from .store.writer import Store, handed_over
-from .telemetry import Metrics
+from .tracker import TraceTracker
+from .rows import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
+from ..store.clock import utcnow
+from ..store.tables import SessionIndex, SessionTables, traces_in
+from ..errors import StoreClosing
+from ..store.writer import Store, handed_over
+from ..telemetry import Metrics
 
 if TYPE_CHECKING:
-    from .evaluation import Evaluator
+    from ..evaluation import Evaluator
 
 log = logging.getLogger(__name__)
 RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it

@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from ..semconv import SpanRecord
-from ..semconv.records import new_record
+from ...semconv import SpanRecord
+from ...semconv.records import new_record
 from .assembly import AssembledTrace
 
 _FIELDS = tuple(f.name for f in fields(SpanRecord))

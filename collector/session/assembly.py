@@ -24,9 +24,9 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
-from ..scoring.assembled import Session, TraceShare
-from ..semconv import SpanRecord, SpanView, normalize
-from ..semconv.trace_rules import apply_trace_rules
+from ...scoring.assembled import Session, TraceShare
+from ...semconv import SpanRecord, SpanView, normalize
+from ...semconv.trace_rules import apply_trace_rules
 
 GEN_AI_AGENT_VERSION = "gen_ai.agent.version"  # not among semconv.attributes yet
 SERVICE_VERSION = "service.version"  # the OTel resource convention

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .telemetry import Metrics
+from ..telemetry import Metrics
 
 
 @dataclass
