@@ -69,7 +69,8 @@ def _user(attrs: dict[str, Any], res: dict[str, Any]) -> str | None:
     return str(user) if user else None
 
 
-# What _attribution reads from a span's attributes before its resource's: our own enrichment keys.
+# What _attribution reads from a span's attributes before its resource's: our own enrichment keys (a resource
+# without any of them says only its service name).
 _ATTRIBUTION_KEYS = frozenset((AGENTFUNNEL_SERVICES, AGENTFUNNEL_STORE_PAGE, AGENTFUNNEL_CASE_ID,
                                AGENTFUNNEL_EXPERIMENT, AGENTFUNNEL_RUN_ID))
 
@@ -91,20 +92,31 @@ def _attribution(attrs: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
 
 
 _NO_ATTRIBUTES: dict[str, Any] = {}
-_last_resource: tuple[dict[str, Any] | None, dict[str, Any]] = (None, {})
 
 
-def _span_attribution(attrs: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
-    """``_attribution``; for the usual span, without any of its keys, read once per resource (the spans of
-    a resource share its dict, so the last one's reading is kept) and without the fields' defaults."""
-    global _last_resource
-    if not _ATTRIBUTION_KEYS.isdisjoint(attrs):
-        return _attribution(attrs, res)
-    last = _last_resource
-    if last[0] is not res:
-        read = {k: v for k, v in _attribution(_NO_ATTRIBUTES, res).items() if v != _DEFAULTS[k]}
-        last = _last_resource = (res, read)
-    return last[1]
+def _resource_attribution(res: dict[str, Any]) -> dict[str, Any]:
+    """``_attribution`` of a span without any of its keys, less the fields' defaults: its resource's reading."""
+    if _ATTRIBUTION_KEYS.isdisjoint(res):  # the usual resource: only its service name to read
+        service = res.get("service.name")
+        return {} if service in (None, "") else {"service_name": str(service)}
+    return {k: v for k, v in _attribution(_NO_ATTRIBUTES, res).items() if v != _DEFAULTS[k]}
+
+
+class ResourceReadings:
+    """The attribution of the spans of one batch, read once per resource: the spans of a resource share its
+    dict, so the last resource's reading is kept. Made by the caller for its batch (``held.prepare``); a
+    span normalized without one has its resource read again, with the same result."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[dict[str, Any] | None, dict[str, Any]] = (None, {})
+
+    def read(self, res: dict[str, Any]) -> dict[str, Any]:
+        last = self._last  # resource and reading in one tuple: a reading never goes with another resource
+        if last[0] is not res:
+            last = self._last = (res, _resource_attribution(res))
+        return last[1]
 
 
 def _error(span: SpanView, fields: dict[str, Any], exc_type: Any, exc_message: Any) -> str | None:
@@ -139,8 +151,12 @@ def _unknown_fields(dialect: str, span: SpanView, found: dict[str, Any], strict:
 
 
 def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
-              session_keys: Sequence[str] = (), strict: bool = False) -> SpanRecord:
+              session_keys: Sequence[str] = (), strict: bool = False,
+              resources: ResourceReadings | None = None) -> SpanRecord:
     """The normalized record of one span; never raises on unknown or odd input.
+
+    ``resources``: the readings of the resources of the batch this span is normalized with, which read
+    each resource once; without it the span's resource is read for this span alone, to the same record.
 
     ``strict`` (for tests) raises ``NormalizeError`` naming the dialect, the span and the field where the
     lenient default passes over a dialect's ``extract`` error or drops a field ``SpanRecord`` does not take;
@@ -174,7 +190,10 @@ def normalize(span: SpanView, dialects: Iterable[Dialect] = REGISTRY,
         step_limit = step_limit_text(exc_type, error, exc_message)
     attrs, res = span.attributes, span.resource_attributes
     # the shared fields, some left out where the default says the same: the record is built faster
-    fields.update(_span_attribution(attrs, res))
+    if not _ATTRIBUTION_KEYS.isdisjoint(attrs):
+        fields.update(_attribution(attrs, res))
+    else:
+        fields.update(_resource_attribution(res) if resources is None else resources.read(res))
     fields["error"], fields["step_limit"] = error, step_limit or None
     if error or exc_message:
         fields["unknown_tool"] = unknown_tool_name(exc_message, error)

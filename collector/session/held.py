@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 from ...semconv import SpanRecord, SpanView, normalize
+from ...semconv.normalize import ResourceReadings
 from ...semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 from .assembly import AssembledTrace, assemble_records
 from ..batches import LogBatch, SpanBatch
@@ -142,7 +143,8 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
                  batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.attrs, batch.resource_attrs,
                  batch.event_list, batch.kind, batch.status_code, batch.status_message, batch.scope_name,
                  batch.start_ns, batch.end_ns)]
-    records = [normalize(v, session_keys=session_keys) for v in views]
+    resources = ResourceReadings()  # the batch's spans share their resources' dicts: each is read once
+    records = [normalize(v, session_keys=session_keys, resources=resources) for v in views]
     texts = [len(a) + len(e or "") for a, e in zip(batch.attributes, batch.events)]
     record_costs = [record_cost(n, r) for n, r in zip(texts, records)]
     costs = list(map(held_span_bytes, texts, record_costs))
