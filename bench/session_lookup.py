@@ -1,6 +1,6 @@
 """What a session job's reads of the trace index cost as the index grows.
 
-Every session job reads, once, the index rows of its sessions' traces (``index_of``): which traces
+Every session job reads, once, the index rows of its sessions' traces (``lookup``): which traces
 they hold, to gather them, and what those traces say the sessions are sliced by, for the rows it
 writes. The index keeps a row per assembled trace for as long as retention keeps the trace, so this
 read must not cost a pass over every stored list of sessions. This builds a store file whose index
@@ -55,8 +55,8 @@ def main() -> None:
         middle = args.traces // 4
         ids = [f"s-{middle + i}" for i in range(args.sessions - 1)] + ["s-shared-1000"]
         rows = [{"session_id": s} for s in ids]
-        found = traces_in(tables.index_of(con, ids))
-        sliced = tables._with_slices(con, rows, tables.index_of(con, ids))
+        found = traces_in(tables.lookup(con, ids, versions=False).index)
+        sliced = tables._with_slices(con, rows, tables.lookup(con, ids, versions=False).index)
         assert len(found) == 2 * (args.sessions - 1) + 1, len(found)
         assert all(r["agent_version"] for r in sliced)
         steps = [{"span_id": f"span-{(middle + i) * 8}", "step": "search", "args_valid": True}
@@ -68,11 +68,11 @@ def main() -> None:
             con.execute("ROLLBACK")
 
         job = f"{args.sessions} sessions"
-        for name, read in ((f"index_of, {job}", lambda: tables.index_of(con, ids)),
-                           (f"versions, {job}", lambda: tables.versions(con, ids)),
+        for name, read in ((f"lookup's index rows, {job}", lambda: tables.lookup(con, ids, versions=False)),
+                           (f"lookup's versions too, {job}", lambda: tables.lookup(con, ids)),
                            (f"replace (delete, steps), {job}", rewrite),
                            # every session is stale here (no config hash): what `rescore --stale` starts from
-                           ("traces_to_rescore, every session stale", lambda: tables.traces_to_rescore(con, "current"))):
+                           ("traces_to_rescore, every session stale", lambda: tables.traces_to_rescore(con, [], "current"))):
             best = float("inf")
             for _ in range(args.reps):
                 t = time.perf_counter()

@@ -189,13 +189,13 @@ def test_one_session_that_raises_leaves_its_row_as_it_was_and_the_others_are_wri
         rows = pass_rows(scoring, datetime(2026, 1, 1))
         tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
 
-    first = score_sessions(sessions, ids, _score_failing_for("none"), tables.versions(con, ids))
+    first = score_sessions(sessions, ids, _score_failing_for("none"), tables.lookup(con, ids).versions)
     assert sorted(x.score.session_id for x in first.written) == ["s-bad", "s-ok"] and not first.failed
     write(first)
 
     score = _score_failing_for("s-bad" if breaks == "score" else "none")
     evaluator = _EvaluatorFailingFor("s-bad") if breaks == "evaluate" else None
-    again = score_sessions(sessions, ids, score, tables.versions(con, ids), evaluator)
+    again = score_sessions(sessions, ids, score, tables.lookup(con, ids).versions, evaluator)
     assert [x.score.session_id for x in again.written] == ["s-ok"]
     assert [f.session_id for f in again.failed] == ["s-bad"] and again.replaced == ["s-ok"]
     assert isinstance(again.failed[0].error, (ValueError, OSError))

@@ -224,7 +224,7 @@ def test_sessions_are_replaced_by_id_and_dropped_ones_deleted(tmp_path: Path) ->
     shipper.ship(con, None)
     assert _lake(con, "SELECT session_id, version FROM lake.r0.sessions") == [("s1", 2)]
     con.execute("BEGIN TRANSACTION")
-    tables.write_funnel_steps(con, [{"variant": "shop", "step": "search", "step_index": 0}])
+    tables.traces_to_rescore(con, [{"variant": "shop", "step": "search", "step_index": 0}])  # its funnel steps
     tables.add_judgment(con, {"session_id": "s1", "input_hash": "h"})
     con.execute("COMMIT")
     shipped = shipper.ship(con, None)
@@ -367,9 +367,10 @@ def test_the_remote_index_keeps_other_replicas_traces_of_owned_sessions(tmp_path
     mine, theirs = (next(f"conv-{i}" for i in range(100) if owner_of(f"conv-{i}", 2) == r) for r in (0, 1))
     tables._index_remote(con, [(1, "t1", T0, [mine], "1.0", ["anthropic"], []), (1, "t2", T0, [theirs], None, [], [])])
     tables._refresh(con)
-    assert traces_in(tables.index_of(con, [mine])) == {"t1": T0} and traces_in(tables.index_of(con, [theirs])) == {}
+    assert traces_in(tables.lookup(con, [mine], versions=False).index) == {"t1": T0}
+    assert traces_in(tables.lookup(con, [theirs], versions=False).index) == {}
     tables._index_remote(con, [(1, "t1", T0, [theirs], None, [], [])])  # assembled again, into another session
-    assert traces_in(tables.index_of(con, [mine])) == {}
+    assert traces_in(tables.lookup(con, [mine], versions=False).index) == {}
     assert _lake(con, "SELECT count(*) FROM lake_remote_traces") == [(0,)]
 
 
@@ -458,7 +459,7 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     owner._index_remote(con, index_everywhere(con, lake1, owner._schemas))
     expected = SessionScorer().score(theirs, trace.records)
     with monkeypatch.context() as m:
-        m.setattr(owner, "read_traces", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
+        m.setattr(owner, "_session_views", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
         assert SessionScorer().score_session(gather_sessions(con, owner, [theirs])[theirs]) == expected
     # with other session keys the text is not what this replica would assemble: it reads the spans, to the same
     # score here
@@ -468,7 +469,7 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     con.execute("BEGIN TRANSACTION")
     owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
     con.execute("COMMIT")
-    assert owner.assembled_texts(con, [trace.trace_id]) == {}
+    assert owner._assembled_texts(con, [trace.trace_id]) == {}
 
 
 def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_there(tmp_path: Path,
@@ -489,14 +490,14 @@ def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_t
     owner._index_remote(con, index_everywhere(con, lake1, owner._schemas))
     cache = AssembledTraces(1 << 20, Metrics())
     texts_read: list[str] = []
-    real_texts = owner.assembled_texts
+    real_texts = owner._assembled_texts
 
     def assembled_texts(con, trace_ids, remember=False):
         texts_read.extend(trace_ids)
         return real_texts(con, trace_ids, remember)
 
-    monkeypatch.setattr(owner, "assembled_texts", assembled_texts)
-    monkeypatch.setattr(owner, "read_traces", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
+    monkeypatch.setattr(owner, "_assembled_texts", assembled_texts)
+    monkeypatch.setattr(owner, "_session_views", lambda *a, **k: pytest.fail("read the spans of a trace kept as text"))
     gather_sessions(con, owner, [theirs])  # without a cache (a judge's reading, off the writer thread): not kept
     assert owner._read_as_text == {}
     first = gather_sessions(con, owner, [theirs], cache=cache)[theirs]
@@ -512,7 +513,7 @@ def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_t
     con.execute("BEGIN TRANSACTION")
     owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
     con.execute("COMMIT")
-    assert owner.kept_whole(con, [trace.trace_id]) == []
+    assert owner._kept_whole(con, [trace.trace_id]) == []
 
 
 def test_assembled_traces_are_pruned_from_the_lake_after_their_time(tmp_path: Path) -> None:
@@ -863,13 +864,13 @@ def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless
     cache = AssembledTraces(1 << 20, Metrics())
     cache.put([earlier])
     read: list[str] = []
-    real_read = tables.read_traces
+    real_read = tables._session_views
 
     def read_traces(con, traces, *args, **kwargs):
         read.extend(traces)
         return real_read(con, traces, *args, **kwargs)
 
-    monkeypatch.setattr(tables, "read_traces", read_traces)
+    monkeypatch.setattr(tables, "_session_views", read_traces)
     expected = SessionScorer().score(mine, earlier.records)
     session = gather_sessions(con, tables, [mine], cache=cache)[mine]
     assert session.traces[earlier.trace_id] is earlier.shares[mine] and read == []
@@ -885,7 +886,7 @@ def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless
     # and so when the other part names a session this replica owns (the remote index has it)
     fresh_tables = LakeSessionTables(tables.lake)
     fresh_tables._refresh(con)
-    monkeypatch.setattr(fresh_tables, "read_traces", read_traces)
+    monkeypatch.setattr(fresh_tables, "_session_views", read_traces)
     fresh_tables._index_remote(con, [(1, earlier.trace_id, T0, [mine], None, [], [])])
     gather_sessions(con, fresh_tables, [mine], cache=cache)
     assert read == [earlier.trace_id] * 2

@@ -8,7 +8,7 @@ the way a job does: assemble, score, replace.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -100,20 +100,25 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     since = datetime(2026, 1, 1)
     insert_rows(con, "spans", [{"trace_id": batch.trace_id[i], "span_id": batch.span_id[i], "name": batch.name[i],
                                 "attributes": batch.attributes[i], "received_at": NOW} for i in range(len(batch))])
-    assert set(tables.unassembled(con)) == {t.trace_id for t in traces}
+    assert set(tables.start(con, []).traces) == {t.trace_id for t in traces}
     tables.write_assembled(con, since, tool_call_rows(traces), span_stamps(traces), index_rows(traces, since, NOW))
-    assert tables.unassembled(con) == {}
+    assert tables.start(con, []).traces == {}
     sid = scoring.written[0].score.session_id
     assert [t.session_ids for t in tables.indexed(con, [traces[0].trace_id])] == [(sid,)]
-    assert set(traces_in(tables.index_of(con, [sid]))) == {t.trace_id for t in traces}
+    assert set(traces_in(tables.lookup(con, [sid], versions=False).index)) == {t.trace_id for t in traces}
     back = tables.read_traces(con, [traces[0].trace_id], since)
     assert {v.span_id for v in back[traces[0].trace_id]} == {r.span_id for r in traces[0].records}
     assert any(v.attributes for v in back[traces[0].trace_id])  # parsed back from the stored JSON
     assert tables.read_traces(con, [traces[0].trace_id], datetime(2027, 1, 1)) == {}  # received before `since`
 
     # a job reads its sessions' index rows once: the traces it gathers and the slices it writes come from them
-    index = tables.index_of(con, [sid])
+    index = tables.lookup(con, [sid]).index
     assert {tid for tid, *_ in index[sid]} == {t.trace_id for t in traces}
+    # what it holds in memory is whole here (this file assembles every trace); the rest is read from the spans
+    held = tables.session_traces(con, traces_in(index), [traces[0].trace_id], "any format")
+    assert held.kept == (traces[0].trace_id,) and held.texts == {} and set(held.views) == {t.trace_id for t in traces[1:]}
+    read = tables.session_traces(con, traces_in(index), [], "any format")
+    assert read.kept == () and set(read.views) == {t.trace_id for t in traces}
     rows = pass_rows(scoring, NOW)
     later = {sid: [(tid, since, "9.9.9", ["acme"], ["shopsrv"]) for tid, since, *_ in index[sid]]}
     tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased, index=later)
@@ -121,7 +126,7 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased)
     assert con.execute("SELECT agent_version, provider, servers FROM sessions").fetchall() != [
         ("9.9.9", "acme", ["shopsrv"])]  # without one, read from the store
-    assert tables.versions(con, [sid]) == {sid: 1}
+    assert tables.lookup(con, [sid]).versions == {sid: 1}
     steps = dict(con.execute("SELECT tool_name, step FROM tool_calls WHERE step IS NOT NULL").fetchall())
     assert steps and set(steps.values()) <= {"search", "details", "cart", "checkout", "purchase"}
 
@@ -129,11 +134,29 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
                               Evaluated(True, None, None, None, {"session_id": sid, "case_id": "c", "passed": True}))
     again = pass_rows(type(scoring)([evaluated], [], [sid]), NOW)
     tables.replace_sessions(con, again.replaced, again.sessions, again.call_steps, again.case_runs, again.cased)
-    assert tables.versions(con, [sid]) == {sid: 2}
+    assert tables.lookup(con, [sid]).versions == {sid: 2}
     assert con.execute("SELECT session_id, passed FROM case_runs").fetchall() == [(sid, True)]
     gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # asked for, found in no trace: its row is removed
     tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
-    assert tables.versions(con, [sid]) == {}
+    assert tables.lookup(con, [sid]).versions == {}
+
+
+def test_a_start_finds_the_traces_left_open_and_the_sessions_left_open_without_them(con):
+    """A restart reopens the traces whose index row is not marked assembled (shown while open), and re-scores a
+    session stored open none of whose traces is open; a trace closing as shown only has its row marked."""
+    tables = LocalSessionTables()
+    since, steps = datetime(2026, 1, 1), [{"variant": "shop", "step": "search", "step_index": 0}]
+    tables.write_assembled(con, since, [], [], [{"trace_id": tid, "first_received": since, "session_ids": [sid]}
+                                                for tid, sid in (("t1", "s1"), ("t2", "s2"))])
+    tables.replace_sessions(con, ["s1", "s2"], [{"session_id": s, "version": 1, "status": "open"} for s in ("s1", "s2")],
+                            [], [], [], index={})
+    left = tables.start(con, steps)
+    assert left.traces == {"t1": since - timedelta(seconds=1), "t2": since - timedelta(seconds=1)}
+    assert left.open_sessions == ()
+    tables.write_assembled(con, since, [], [], [], shown=["t1"], now=NOW)
+    left = tables.start(con, steps)
+    assert list(left.traces) == ["t2"] and left.open_sessions == ("s1",)
+    assert con.execute("SELECT count(*) FROM funnel_steps").fetchone() == (1,)  # written by each start, replaced
 
 
 def test_span_stamps_go_by_trace_session_and_dialect_and_stamp_exactly_their_spans(con):
@@ -201,7 +224,7 @@ def test_a_tables_columns_are_read_once_per_connection(tmp_path):
         migrate(con)
         con.execute("CALL enable_logging('QueryLog')")
         for _ in range(3):
-            tables.write_funnel_steps(con, rows)
+            tables.start(con, rows)
         logged = [m for (m,) in con.execute("SELECT message FROM duckdb_logs WHERE type = 'QueryLog'").fetchall()]
         assert sum(m.startswith("DESCRIBE") for m in logged) == 1, logged
         assert con.execute("SELECT count(*) FROM funnel_steps").fetchone()[0] == 1  # replaced each time
@@ -218,7 +241,7 @@ def _write(tables: LocalSessionTables, con, scoring, version: int, case_run: dic
     rows = pass_rows(type(scoring)([ScoredSession(x.session, x.score, version, evaluated)], [], [sid]), NOW)
     sessions = [{**r, **changes} for r in rows.sessions]
     tables.replace_sessions(con, rows.replaced, sessions, rows.call_steps, rows.case_runs, rows.cased,
-                            stored=list(tables.versions(con, [sid])))
+                            stored=list(tables.lookup(con, [sid]).versions))
     return sid
 
 
@@ -258,7 +281,7 @@ def test_a_sessions_rows_are_appended_and_the_views_show_the_newest_before_and_a
     gone = pass_rows(type(scoring)([], [], [sid]), NOW)  # found in no trace any more: the session is removed
     tables.replace_sessions(con, gone.replaced, gone.sessions, gone.call_steps, gone.case_runs, gone.cased)
     assert con.execute("SELECT count(*) FROM sessions").fetchone() == (0,)
-    assert tables.versions(con, [sid]) == {}
+    assert tables.lookup(con, [sid]).versions == {}
     assert tables.compact(con) == 2  # its third version and the removal
     assert con.execute("SELECT (SELECT count(*) FROM session_rows) + (SELECT count(*) FROM session_rows_compacted)"
                        ).fetchone() == (0,)
@@ -316,18 +339,18 @@ def test_stored_versions_are_answered_from_memory_and_looked_up_once_forgotten(c
     _, scoring = _scored()
     sid = _write(tables, con, scoring, 1)
     counted = _Counting(con)
-    assert tables.versions(counted, [sid, "never-stored"]) == {sid: 1}
+    assert tables._stored_versions(counted, [sid, "never-stored"]) == {sid: 1}
     assert counted.statements == 1  # remembered: only the unknown session looked up (a second file's memory is read)
     counted.statements = 0
-    assert tables.versions(counted, [sid]) == {sid: 1}
+    assert tables._stored_versions(counted, [sid]) == {sid: 1}
     assert counted.statements == 0
     con.execute("INSERT INTO session_rows_compacted (session_id, version) VALUES ('other', 4)")
     fresh = LocalSessionTables(versions_remembered=1, forgotten=forgotten.append)
-    assert fresh.versions(con, [sid, "other"]) == {sid: 1, "other": 4}  # two stored: more than it remembers
+    assert fresh.lookup(con, [sid, "other"]).versions == {sid: 1, "other": 4}  # two stored: more than it remembers
     _write(fresh, con, scoring, 2)
     fresh._remembered({"third": 1})
     assert forgotten == [1]  # past the bound, counted
-    assert fresh.versions(con, [sid, "other"]) == {sid: 2, "other": 4}  # the forgotten one looked up
+    assert fresh.lookup(con, [sid, "other"]).versions == {sid: 2, "other": 4}  # the forgotten one looked up
 
 
 def test_the_migration_moves_stored_sessions_and_case_runs_into_their_rows(tmp_path):
@@ -354,7 +377,7 @@ def test_the_migration_moves_stored_sessions_and_case_runs_into_their_rows(tmp_p
     assert con.execute("SELECT session_id, case_id, passed FROM case_runs").fetchall() == [("a", "c1", True)]
     assert con.execute("SELECT * FROM outcome_mix ORDER BY ALL").fetchall() == outcome_mix
     tables = LocalSessionTables()
-    assert tables.versions(con, ["a", "b", "c"]) == {"a": 3, "b": 1}
+    assert tables.lookup(con, ["a", "b", "c"]).versions == {"a": 3, "b": 1}
     con.close()
 
 

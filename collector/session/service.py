@@ -51,26 +51,21 @@ def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, sessi
                     open_traces: Container[str] = (), cache: AssembledTraces | None = None,
                     index: SessionIndex | None = None) -> dict[str, Session]:
     """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say are still
-    whole, and the rest read back. ``index``: their ``index_of``, when the job has read it already."""
+    whole, and the rest read back. ``index``: their index rows, when the job has read them already (``lookup``)."""
     traces = {t.trace_id: t for t in fresh}
-    older = {tid: since for tid, since in traces_in(tables.index_of(con, session_ids) if index is None else index).items() if tid not in traces}
+    if index is None:
+        index = tables.lookup(con, session_ids, versions=False).index
+    older = {tid: since for tid, since in traces_in(index).items() if tid not in traces}
     kept = {tid: t for tid in older if (t := cache.get(tid)) is not None} if cache is not None else {}
-    for tid in tables.kept_whole(con, kept) if kept else ():
-        traces[tid] = kept[tid]
-        del older[tid]
-    if older:
-        wanted = trace_text.format_for(session_keys)
-        decoded = [trace_text.decode(tid, text) for tid, (fmt, text)
-                   in tables.assembled_texts(con, older, remember=cache is not None).items()
-                   if fmt == wanted]  # on a lake: as another replica kept them
-        traces.update((t.trace_id, t) for t in decoded)
-        if cache is not None:  # and kept, so the session's next turn reads them only if they change there
-            cache.put(decoded)
-        unread = {tid: since for tid, since in older.items() if tid not in traces}
-        if unread:
-            for views in tables.read_traces(con, unread, min(unread.values()), tables.session_sources).values():
-                t = assemble(views, session_keys)
-                traces[t.trace_id] = t
+    found = tables.session_traces(con, older, kept, trace_text.format_for(session_keys), remember=cache is not None)
+    traces.update((tid, kept[tid]) for tid in found.kept)
+    decoded = [trace_text.decode(tid, text) for tid, text in found.texts.items()]  # as another replica kept them
+    traces.update((t.trace_id, t) for t in decoded)
+    if cache is not None:  # and kept, so the session's next turn reads them only if they change there
+        cache.put(decoded)
+    for views in found.views.values():
+        t = assemble(views, session_keys)
+        traces[t.trace_id] = t
     return sessions_of(traces.values(), set(session_ids), open_traces)
 
 
@@ -113,10 +108,9 @@ class SessionService:
     def recover(self) -> int:
         """After a restart: reopen the traces whose spans were stored but never assembled, and re-score the sessions
         stored open whose traces all were (a stop came before their closing assembly): every session ends closed."""
-        self._write_funnel_steps()
-        found, stranded = self.store.submit_job(
-            lambda con: (self.tables.unassembled(con), self.tables.open_without_open_traces(con)),
-            work="sessions").result()
+        rows = funnel_step_rows(self.scorer)
+        left = self.store.submit_job(lambda con: self.tables.start(con, rows), work="sessions").result()
+        found, stranded = left.traces, left.open_sessions
         for tid, since in found.items():
             self.tracker.observe([tid], since)
         if stranded:
@@ -146,10 +140,6 @@ class SessionService:
         if queued:
             self.metrics.inc("judgments_requeued", len(queued))
         return len(queued)
-
-    def _write_funnel_steps(self) -> None:
-        rows = funnel_step_rows(self.scorer)
-        self.store.submit_job(lambda con: self.tables.write_funnel_steps(con, rows), work="sessions").result()
 
     def observe(self, batch: SpanBatch | LogBatch) -> None:
         """This batch was just committed (writer thread): have it prepared and held, note its traces as open."""
@@ -212,9 +202,7 @@ class SessionService:
         now = None if preview else utcnow()
         self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
                                     index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
-                                    texts=self._texts(assembled))
-        if closed_as_shown:
-            self.tables.close_shown(con, closed_as_shown, now)  # type: ignore[arg-type]  # nothing closes as shown in a preview
+                                    texts=self._texts(assembled), shown=closed_as_shown, now=now)
         return assembled + shown, before
 
     def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
@@ -229,11 +217,11 @@ class SessionService:
         ids = {s for s in session_ids if self.tables.placement.owns(s)}
         if not ids:
             return []
-        index = self.tables.index_of(con, ids)  # read once: for the traces gathered, and the slices written
+        stored = self.tables.lookup(con, ids)  # read once: for the traces gathered, and the slices written
         sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
                                    _OpenTraces(self.tracker, still_open),
-                                   self.assembled, index)
-        versions = self.tables.versions(con, ids)
+                                   self.assembled, stored.index)
+        versions = stored.versions
         scoring = score_sessions(
             sessions, ids, self._score_one, versions, self.evaluator,
             lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in self.tables.latest_judgments(con, cased).items()})
@@ -243,7 +231,7 @@ class SessionService:
         for reason, n in take_refusals().items():  # schema checks this pass could not do (this thread's)
             self.metrics.inc("schema_validations_refused", n, reason)
         self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
-                                     stored=[s for s in rows.replaced if s in versions], index=index)
+                                     stored=[s for s in rows.replaced if s in versions], index=stored.index)
         self._count_failures(scoring.failed)
         return scoring.written
 
@@ -458,9 +446,9 @@ class SessionService:
         ``stale_only`` limits it to sessions scored under another configuration (their
         ``config_hash`` differs). Returns how many traces were re-assembled.
         """
-        self._write_funnel_steps()
+        rows = funnel_step_rows(self.scorer)
         stale_for = self.scorer.config_hash if stale_only else None
-        traces = list(self.store.submit_job(lambda con: self.tables.traces_to_rescore(con, stale_for),
+        traces = list(self.store.submit_job(lambda con: self.tables.traces_to_rescore(con, rows, stale_for),
                                             work="sessions").result().items())
         for i in range(0, len(traces), chunk):
             self._job(dict(traces[i:i + chunk])).result()

@@ -10,7 +10,7 @@ it, and ``compact`` folds the appended rows into the compacted ones now and then
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import duckdb
@@ -21,7 +21,8 @@ from .clock import utcnow
 from .rows import (IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings, relation,
                    span_views, table_columns)
 from .schema import NEWEST_ROW, NEWEST_STAGE_ROWS
-from .tables import LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, SessionIndex, Sources
+from .tables import (LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, Recovery, SessionIndex, SessionTraces, Sources,
+                     StoredSessions)
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
 _STAMP_GROUP = {"trace_id": "VARCHAR", "session_id": "VARCHAR", "dialect": "VARCHAR", "span_ids": "VARCHAR[]"}
@@ -42,7 +43,7 @@ def stamp_groups(span_stamps: Sequence[Row]) -> list[Row]:
 class LocalSessionTables:
     """The stage's SQL for a process that owns its DuckDB file (and so every session in it)."""
 
-    session_sources: Sources = LOCAL  # where a session's traces are read from
+    session_sources: Sources = LOCAL  # where a session's traces and index rows are read from
 
     def __init__(self, placement: Placement = SINGLE_PROCESS, versions_remembered: int = VERSIONS_REMEMBERED,
                  forgotten: Callable[[int], None] | None = None) -> None:
@@ -58,7 +59,7 @@ class LocalSessionTables:
         self.versions_remembered = versions_remembered
         self._forgotten = forgotten  # told how many were forgotten past the bound (a metric)
 
-    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+    def _kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
         """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
         assembles every trace, from every span of it)."""
         return trace_ids
@@ -74,8 +75,14 @@ class LocalSessionTables:
             columns = self._described[key] = table_columns(con, table)
         insert_rows(con, table, rows, columns)
 
+    def start(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row]) -> Recovery:
+        """The configuration's funnel steps written (its rows name them), and what the last run left unfinished: the
+        traces to reopen and the sessions stored open to re-score."""
+        self._write_funnel_steps(con, funnel_steps)
+        return Recovery(self._unassembled(con), tuple(self._open_without_open_traces(con)))
+
     # ------------------------------------------------------------------ traces
-    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+    def _unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
         """Traces with spans stored but never assembled, or only shown while open (``assembled_at`` NULL), after a
         restart: trace → earliest received_at."""
         rows = con.execute(
@@ -84,7 +91,7 @@ class LocalSessionTables:
         ).fetchall()
         return {tid: since - timedelta(seconds=1) for tid, since in rows}
 
-    def open_without_open_traces(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+    def _open_without_open_traces(self, con: duckdb.DuckDBPyConnection) -> list[str]:
         """Sessions stored open none of whose indexed traces is still open (``assembled_at`` NULL): after a restart,
         nothing else would close them (left by a stop between a job that saw a trace reopen and its closing one).
         On a lake, this file's index only (the remote one keeps no ``assembled_at``): a session whose trace another
@@ -100,8 +107,32 @@ class LocalSessionTables:
                            [json_strings(trace_ids)]).fetchall()
         return [IndexedTrace(tid, first, tuple(sids or ())) for tid, first, sids in rows]
 
-    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
-                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
+    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                    since: datetime) -> dict[str, list[SpanView]]:
+        """This file's spans of traces it assembles, as views (see ``_views``)."""
+        return self._views(con, trace_ids, since, LOCAL)
+
+    def session_traces(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime], kept: Collection[str],
+                       text_format: str, remember: bool = False) -> SessionTraces:
+        """Sessions' earlier traces: those of ``kept`` (held in memory) still whole, then the texts another writer
+        kept in ``text_format``, then the rest read from the spans wherever they are (``session_sources``).
+        ``remember``: the session stage keeps what it decodes of the texts (``_kept_whole``); the writer thread's
+        calls only."""
+        whole = tuple(self._kept_whole(con, kept)) if kept else ()
+        taken = set(whole)
+        older = {tid: since for tid, since in traces.items() if tid not in taken}
+        texts = {tid: text for tid, (fmt, text) in self._assembled_texts(con, older, remember).items()
+                 if fmt == text_format} if older else {}
+        unread = {tid: since for tid, since in older.items() if tid not in texts}
+        views = self._session_views(con, unread, min(unread.values())) if unread else {}
+        return SessionTraces(whole, texts, views)
+
+    def _session_views(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                       since: datetime) -> dict[str, list[SpanView]]:
+        return self._views(con, trace_ids, since, self.session_sources)
+
+    def _views(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
+               sources: Sources) -> dict[str, list[SpanView]]:
         """Stored spans as views, trace by trace in store order, with the log records tied to them as events."""
         ids = json_strings(trace_ids)
         return span_views(con.execute(SPAN_QUERY.format(spans=sources.spans, IN=IN_LIST), [since, ids]).fetchall(),
@@ -109,10 +140,12 @@ class LocalSessionTables:
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
                         span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = ()) -> None:
+                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
         """Write the tool calls and index rows of these traces (replacing those of the ``reassembled`` ones, which
         were assembled before) and stamp their spans with session and dialect. ``texts``: ``lake_assembled_traces``
-        rows of the traces ``wants_text`` asked for (none here)."""
+        rows of the traces ``wants_text`` asked for (none here). ``shown``: traces that close as a preview showed
+        them, their rows already written: only their index rows change (``assembled_at`` set to ``now``: a restart
+        no longer reopens them); only where ``placement.assembles_every_trace``."""
         if reassembled:
             con.execute(f"DELETE FROM tool_calls WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
             con.execute(f"DELETE FROM trace_index WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
@@ -125,22 +158,24 @@ class LocalSessionTables:
                         [*params, since])
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
         self._insert(con, "trace_index", index)
+        if shown:
+            con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(shown)])
 
-    def close_shown(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], now: datetime) -> None:
-        """These traces close as a preview showed them, its rows already written: only their index rows change
-        (``assembled_at`` set: a restart no longer reopens them). Used where ``placement.assembles_every_trace``."""
-        if trace_ids:
-            con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(trace_ids)])
-
-    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
-                        remember: bool = False) -> dict[str, tuple[str, str]]:
+    def _assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                         remember: bool = False) -> dict[str, tuple[str, str]]:
         """Trace → (format, text) for those of these traces another writer alone assembled and kept as text (none
-        here: every trace is this store's). ``remember``: the session stage keeps what it decodes of them
-        (``kept_whole``); the writer thread's calls only."""
+        here: every trace is this store's)."""
         return {}
 
     # ------------------------------------------------------------------ sessions
-    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
+    def lookup(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
+               versions: bool = True) -> StoredSessions:
+        """These sessions' index rows and (``versions``) stored versions, read once a job. A read beside the writer
+        (a reader cursor, another thread) asks for the index only: the versions remembered are the writer's."""
+        return StoredSessions(self._index_of(con, session_ids),
+                              self._stored_versions(con, session_ids) if versions else {})
+
+    def _index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
         """The index rows of every trace these sessions hold, by session: a job reads them once, for the traces
         it gathers and for the slices it writes.
 
@@ -154,7 +189,7 @@ class LocalSessionTables:
             out.setdefault(sid, []).append(tuple(entry))  # type: ignore[arg-type]
         return out
 
-    def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
+    def _stored_versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
         """The stored version of each of these sessions that has a row: from memory for the sessions this process
         wrote or read, and for every session while the file's are all remembered (``versions_remembered``); the rest
         are looked up."""
@@ -212,7 +247,7 @@ class LocalSessionTables:
         calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (appended as
         ``case_run_rows`` and ``stage_result_rows``). ``stored``: those of ``replaced`` that have a row now, when
         known (the others need no removal row). ``index``: the sessions'
-        ``index_of``, when the job has read it already."""
+        ``lookup`` index, when the job has read it already."""
         ids = list(replaced)
         seq = self._next_seq(con)
         written = {r["session_id"]: r["version"] for r in sessions}
@@ -220,7 +255,7 @@ class LocalSessionTables:
         gone = [{"session_id": sid, "version": None, "updated_at": utcnow(), "removed": True}
                 for sid in ids if sid not in written and sid in had]
         if index is None and (sessions or call_steps):
-            index = self.index_of(con, ids)
+            index = self._index_of(con, ids)
         rows = [{**r, "row_seq": seq} for r in [*self._with_slices(con, sessions, index), *gone]]
         self._insert(con, "session_rows", rows)
         self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
@@ -268,7 +303,7 @@ class LocalSessionTables:
         trace, the provider most of their traces name, and every MCP server they called."""
         if not sessions:
             return []
-        found = self.index_of(con, [r["session_id"] for r in sessions]) if index is None else index
+        found = self._index_of(con, [r["session_id"] for r in sessions]) if index is None else index
         out: list[Row] = []
         for row in sessions:
             traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
@@ -291,7 +326,7 @@ class LocalSessionTables:
                     f"WHERE {bound}tool_calls.span_id = c.span_id AND tool_calls.session_id {IN_LIST}",
                     [*params, *bounds, json_strings(session_ids)])
 
-    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
+    def _write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
         con.execute("DELETE FROM funnel_steps")
         self._insert(con, "funnel_steps", rows)
 
@@ -311,9 +346,11 @@ class LocalSessionTables:
         self._insert(con, "judgments", [row])
 
     # ------------------------------------------------------------------ re-scoring
-    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]:
-        """Every assembled trace, oldest first; with ``stale_for`` only those of sessions scored under
-        another configuration hash."""
+    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row],
+                          stale_for: str | None = None) -> dict[str, datetime]:
+        """The configuration's funnel steps written, and every assembled trace, oldest first; with ``stale_for``
+        only those of sessions scored under another configuration hash."""
+        self._write_funnel_steps(con, funnel_steps)
         if stale_for is None:
             return dict(con.execute("SELECT trace_id, first_received FROM trace_index ORDER BY first_received").fetchall())
         # unnested and joined: list_has_any against the list of every stale session compared each index row

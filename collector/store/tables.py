@@ -10,7 +10,7 @@ What differs between them that is not a statement is a ``Placement`` value.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -31,6 +31,31 @@ class IndexedTrace:
     trace_id: str
     first_received: datetime
     session_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What a stop left unfinished: found at the next start."""
+
+    traces: dict[str, datetime]  # stored and never assembled, or only shown while open → since when
+    open_sessions: tuple[str, ...]  # stored open, none of their indexed traces open: nothing else would close them
+
+
+@dataclass(frozen=True)
+class StoredSessions:
+    """What is stored of some sessions, as a job reads it once: for the traces it gathers and the rows it writes."""
+
+    index: SessionIndex  # the index rows of every trace they hold
+    versions: dict[str, int]  # the stored version of each that has a row (empty when not asked for)
+
+
+@dataclass(frozen=True)
+class SessionTraces:
+    """Sessions' earlier traces, from wherever each is whole: memory, another writer's text, or the spans."""
+
+    kept: tuple[str, ...]  # of those held in memory, the ones still the whole trace
+    texts: dict[str, str]  # trace → its text in the format asked, as another writer alone assembled and kept it
+    views: dict[str, list[SpanView]]  # the rest, read from the spans, trace by trace
 
 
 @dataclass(frozen=True)
@@ -106,51 +131,34 @@ class SessionTables(JudgmentTables, Protocol):
 
     placement: Placement
 
-    @property
-    def session_sources(self) -> Sources:
-        """Where a session's traces are read from."""
+    def start(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row]) -> Recovery:
+        """A start: the configuration's funnel steps written, and what the last run left unfinished."""
 
     # traces
-    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
-        """Traces stored but never assembled (or only shown while open), after a restart: trace → since."""
-
-    def open_without_open_traces(self, con: duckdb.DuckDBPyConnection) -> list[str]:
-        """Sessions stored open none of whose indexed traces is still open (a restart closes them)."""
-
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]: ...
 
-    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
-                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
-        """Stored spans as views, trace by trace, with the log records tied to them as events."""
+    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                    since: datetime) -> dict[str, list[SpanView]]:
+        """This store's spans of these traces as views, trace by trace, with the log records tied to them as events."""
 
-    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
-        """Those of these traces whose assembly kept in memory is still the whole trace."""
-
-    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
-                        remember: bool = False) -> dict[str, tuple[str, str]]:
-        """Trace → (format, text) for those another writer alone assembled and kept as text."""
+    def session_traces(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime], kept: Collection[str],
+                       text_format: str, remember: bool = False) -> SessionTraces:
+        """Sessions' earlier traces (trace → since), wherever they are stored; ``kept``: those held in memory."""
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
                         span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = ()) -> None:
-        """The tool calls, span stamps and index rows of these assembled traces."""
-
-    def close_shown(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], now: datetime) -> None:
-        """These traces close as a preview showed them, their rows already written."""
+                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
+        """The tool calls, span stamps and index rows of these assembled traces; ``shown`` close as last shown."""
 
     # sessions
-    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
-        """The index rows of every trace these sessions hold, by session."""
-
-    def versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
-        """The stored version of each of these sessions that has a row."""
+    def lookup(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
+               versions: bool = True) -> StoredSessions:
+        """What is stored of these sessions, read once a job; ``versions=False`` for reads beside the writer."""
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (one without a new row is removed)."""
-
-    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None: ...
 
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
         """Remove session rows superseded by a newer version (session writes are appends); how many went."""
@@ -159,9 +167,12 @@ class SessionTables(JudgmentTables, Protocol):
         """A job's writes were rolled back: what is kept in memory about the rows it wrote is forgotten."""
 
     # re-scoring and following other writers
-    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> dict[str, datetime]: ...
+    def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row],
+                          stale_for: str | None = None) -> dict[str, datetime]:
+        """A re-score: the configuration's funnel steps written, and the traces to assemble again, oldest first."""
 
-    def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]: ...
+    def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
+        """Asked once those traces are assembled again: the sessions still to re-score, whose traces others hold."""
 
     def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
         """Sessions to re-score because another writer assembled some of their traces (None: no other writer)."""

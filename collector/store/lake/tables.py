@@ -49,19 +49,19 @@ class LakeSessionTables(LocalSessionTables):
         self._schemas: list[str] = []  # every replica's complete schema, this one's included
         self._schemas_checked = 0.0
         self._local: str | None = None  # the file's catalog name, for reads on a cursor pointed at the lake
-        # trace -> the replica whose text of it was read, until a poll sees the trace change (``kept_whole``)
+        # trace -> the replica whose text of it was read, until a poll sees the trace change (``_kept_whole``)
         self._read_as_text: OrderedDict[str, int] = OrderedDict()
         # traces of this file's index that the feed showed another replica holding spans of too, whatever sessions
         # its part names (the remote index keeps only those naming a session this replica owns)
         self._split: dict[str, None] = {}
-        self._split_overflow = False  # too many to remember: no trace kept in memory is trusted (``kept_whole``)
+        self._split_overflow = False  # too many to remember: no trace kept in memory is trusted (``_kept_whole``)
 
     @property
     def session_sources(self) -> Sources:  # type: ignore[override]
         """Spans and logs from the file and the other replicas' schemas; the index rows from the file, its own
         traces' and those of the other replicas' traces that hold sessions it owns (``lake_remote_traces``)."""
         if self._sources is None:
-            raise RuntimeError("the replica's sources are read on its first job (traces_of, unassembled)")
+            raise RuntimeError("the replica's sources are read on its first job (start, lookup)")
         return self._sources
 
     def _refresh(self, con: duckdb.DuckDBPyConnection, every: float | None = None) -> None:
@@ -80,7 +80,7 @@ class LakeSessionTables(LocalSessionTables):
                        f"SELECT * EXCLUDE (replica) FROM {self._local}.main.lake_remote_traces)")
             self._sources = Sources(self._everywhere.spans, self._everywhere.logs, indexed)
 
-    def kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
+    def _kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
         """Those kept in memory as this replica assembled them, of which no other replica holds spans as far as
         the polls have seen, and those kept as read from another replica's text, while that replica alone holds
         the trace and no poll has seen it assembled again there since.
@@ -104,26 +104,27 @@ class LakeSessionTables(LocalSessionTables):
             remote[tid][0] == 1 and not remote[tid][2] and self._read_as_text.get(tid) == remote[tid][1]))]
 
     # ------------------------------------------------------------------ writes, noted for the shipper
-    def unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+    def _unassembled(self, con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
         self._refresh(con)
-        return super().unassembled(con)
+        return super()._unassembled(con)
 
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
                         span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = ()) -> None:
+                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
         """Also noted for the shipper, with the ``texts`` of traces that hold a session another replica owns
         (``lake_assembled_traces``, shipped with the traces), so their owner need not assemble them again."""
-        super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled)
+        super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled, shown=shown, now=now)
         if reassembled:
             con.execute(f"DELETE FROM lake_assembled_traces WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
         self._insert(con, "lake_assembled_traces", [{**t, "first_received": since} for t in texts])
         again = set(reassembled)  # assembled before: the lake may hold their rows
         mark(con, "trace", sorted({r["trace_id"] for r in index} | again), since, lambda t: t in again)
 
-    def assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
-                        remember: bool = False) -> dict[str, tuple[str, str]]:
+    def _assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                         remember: bool = False) -> dict[str, tuple[str, str]]:
         """Those another replica alone holds, as it stored them (``lake_assembled_traces``); a trace this replica
-        holds too, or two others do (after a change of the ring), is read from its spans."""
+        holds too, or two others do (after a change of the ring), is read from its spans. ``remember``: which
+        replica's text was read, for ``_kept_whole``."""
         self._refresh(con)
         asked = json_strings(trace_ids)
         single = con.execute(  # the file's index looked up for these traces only, not read whole
@@ -155,8 +156,8 @@ class LakeSessionTables(LocalSessionTables):
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
         mark(con, "case_run", sorted(set(cased)))
 
-    def write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
-        super().write_funnel_steps(con, rows)
+    def _write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
+        super()._write_funnel_steps(con, rows)
         mark(con, "funnel_steps", [""])
 
     def add_judgment(self, con: duckdb.DuckDBPyConnection, row: Row) -> None:
@@ -180,19 +181,18 @@ class LakeSessionTables(LocalSessionTables):
         self._insert(con, "call_scores", rows)
 
     # ------------------------------------------------------------------ reads across replicas
-    def read_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str], since: datetime,
-                    sources: Sources = LOCAL) -> dict[str, list[SpanView]]:
+    def _session_views(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
+                       since: datetime) -> dict[str, list[SpanView]]:
         """Whole sessions' traces: log records only from the schemas that hold some (most replicas' logs tables
         are often empty, and each DuckLake table a read names costs catalog queries, rows or not)."""
-        if self._sources is not None and sources is self._sources:
-            others = [s for s in self._schemas if s != schema_of(self.lake.replica)]
-            logs = catalog.replica_sources(con, self.lake.replica, catalog.schemas_with_rows(con, "logs", others)).logs
-            sources = Sources(sources.spans, logs, sources.trace_index)
-        return super().read_traces(con, trace_ids, since, sources)
+        sources = self.session_sources
+        others = [s for s in self._schemas if s != schema_of(self.lake.replica)]
+        logs = catalog.replica_sources(con, self.lake.replica, catalog.schemas_with_rows(con, "logs", others)).logs
+        return self._views(con, trace_ids, since, Sources(sources.spans, logs, sources.trace_index))
 
-    def index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
+    def _index_of(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> SessionIndex:
         self._refresh(con)
-        return super().index_of(con, session_ids)
+        return super()._index_of(con, session_ids)
 
     def sessions_to_rescore(self, con: duckdb.DuckDBPyConnection, stale_for: str | None = None) -> list[str]:
         """Every session this replica owns, wherever its traces are; rows of sessions it no longer owns
