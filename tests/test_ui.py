@@ -172,19 +172,22 @@ def test_session_list_filters_sorts_and_pages(demo_db, reader):
             SessionFilters.parse(bad)
 
 
+WHOLE = 600.0  # a time budget no search here reaches: what is found must not depend on the machine's load
+
+
 def test_search_reads_inputs_answers_and_tool_data(demo_db, reader):
     s = sql(demo_db, "SELECT session_id, final_answer FROM sessions WHERE final_answer IS NOT NULL LIMIT 1")[0]
     words = s["final_answer"].split()[:3]
-    hits = queries.search(reader, " ".join(words), None, None)
+    hits = queries.search(reader, " ".join(words), None, None, budget_s=WHOLE)
     assert s["session_id"] in hits.hits
     call = sql(demo_db, "SELECT session_id, arguments FROM tool_calls WHERE arguments IS NOT NULL LIMIT 1")[0]
     value = next(v for v in json.loads(call["arguments"]).values() if isinstance(v, str) and len(v) > 4)
-    assert call["session_id"] in queries.search(reader, value, None, None).hits
+    assert call["session_id"] in queries.search(reader, value, None, None, budget_s=WHOLE).hits
     said = sql(demo_db, "SELECT session_id, attributes->>'$.\"gen_ai.input.messages\"' AS m FROM spans"
                             " WHERE m IS NOT NULL LIMIT 1")[0]
     text = json.loads(said["m"])[0]["parts"][0]["content"]
-    assert said["session_id"] in queries.search(reader, text, None, None).hits
-    assert queries.search(reader, "100% _nothing_ like this", None, None).hits == []  # wildcards are literal
+    assert said["session_id"] in queries.search(reader, text, None, None, budget_s=WHOLE).hits
+    assert queries.search(reader, "100% _nothing_ like this", None, None, budget_s=WHOLE).hits == []  # wildcards are literal
 
 
 # ---------------------------------------------------------------------------- the session page
