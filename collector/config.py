@@ -201,7 +201,8 @@ class StoreSettings(_Model):
         "progress (SQL, the UI, an export or snapshot) before it interrupts them; new reads wait for the rewrite.")
     accept_damaged_wal: bool = Field(
         False, description="Open the database even when its write-ahead log is shorter than what was committed "
-        "to it (cut short or deleted), keeping what it holds; the log is copied aside first. Off: such a start is "
+        "to it (cut short or deleted) or an entry's length inside what was committed runs past its end, keeping what "
+        "it holds; the log is copied aside first. Off: such a start is "
         "refused (`agentfunnel serve --accept-damaged-wal` sets it for one start).")
     lake: LakeSettings | None = Field(None, description="Ship what is committed in the file to a shared DuckLake "
                                                        "(several replicas); readers read the lake.")

@@ -112,8 +112,16 @@ def _send(srv: ServerProcess, user: str, c: dict[str, str]) -> None:
 
 
 def _raw_files(data: Path) -> dict[str, bytes]:
-    """Every file under the data directory, as bytes."""
-    return {str(p.relative_to(data)): p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()}
+    """Every file under the data directory, as bytes. The running server makes and removes files of its own (a
+    periodic copy's partial file): one gone between listing and reading holds nothing anymore."""
+    files = {}
+    for p in sorted(data.rglob("*")):
+        try:
+            if p.is_file():
+                files[str(p.relative_to(data))] = p.read_bytes()
+        except FileNotFoundError:
+            continue
+    return files
 
 
 def _found(files: dict[str, bytes], strings: list[str]) -> dict[str, list[str]]:

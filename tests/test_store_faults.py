@@ -96,22 +96,53 @@ def test_a_write_ahead_log_cut_short_or_deleted_is_refused_and_kept(server_facto
         assert copies[0].read_bytes() == left
 
 
-def test_a_write_ahead_log_whose_checksum_fails_is_refused_in_one_line_and_kept(server_factory, tmp_path):
+def _entries(wal: Path) -> list[tuple[int, int]]:
+    """(offset, length) of each framed entry of a write-ahead log: a length and a checksum, then the entry."""
+    from agentfunnel.collector.store.guard import _first_framed_entry
+
+    data = wal.read_bytes()
+    at, found = _first_framed_entry(data[:256]), []
+    assert at is not None, "not a log of the version the store's check reads"
+    while at < len(data):
+        size = int.from_bytes(data[at:at + 8], "little")
+        found.append((at, size))
+        at += 16 + size
+    assert at == len(data), "the framing does not cover the log"
+    return found
+
+
+@pytest.mark.parametrize("damage", ["checksum", "length"])
+def test_a_write_ahead_log_damaged_inside_what_was_committed_is_refused_in_one_line_and_kept(
+        server_factory, tmp_path, damage):
+    """Damage inside an entry fails DuckDB's checksum; damage to an entry's length makes it run past the log's
+    end, which DuckDB alone would take for a torn write and replay nothing from there on."""
     db = tmp_path / "af.duckdb"
     wal = Path(str(db) + ".wal")
     _acknowledged_then_killed(server_factory, db)
     data = bytearray(wal.read_bytes())
-    middle = len(data) // 2  # inside a record of acknowledged spans, not at its end
-    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    entries = _entries(wal)
+    at, size = max(entries[:len(entries) // 2], key=lambda e: e[1])  # an early record of acknowledged spans
+    where = at + 16 + size // 2 if damage == "checksum" else at
+    data[where:where + 8] = bytes(b ^ 0xFF for b in data[where:where + 8])
     wal.write_bytes(bytes(data))
     db_before = db.read_bytes()
 
     proc = _serve(db)
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
-    assert str(wal) in line and "checksum" in line, line
+    assert str(wal) in line, line
+    if damage == "checksum":
+        assert "checksum" in line, line
+    else:
+        assert f"damaged: the entry at byte {at}" in line and "--accept-damaged-wal" in line, line
     assert wal.read_bytes() == bytes(data), "the log was not kept as it was"
     assert db.read_bytes() == db_before, "the database was changed"
+    if damage == "length":  # accepting the damage opens with what precedes it, and keeps a copy of the log
+        srv = server_factory(["--accept-damaged-wal"], db=db)
+        assert _post(srv.http, _body(5)) == 200
+        srv.stop()
+        copies = list(tmp_path.glob("af.duckdb.wal.damaged-*"))
+        assert len(copies) == 1 and copies[0].read_bytes() == bytes(data)
 
 
 @pytest.mark.parametrize("content", [b"", b"this is a text file, not a database\n" * 50, "bad header", "cut short"])

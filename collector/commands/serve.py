@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default=None, help="interface to bind (default 127.0.0.1)")
     otlp_ports(p, 4317, 4318)
     p.add_argument("--accept-damaged-wal", action="store_true",
-                   help="start even if the write-ahead log is shorter than what was committed to it, keeping what "
-                        "it holds (a copy of the log is kept beside it)")
+                   help="start even if the write-ahead log is shorter than what was committed to it or damaged inside "
+                        "it, keeping what it holds (a copy of the log is kept beside it)")
     p.set_defaults(func=run)
 
 

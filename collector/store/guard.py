@@ -11,6 +11,12 @@ long; if it is shorter or missing, acknowledged data is missing from it and the 
 The record is rewritten in place (one ``pwrite`` of a few bytes, no fsync) after DuckDB's own
 fsync of the log: it never claims more than the log durably holds. After a power loss it may
 claim less (the check is then weaker, never wrong).
+
+A log of full length can still be damaged. DuckDB checks each entry's checksum and refuses a damaged
+one, except where the damage hits an entry's length so that it runs past the end of the file: that
+it takes for a write torn by a crash, and replays nothing from there on, silently. So the check
+also walks the entries' framing (a length and a checksum before each) across the committed bytes:
+an entry there that runs past the end is damage, not a torn write.
 """
 
 from __future__ import annotations
@@ -104,23 +110,96 @@ def check_files(db: Path, accept_damaged_wal: bool = False) -> None:
         return  # no record, another database's, or DuckDB checkpointed since: the log holds only what came after
     wal = wal_path(db)
     have = _size(wal)
-    if (have or 0) >= expected[2]:
-        return
-    found = "is missing" if have is None else f"holds {have} bytes"
+    committed = expected[2]
+    if (have or 0) >= committed:
+        if have is None or (overrun := entry_past_end(wal, committed)) is None:
+            return
+        at, claimed = overrun
+        problem = (f"the write-ahead log {wal} is damaged: the entry at byte {at}, inside the {committed} bytes "
+                   f"committed to it, claims {claimed} bytes, past the log's end ({have} bytes)")
+        found = f"is damaged at byte {at}"
+    else:
+        found = "is missing" if have is None else f"holds {have} bytes"
+        problem = (f"the write-ahead log {wal} {found}, but {committed} bytes were committed to it: it was cut "
+                   "short or deleted")
     if not accept_damaged_wal:
         raise StoreUnusable(
-            f"the write-ahead log {wal} {found}, but {expected[2]} bytes were committed to it: it was cut short or "
-            "deleted, and opening the database would lose acknowledged data; restore the log from a copy, or "
+            f"{problem}, and opening the database would lose acknowledged data; restore the log from a copy, or "
             "start with --accept-damaged-wal to keep only what it holds (the log is copied aside first; if the "
             f"database itself was put back from a copy on purpose, remove {mark_path(db)} instead)")
     if have is not None:
         kept = wal.with_name(f"{wal.name}.damaged-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
         shutil.copy2(wal, kept)
-        log.warning("the write-ahead log %s %s of the %d bytes committed to it; opening with what it holds "
-                    "(--accept-damaged-wal), a copy is kept as %s", wal, found, expected[2], kept)
+        log.warning("the write-ahead log %s %s (%d bytes were committed to it); opening with what it holds "
+                    "(--accept-damaged-wal), a copy is kept as %s", wal, found, committed, kept)
     else:
         log.warning("the write-ahead log %s is missing (%d bytes were committed to it); opening without it "
-                    "(--accept-damaged-wal)", wal, expected[2])
+                    "(--accept-damaged-wal)", wal, committed)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """An unsigned LEB128 value of DuckDB's binary serializer, and where the next field begins."""
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("varint")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+_VERSION_ENTRY_MAX = 256  # the log's first entry: its type, version 2, the database's identity, its iteration
+
+
+def _first_framed_entry(head: bytes) -> int | None:
+    """Where the framed entries begin: after the unframed version entry. None when the log is not of the
+    version whose framing is known (the check is then left to DuckDB)."""
+    try:
+        at = 0
+        fields: dict[int, int] = {}
+        while True:
+            if at + 2 > len(head):
+                return None
+            field = struct.unpack_from("<H", head, at)[0]
+            at += 2
+            if field == 0xFFFF:
+                break
+            if field == 102:  # the identity: a list of byte values
+                count, at = _varint(head, at)
+                for _ in range(count):
+                    _, at = _varint(head, at)
+            elif field in (100, 101, 103):
+                fields[field], at = _varint(head, at)
+            else:
+                return None
+        return at if fields.get(101) == 2 else None
+    except ValueError:
+        return None
+
+
+def entry_past_end(wal: Path, committed: int) -> tuple[int, int] | None:
+    """The first framed entry starting inside the committed bytes whose length runs past the log's end, as
+    (its offset, the length it claims); None when there is none or the framing is not one this reads.
+
+    Reads 16 bytes per entry: a length, then a checksum. The walk stops at the committed length, so what a
+    crash tore after the last commit is not judged."""
+    with open(wal, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        at = _first_framed_entry(f.read(_VERSION_ENTRY_MAX))
+        if at is None:
+            return None
+        while at < committed:
+            frame = os.pread(f.fileno(), 16, at)
+            if len(frame) < 16:
+                return at, 16
+            size = struct.unpack_from("<Q", frame)[0]
+            if at + 16 + size > end:
+                return at, size
+            at += 16 + size
+    return None
 
 
 def read_mark(db: Path) -> tuple[str, int, int] | None:
