@@ -26,7 +26,7 @@ from ..scoring.cases import (
     load_suite,
     render_case_yaml,
 )
-from .session.service import gather_sessions
+from .session.jobs import gather_sessions
 
 MAX_ID_CHARS = 200
 _APPEND_LOCK = threading.Lock()  # two drafts at once append one after the other

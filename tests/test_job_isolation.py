@@ -27,6 +27,7 @@ from agentfunnel.collector.config import SessionSettings
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.session.held import prepare
 from agentfunnel.collector.session.rows import pass_rows, score_sessions
+from agentfunnel.collector.session import jobs
 from agentfunnel.collector.session.service import SessionService
 from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.store.tables import Placement
@@ -232,13 +233,13 @@ class _InlineStore:
 def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
     store = _InlineStore()
 
-    def fake_assemble_in(self, con, traces, preview=False):
+    def fake_assemble_in(parts, con, traces, preview=False):
         store.jobs.append(tuple(traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")
         return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
-    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     metrics = Metrics()
     svc = SessionService(SessionSettings(), store, LocalSessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", POISON, "b"], datetime(2026, 1, 1))
@@ -261,14 +262,14 @@ def test_traces_whose_job_hit_an_io_error_are_kept_and_assembled_once_the_store_
     store = _InlineStore()
     disk_full = [True]
 
-    def fake_assemble_in(self, con, traces, preview=False):
+    def fake_assemble_in(parts, con, traces, preview=False):
         store.jobs.append(tuple(traces))
         if disk_full[0]:
             store.failing = "No space left on device"
             raise duckdb.IOException("Could not write file: No space left on device")
         return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
-    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     metrics = Metrics()
     svc = SessionService(SessionSettings(), store, LocalSessionTables(), metrics)  # type: ignore[arg-type]
     svc.tracker.observe(["a", "b"], datetime(2026, 1, 1))
@@ -287,14 +288,14 @@ def test_a_span_arriving_for_a_trace_whose_job_failed_has_the_whole_trace_read_b
     batch = decode_traces_protobuf((FIXTURES / "otlp" / "strands" / "shop_purchase.traces.binpb").read_bytes())
     poisoned = batch.trace_id[0]
 
-    def fake_assemble_in(self, con, traces, preview=False):
+    def fake_assemble_in(parts, con, traces, preview=False):
         for tid in traces:
-            self.held.take(tid)  # as the real job does, before it fails
+            parts.held.take(tid)  # as the real job does, before it fails
         if poisoned in traces:
             raise ValueError("this trace's data cannot be assembled")
         return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
-    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
+    monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     svc = SessionService(SessionSettings(), store, LocalSessionTables(), Metrics())  # type: ignore[arg-type]
     svc.held.add(prepare(batch), [])
     svc.tracker.observe([poisoned, "a"], datetime(2026, 1, 1))
@@ -320,18 +321,17 @@ def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_r
             events.append(("poll",))
             return {"remote-session"}
 
-    def fake_assemble_in(self, con, traces, preview=False):
+    def fake_assemble_in(parts, con, traces, preview=False):
         events.append(("assemble", *traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")
         return [AssembledTrace(tid, [], {}) for tid in traces], set()
 
-    def fake_score_in(self, con, session_ids, fresh=(), still_open=()):
+    def fake_score_in(parts, con, session_ids, out, fresh=(), still_open=()):
         events.append(("score", *sorted(session_ids)))
-        return []
 
-    monkeypatch.setattr(SessionService, "_assemble_in", fake_assemble_in)
-    monkeypatch.setattr(SessionService, "_score_in", fake_score_in)
+    monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
+    monkeypatch.setattr(jobs, "score_in", fake_score_in)
     svc = SessionService(SessionSettings(), store, PollingTables(), Metrics())  # type: ignore[arg-type]
     svc._assemble({"a": datetime(2026, 1, 1)}, follow=True).result()
     assert events == [("assemble", "a"), ("poll",), ("score", "remote-session")]

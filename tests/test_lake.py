@@ -35,7 +35,7 @@ from agentfunnel.collector.config import ConfigError, LakeSettings, load_setting
 from agentfunnel.collector.session.held import AssembledTraces
 from agentfunnel.collector.demo.agents import run_population
 from agentfunnel.collector.session import trace_text
-from agentfunnel.collector.session.service import gather_sessions
+from agentfunnel.collector.session.jobs import gather_sessions
 from agentfunnel.collector.store.clock import utcnow as _utcnow
 from agentfunnel.collector.store.lake import (LAKE_MIGRATIONS, LOCAL_MIGRATIONS, LakeSessionTables, index_everywhere,
                                               lake_ddl, owner_of, reader_views)

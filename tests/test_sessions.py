@@ -334,7 +334,7 @@ def test_a_trace_shown_open_is_finished_after_a_restart(tmp_path):
 def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arrived_since(tmp_path, monkeypatch):
     """Closing a trace a preview showed, with no span since, assembles nothing again (the preview's rows are the
     trace's); one whose preview failed after more spans arrived is assembled again, with them."""
-    import agentfunnel.collector.session.service as sessions_module
+    import agentfunnel.collector.session.jobs as sessions_module
     from agentfunnel.collector.config import Settings
     from agentfunnel.collector.store.local import LocalSessionTables
     from stage_support import commit, session_stage

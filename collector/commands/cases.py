@@ -81,7 +81,7 @@ def add(args: argparse.Namespace) -> int:
 
 def session_records(settings: Settings, session_id: str):
     """The scored session and its records, read back from the store (for case drafts)."""
-    from ..session.service import gather_sessions  # start-up time: the session stage
+    from ..session.jobs import gather_sessions  # start-up time: the session stage
     keys = tuple(settings.sessions.session_keys)
     if settings.store.lake is not None:  # every replica's traces, through the lake's views (no server needed)
         con = open_reader(settings.store.lake)

@@ -1,10 +1,10 @@
-"""The session stage's lifecycle: note traces as spans commit, assemble and score them when they go idle.
+"""The session stage's lifecycle: note traces as spans commit, and schedule the jobs that assemble and score them.
 
 Each step runs as a job on the store's writer thread, off the ingest path: a request is
-acknowledged as soon as its spans are committed, and the session work follows. A job assembles
-traces (``assembly``), gathers every trace of the sessions they touch, scores them
-(``rows``) and writes the rows, all through one ``SessionTables``: the same code for a
-file of its own and for a replica on a lake.
+acknowledged as soon as its spans are committed, and the session work follows. This module
+decides which traces go into which job and when (idle timeouts, previews, retries, the flush at
+a stop); what a job does is ``jobs``', through one ``SessionTables``: the same code for a file of
+its own and for a replica on a lake.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -22,19 +22,18 @@ import duckdb
 
 from ...scoring import ScoringConfig, SessionScore, SessionScorer
 from ...scoring.assembled import Session
-from ...scoring.judge import Judgment
-from ...scoring.schema_check import take_refusals
-from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
 from ..batches import LogBatch, SpanBatch
 from ..config import SessionSettings
-from .held import AssembledTraces, Committed, HeldTraces, Preparer, assemble_held, log_events
-from . import trace_text
-from .tracker import TraceTracker
-from .rows import FailedSession, ScoredSession, funnel_step_rows, pass_rows, score_sessions
-from ..store.clock import utcnow
-from ..store.tables import SessionIndex, SessionTables, traces_in
 from ..errors import StoreClosing
+from ..store.clock import utcnow
+from ..store.tables import SessionTables
 from ..store.writer import Store, handed_over
+from . import jobs
+from .assembly import AssembledTrace
+from .held import AssembledTraces, Committed, HeldTraces, Preparer, log_events
+from .jobs import JobPlan, JobResult, StageParts
+from .rows import FailedSession, ScoredSession, funnel_step_rows
+from .tracker import TraceTracker
 from ..telemetry import Metrics
 
 if TYPE_CHECKING:
@@ -44,29 +43,6 @@ log = logging.getLogger(__name__)
 RECEIVED_SLACK = timedelta(seconds=60)  # received_at is stamped at commit, a moment before we hear of it
 FAILED_SESSIONS_REMEMBERED = 10_000  # sessions whose scoring failure was logged: a repeat is only counted
 SessionListener = Callable[[list[ScoredSession]], None]
-
-
-def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, session_ids: Collection[str],
-                    fresh: Sequence[AssembledTrace] = (), session_keys: Sequence[str] = (),
-                    open_traces: Container[str] = (), cache: AssembledTraces | None = None,
-                    index: SessionIndex | None = None) -> dict[str, Session]:
-    """These sessions whole: from the traces just assembled, those kept in ``cache`` that the tables say are still
-    whole, and the rest read back. ``index``: their index rows, when the job has read them already (``lookup``)."""
-    traces = {t.trace_id: t for t in fresh}
-    if index is None:
-        index = tables.lookup(con, session_ids, versions=False).index
-    older = {tid: since for tid, since in traces_in(index).items() if tid not in traces}
-    kept = {tid: t for tid in older if (t := cache.get(tid)) is not None} if cache is not None else {}
-    found = tables.session_traces(con, older, kept, trace_text.format_for(session_keys), remember=cache is not None)
-    traces.update((tid, kept[tid]) for tid in found.kept)
-    decoded = [trace_text.decode(tid, text) for tid, text in found.texts.items()]  # as another replica kept them
-    traces.update((t.trace_id, t) for t in decoded)
-    if cache is not None:  # and kept, so the session's next turn reads them only if they change there
-        cache.put(decoded)
-    for views in found.views.values():
-        t = assemble(views, session_keys)
-        traces[t.trace_id] = t
-    return sessions_of(traces.values(), set(session_ids), open_traces)
 
 
 class SessionService:
@@ -88,6 +64,8 @@ class SessionService:
         # called after each job commits, with the sessions it (re)wrote (the forwarder); batch listeners
         # get each committed span batch once it is prepared, its records with it
         self.session_listeners = tuple(session_listeners)
+        self.parts = StageParts(settings, tables, self.held, self.assembled, self.tracker, metrics, self._score_one,
+                                evaluator)
         self._failures_logged: dict[str, None] = {}  # session ids, oldest first
         # traces whose assembly failed on an I/O error: tried again once writes succeed (``_take_deferred``)
         self._deferred: dict[str, datetime] = {}
@@ -156,112 +134,29 @@ class SessionService:
             with self._taking:
                 self._assemble(self.tracker.take(evicted), keep=False)
 
-    # ------------------------------------------------------------------ jobs (writer thread)
-    def _assemble_in(self, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime], preview: bool = False
-                     ) -> tuple[list[AssembledTrace], set[str]]:
-        """Assemble these traces and write what the store keeps of them; also returns the sessions they belonged to before.
-
-        A trace held whole in memory is assembled from its records; any other (assembled before and
-        reopened by a late span, evicted, unprepared) is read back from the store. A ``preview`` (the
-        traces are still open) leaves the records held, so the trace's closing assembly, and the
-        next preview, use them too, instead of reading the trace back.
-
-        A trace that received spans after it was picked (idle) and before this job ran is open
-        again: it is assembled with them, as a preview would, and left for its closing assembly
-        (its index row not marked assembled), so a stop before that one leaves it to the next start.
-        """
-        # spans commit on this thread: a trace back in the tracker had spans after it was taken for this job
-        reopened = set() if preview else {tid for tid in traces if tid in self.tracker}
-        if reopened:
-            self.metrics.inc("traces_reopened_before_assembly", len(reopened))
-        indexed = self.tables.indexed(con, list(traces))
-        before = {sid for t in indexed for sid in t.session_ids}
-        known = {t.trace_id for t in indexed}  # rows stored already: held records do only if held whole since then
-        since = min([*traces.values(), *(t.first_received for t in indexed)])
-        assembled: list[AssembledTrace] = []
-        read_back: list[str] = []
-        # closing as last shown (nothing arrived since the preview whose assembly the cache keeps): rows are written
-        shown = [] if preview or not self.tables.placement.assembles_every_trace else [
-            t for tid in known if tid not in reopened and (t := self.assembled.get(tid)) is not None
-            and self.held.take_unchanged(tid)]
-        held = self.held.peek if preview else self.held.take
-        closed_as_shown = {t.trace_id for t in shown}
-        for tid in traces:
-            if tid in closed_as_shown:
-                continue
-            found = held(tid, shown_only=tid in known)
-            if found is None:
-                read_back.append(tid)
-            elif found[0]:
-                assembled.append(assemble_held(*found))
-        if read_back:
-            views_of = self.tables.read_traces(con, read_back, since)
-            keys = tuple(self.settings.session_keys)
-            assembled += [assemble(v, keys) for v in views_of.values() if v]
-            self.held.count_read_back(sum(1 for v in views_of.values() if v))
-        now = None if preview else utcnow()
-        self.tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                                    index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
-                                    texts=self._texts(assembled), shown=closed_as_shown, now=now)
-        return assembled + shown, before
-
-    def _texts(self, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
-        """The traces the tables keep as text for another writer (a lake's owners of their sessions), encoded."""
-        fmt = trace_text.format_for(self.settings.session_keys)
-        return [{"trace_id": t.trace_id, "format": fmt, "assembled": text} for t in assembled
-                if self.tables.placement.wants_text(t.session_ids) and (text := trace_text.encode(t)) is not None]
-
-    def _score_in(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
-                  fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = ()) -> list[ScoredSession]:
-        """Re-score these sessions (those this store owns) and replace their rows."""
-        ids = {s for s in session_ids if self.tables.placement.owns(s)}
-        if not ids:
-            return []
-        stored = self.tables.lookup(con, ids)  # read once: for the traces gathered, and the slices written
-        sessions = gather_sessions(con, self.tables, ids, fresh, tuple(self.settings.session_keys),
-                                   _OpenTraces(self.tracker, still_open),
-                                   self.assembled, stored.index)
-        versions = stored.versions
-        scoring = score_sessions(
-            sessions, ids, self._score_one, versions, self.evaluator,
-            lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in self.tables.latest_judgments(con, cased).items()})
-        rows = pass_rows(scoring, utcnow(), self.settings.max_input_bytes)
-        if rows.inputs_truncated:
-            self.metrics.inc("session_inputs_truncated", rows.inputs_truncated)
-        for reason, n in take_refusals().items():  # schema checks this pass could not do (this thread's)
-            self.metrics.inc("schema_validations_refused", n, reason)
-        self.tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
-                                     stored=[s for s in rows.replaced if s in versions], index=stored.index)
-        self._count_failures(scoring.failed)
-        return scoring.written
-
+    # ------------------------------------------------------------------ jobs (run on the writer thread)
     def _score_one(self, session: Session) -> SessionScore:
         return self.scorer.score_session(session)
 
     def _job(self, traces: dict[str, datetime], still_open: Iterable[str] = (), follow: bool = False,
              preview: bool = False) -> Future:
-        """Assemble these traces and re-score their sessions, in one store transaction. ``follow``: also the
-        owned sessions other writers assembled traces of (``follow_others`` in the same job: one set of
-        session reads and writes instead of two)."""
-        extra = still_open if isinstance(still_open, frozenset) else frozenset(still_open)
+        """Assemble these traces and re-score their sessions, in one store transaction (``jobs.run``); the future's
+        result is the traces assembled."""
+        plan = JobPlan(traces, still_open if isinstance(still_open, frozenset) else frozenset(still_open), follow,
+                       preview)
         written: list[ScoredSession] = []
-
-        def job(con: duckdb.DuckDBPyConnection) -> list[AssembledTrace]:
-            if not traces:
-                return []
-            assembled, before = self._assemble_in(con, traces, preview)
-            ids = before | {s for t in assembled for s in t.session_ids}
-            if follow:
-                ids |= self.tables.assembled_elsewhere(con) or set()
-            written.extend(self._score_in(con, ids, assembled, extra))
-            return assembled
-
-        fut = self._write_job(job)
+        fut = self._write_job(lambda con: self._ran(jobs.run(self.parts, con, plan), written).assembled)
         # committed: the next turn of these sessions is scored from them, not read back, and a trace a preview
         # showed closes as shown if nothing arrives for it meanwhile (callbacks run on the writer thread as the
         # job ends, before it starts the next one)
         fut.add_done_callback(lambda f: self._committed(f, traces if preview else ()))
         return self._notify(fut, written)
+
+    def _ran(self, result: JobResult, written: list[ScoredSession]) -> JobResult:
+        """A job's result, on the writer thread as it ends: its failures counted, its sessions kept for the listeners."""
+        self._count_failures(result.failed)
+        written.extend(result.written)
+        return result
 
     def _committed(self, job: Future, shown: Collection[str]) -> None:
         if job.exception() is None:
@@ -274,7 +169,7 @@ class SessionService:
         """Re-score these sessions from what is stored, without re-assembling their traces."""
         written: list[ScoredSession] = []
         ids = set(session_ids)
-        job = self._write_job(lambda con: written.extend(self._score_in(con, ids)))
+        job = self._write_job(lambda con: self._ran(jobs.rescore(self.parts, con, ids), written))
         return self._notify(job, written)
 
     def _write_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], work: str = "sessions") -> Future:
@@ -326,14 +221,9 @@ class SessionService:
         if self.tables.placement.poll_interval_seconds is None:
             return None
         written: list[ScoredSession] = []
-
-        def job(con: duckdb.DuckDBPyConnection) -> int:
-            ids = self.tables.assembled_elsewhere(con)
-            if ids:
-                written.extend(self._score_in(con, ids))
-            return len(written)
-
-        return self._notify(self._write_job(job, work="follow"), written)
+        job = self._write_job(lambda con: len(self._ran(jobs.follow_others(self.parts, con), written).written),
+                              work="follow")
+        return self._notify(job, written)
 
     def _assemble(self, traces: dict[str, datetime], follow: bool = False, keep: bool = True) -> Future:
         """``follow``: the first job also follows the other writers (see ``_job``). ``keep``: the future's result
@@ -471,7 +361,7 @@ class SessionService:
         cur = self.store.reader(own=True)  # a reader beside the writer thread: this store's own case runs
         try:
             ids = self.tables.case_sessions(cur, session_id, experiment)  # type: ignore[arg-type]  # a reader cursor reads as a connection does
-            sessions = gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}  # type: ignore[arg-type]
+            sessions = jobs.gather_sessions(cur, self.tables, ids, session_keys=tuple(self.settings.session_keys)) if ids else {}  # type: ignore[arg-type]
         finally:
             cur.close()
         before = evaluator.judge.stats()
@@ -571,17 +461,6 @@ class SessionService:
                     await asyncio.wrap_future(fut)
                 except Exception:  # noqa: BLE001 - counted in done(); keep the loop alive
                     log.exception("assembly failed")
-
-
-class _OpenTraces(Container[str]):
-    """Traces still open: those the tracker holds and those the job was told are open; nothing copied."""
-
-    def __init__(self, tracker: TraceTracker, previewed: Collection[str]) -> None:
-        self.tracker = tracker
-        self.previewed = previewed
-
-    def __contains__(self, trace_id: object) -> bool:
-        return trace_id in self.tracker or trace_id in self.previewed
 
 
 def job_chunks(traces: dict[str, datetime], per_job: int,
