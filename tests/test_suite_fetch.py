@@ -241,7 +241,7 @@ def _config(tmp_path: Path, **cases) -> str:
     return str(path)
 
 
-def _serve(tmp_path: Path, config: str, timeout: float = 20) -> subprocess.CompletedProcess:
+def _serve(tmp_path: Path, config: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``serve`` that is expected to exit by itself (refusing to start)."""
     return subprocess.run([*agentfunnel_cmd(), "serve", "--db", str(tmp_path / "x.duckdb"), "--config", config,
                            "--grpc-port", "0", "--http-port", "0"], capture_output=True, text=True, timeout=timeout)
@@ -252,7 +252,7 @@ def test_serve_starts_promptly_with_the_fallback_when_the_suite_server_trickles(
     url = web.trickle("/slow.yaml", seconds=30)
     started = time.monotonic()
     srv = server_factory(["--config", _config(tmp_path, suite=url, fallback=local, fetch_timeout_seconds=2)])
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 25  # well before the 30 s the server trickles for, on a loaded machine too
     assert f"cases from the local copy {local}" in srv.logs() and "took longer than 2 s in all" in srv.logs()
 
 
