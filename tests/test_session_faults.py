@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from conftest import ServerProcess, read_db, sql
+from conftest import ServerProcess, read_db, sql, started_after_kill
 from otlp_build import trace_request
 from test_store_faults import _fill, small_disk  # noqa: F401 - the small file system fixture
 
@@ -127,7 +127,7 @@ def test_a_span_between_a_traces_pick_and_its_job_leaves_its_session_to_close_af
     reopened = _metrics(srv).get("traces_reopened_before_assembly", 0)
     srv.kill()  # before the trace goes idle again
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     assert again.admin_post("/flush")["traces"] == 1
     assert again.stop() == 0
     rows = read_db(db, "SELECT session_id, status, span_count, tool_call_count FROM sessions "
@@ -153,7 +153,7 @@ def test_a_kill_with_sessions_open_ends_every_session_closed_and_as_an_uninterru
     assert _metrics(srv)["open_traces"] == 1 + len(second_turns)
     srv.kill()
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     again.admin_post("/flush")
     assert again.stop() == 0
     got = _sessions(db)
@@ -207,7 +207,7 @@ def test_a_kill_in_the_middle_of_session_jobs_appending_new_versions_restarts_to
     done = read_db(db, "SELECT count(*) AS n FROM sessions WHERE trace_count = 2")[0]["n"]
     assert 0 < done < FILLERS, "the kill came before or after the session jobs, not among them"
 
-    again = server_factory(["--config", str(_config(tmp_path, "again", compact_every_seconds=0.2))], db=db)
+    again = started_after_kill(server_factory, ["--config", str(_config(tmp_path, "again", compact_every_seconds=0.2))], db)
     again.admin_post("/flush")
     _wait(lambda: sql(db, "SELECT count(*) AS n FROM session_rows") == [{"n": 0}])  # every appended row folded
     assert _metrics(again)["session_rows_compacted"] >= FILLERS - done

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import ServerProcess, agentfunnel_cmd, read_db, run_cli
+from conftest import ServerProcess, agentfunnel_cmd, read_db, run_cli, started_after_kill
 from otlp_build import trace_request
 from test_session_faults import (_flush_until_killed, _metrics, _post, _sessions, _stored, _turn, _uninterrupted,
                                  _wait)
@@ -121,7 +121,7 @@ def test_a_kill_during_ingest_checkpoints_and_jobs_then_the_clients_retries_end_
     exporters.kill(srv)
     assert sum(exporters.acknowledged) < CONVERSATIONS * TURNS, "the kill came after the ingest, not in it"
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     exporters.retry(again)
     _ends_as_an_uninterrupted_run(server_factory, tmp_path, again, exporters.requests)
 
@@ -170,14 +170,14 @@ def test_kills_in_the_middle_of_checkpoints_during_ingest_and_jobs_end_as_an_uni
     exporters = _Exporters()
     in_checkpoint = trials = 0
     while not in_checkpoint and trials < 5:
-        srv = server_factory(["--config", str(cfg)], db=db)
+        srv = started_after_kill(server_factory, ["--config", str(cfg)], db)
         exporters.retry(srv)  # what the last kill cut off
         exporters.start(srv, range(trials * TURNS, (trials + 1) * TURNS))
         in_checkpoint += _kill_in_a_checkpoint(srv, exporters)
         trials += 1
     assert in_checkpoint, f"none of {trials} kills came in the middle of a checkpoint"
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     exporters.retry(again)
     _ends_as_an_uninterrupted_run(server_factory, tmp_path, again, exporters.requests)
 
@@ -194,7 +194,7 @@ def test_a_kill_during_a_restarts_recovery_then_a_second_restart_ends_as_an_unin
         _post(srv, spans)
     srv.kill()
 
-    recovering = server_factory(["--config", str(cfg)], db=db)
+    recovering = started_after_kill(server_factory, ["--config", str(cfg)], db)
     assembled = _metrics(recovering).get("traces_assembled", 0)
     threading.Thread(target=_flush_until_killed, args=(recovering,), daemon=True).start()
     _wait(lambda: _metrics(recovering).get("traces_assembled", 0) >= assembled + CONVERSATIONS // 4, every=0.01)
@@ -202,7 +202,7 @@ def test_a_kill_during_a_restarts_recovery_then_a_second_restart_ends_as_an_unin
     done = read_db(db, "SELECT count(*) AS n FROM sessions WHERE trace_count = 2")[0]["n"]
     assert 0 < done < CONVERSATIONS, "the kill came before or after the recovery's assembly, not in it"
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     again.admin_post("/flush")
     assert again.stop() == 0
     _spans_once(db)
@@ -229,7 +229,7 @@ def test_a_kill_during_a_stops_last_assembly_ends_after_a_restart_as_an_uninterr
     done = read_db(db, "SELECT count(*) AS n FROM sessions")[0]["n"]
     assert 0 < done < len(requests), "the kill came before or after the stop's assembly, not in it"
 
-    again = server_factory(["--config", str(cfg)], db=db)
+    again = started_after_kill(server_factory, ["--config", str(cfg)], db)
     again.admin_post("/flush")
     assert again.stop() == 0
     _spans_once(db)
