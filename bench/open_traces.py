@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--held-mib", type=int, default=None, help="sessions.max_held_bytes (default: the server's)")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--push-back", action=argparse.BooleanOptionalAction, default=False,
+                   help="sessions.push_back_when_held_full (default off here: with it on, intake stops once the "
+                        "held records reach max_held_bytes, and traces that never go idle are never taken)")
     args = p.parse_args(argv)
     atexit.register(Child.cleanup)
     workdir = Path(tempfile.mkdtemp(prefix="af-open-"))
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     held = f"max_held_bytes = {args.held_mib * 1024 * 1024}\n" if args.held_mib else ""
     config = workdir / "open.toml"
     config.write_text(f"[sessions]\nidle_timeout_seconds = 86400\ncheck_interval_seconds = 1\n"
-                      f"open_refresh_seconds = 0\nmax_open_traces = {args.traces * 2}\n{held}")
+                      f"open_refresh_seconds = 0\nmax_open_traces = {args.traces * 2}\n"
+                      f"push_back_when_held_full = {str(args.push_back).lower()}\n{held}")
     child = Child("agentfunnel serve (open traces)",
                   agentfunnel_cmd() + ["serve", "--db", str(workdir / "open.duckdb"), "--grpc-port", "0",
                                        "--http-port", "0", "--config", str(config)],
