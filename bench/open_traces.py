@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", type=int, default=100_000)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--held-mib", type=int, default=None, help="sessions.max_held_bytes (default: the server's)")
+    p.add_argument("--duckdb-mib", type=int, default=None, help="store.memory_limit_mb (default: the server's)")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--push-back", action=argparse.BooleanOptionalAction, default=False,
                    help="sessions.push_back_when_held_full (default off here: with it on, intake stops once the "
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(built in {time.perf_counter() - t0:.0f} s)")
     held = f"max_held_bytes = {args.held_mib * 1024 * 1024}\n" if args.held_mib else ""
     config = workdir / "open.toml"
-    config.write_text(f"[sessions]\nidle_timeout_seconds = 86400\ncheck_interval_seconds = 1\n"
+    store = f"[store]\nmemory_limit_mb = {args.duckdb_mib}\n" if args.duckdb_mib else ""
+    config.write_text(f"{store}[sessions]\nidle_timeout_seconds = 86400\ncheck_interval_seconds = 1\n"
                       f"open_refresh_seconds = 0\nmax_open_traces = {args.traces * 2}\n"
                       f"push_back_when_held_full = {str(args.push_back).lower()}\n{held}")
     child = Child("agentfunnel serve (open traces)",
