@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import hashlib
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +34,8 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from ingest import AF_READY, Child, agentfunnel_cmd, drive_streams, get_json, loadavg, proc_status  # noqa: E402
+from ingest import (AF_READY, Child, agentfunnel_cmd, drive_streams, get_json, loadavg, proc_status,  # noqa: E402
+                    sql_rows)
 
 FIXTURES = ROOT / "tests" / "fixtures" / "otlp"
 SPANS_PER_REQUEST = 512
@@ -134,14 +133,6 @@ def build(frameworks: list[str], spans_wanted: int, clients: int) -> tuple[list[
     return streams, spans, traces
 
 
-def _sql(db: Path, query: str) -> list[dict]:
-    proc = subprocess.run(agentfunnel_cmd() + ["sql", "--db", str(db), "--format", "json", query],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"agentfunnel sql failed ({proc.returncode}): {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
-
-
 def run(label: str, frameworks: list[str], args: argparse.Namespace, workdir: Path) -> dict:
     streams, spans, traces = build(frameworks, args.spans, args.clients)
     config = workdir / f"{label}.toml"
@@ -166,8 +157,8 @@ def run(label: str, frameworks: list[str], args: argparse.Namespace, workdir: Pa
         time.sleep(0.1)
     seconds, cpu = time.perf_counter() - t0, child.cpu_seconds() - cpu0
     peak = proc_status(child.proc.pid).get("VmHWM", 0)
-    dialects = _sql(db, "SELECT dialect, count(*) AS n FROM spans GROUP BY ALL ORDER BY n DESC")
-    sessions = _sql(db, "SELECT count(*) AS n, max(trace_count) AS largest, count(*) FILTER (status = 'closed') "
+    dialects = sql_rows(db, "SELECT dialect, count(*) AS n FROM spans GROUP BY ALL ORDER BY n DESC")
+    sessions = sql_rows(db, "SELECT count(*) AS n, max(trace_count) AS largest, count(*) FILTER (status = 'closed') "
                         "AS closed FROM sessions")[0]
     child.stop()
     return {"label": label, "spans": spans, "traces": traces, "ack_s": d.seconds, "e2e_s": seconds,

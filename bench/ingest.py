@@ -345,14 +345,18 @@ def agentfunnel_cmd(wrap: bool = False) -> list[str]:
     return prefix + [sys.executable, "-m", "agentfunnel.collector.cli"]
 
 
-def stored_spans(db: Path) -> int:
-    """``select count(*)`` through the real CLI: the running server owns the file."""
-    proc = subprocess.run(agentfunnel_cmd() + ["sql", "--db", str(db), "--format", "json",
-                                               "select count(*) as n from spans"],
+def sql_rows(db: Path, query: str) -> list[dict[str, Any]]:
+    """A query's rows through the real CLI (through the running server when one owns the file)."""
+    proc = subprocess.run(agentfunnel_cmd() + ["sql", "--db", str(db), "--format", "json", query],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"agentfunnel sql failed ({proc.returncode}): {proc.stderr.strip()}")
-    return int(json.loads(proc.stdout)[0]["n"])
+    return json.loads(proc.stdout)
+
+
+def stored_spans(db: Path) -> int:
+    """``select count(*)`` through the real CLI: the running server owns the file."""
+    return int(sql_rows(db, "select count(*) as n from spans")[0]["n"])
 
 
 def get_json(url: str) -> Any:

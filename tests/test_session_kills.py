@@ -127,11 +127,12 @@ def test_a_kill_during_ingest_checkpoints_and_jobs_then_the_clients_retries_end_
 
 
 def _iteration(db: Path) -> int:
-    """The database's checkpoint iteration, from its header (the newer of its two database headers): DuckDB writes it
+    """The database's checkpoint iteration, from its header (as the store's log check reads it): DuckDB writes it
     as a checkpoint's last step, after the checkpoint's blocks and before it empties the write-ahead log."""
+    from agentfunnel.collector.store.guard import _HEADER_BYTES, _iteration as header_iteration
+
     with open(db, "rb") as f:
-        header = f.read(3 * 4096)
-    return max(int.from_bytes(header[at:at + 8], "little") for at in (4096 + 8, 8192 + 8))
+        return header_iteration(f.read(_HEADER_BYTES))
 
 
 def _written(db: Path) -> tuple[int, int]:

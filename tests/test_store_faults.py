@@ -97,17 +97,15 @@ def test_a_write_ahead_log_cut_short_or_deleted_is_refused_and_kept(server_facto
 
 
 def _entries(wal: Path) -> list[tuple[int, int]]:
-    """(offset, length) of each framed entry of a write-ahead log: a length and a checksum, then the entry."""
-    from agentfunnel.collector.store.guard import _first_framed_entry
+    """(offset, length) of each framed entry of a write-ahead log (``guard.log_entries``), which must cover it."""
+    from agentfunnel.collector.store.guard import log_entries
 
-    data = wal.read_bytes()
-    at, found = _first_framed_entry(data[:256]), []
-    assert at is not None, "not a log of the version the store's check reads"
-    while at < len(data):
-        size = int.from_bytes(data[at:at + 8], "little")
-        found.append((at, size))
-        at += 16 + size
-    assert at == len(data), "the framing does not cover the log"
+    size = wal.stat().st_size
+    with open(wal, "rb") as f:
+        found = list(log_entries(f.fileno(), size))
+    assert found, "not a log of the version the store's check reads"
+    assert all(n is not None for _, n in found) and found[-1][0] + 16 + found[-1][1] == size, \
+        "the framing does not cover the log"
     return found
 
 

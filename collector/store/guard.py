@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import struct
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -180,25 +181,37 @@ def _first_framed_entry(head: bytes) -> int | None:
         return None
 
 
+def log_entries(fd: int, end: int) -> Iterator[tuple[int, int | None]]:
+    """Each framed entry of an open log, up to ``end``, as (its offset, the length it claims); None for a frame cut
+    short by the end. Nothing when the framing is not one this reads. Reads 16 bytes per entry: a length, then a
+    checksum."""
+    at = _first_framed_entry(os.pread(fd, _VERSION_ENTRY_MAX, 0))
+    if at is None:
+        return
+    while at < end:
+        frame = os.pread(fd, 16, at)
+        if len(frame) < 16:
+            yield at, None
+            return
+        size = struct.unpack_from("<Q", frame)[0]
+        yield at, size
+        at += 16 + size
+
+
 def entry_past_end(wal: Path, committed: int) -> tuple[int, int] | None:
     """The first framed entry starting inside the committed bytes whose length runs past the log's end, as
     (its offset, the length it claims); None when there is none or the framing is not one this reads.
 
-    Reads 16 bytes per entry: a length, then a checksum. The walk stops at the committed length, so what a
-    crash tore after the last commit is not judged."""
+    The walk stops at the committed length, so what a crash tore after the last commit is not judged."""
     with open(wal, "rb") as f:
         end = os.fstat(f.fileno()).st_size
-        at = _first_framed_entry(f.read(_VERSION_ENTRY_MAX))
-        if at is None:
-            return None
-        while at < committed:
-            frame = os.pread(f.fileno(), 16, at)
-            if len(frame) < 16:
+        for at, size in log_entries(f.fileno(), end):
+            if at >= committed:
+                break
+            if size is None:
                 return at, 16
-            size = struct.unpack_from("<Q", frame)[0]
             if at + 16 + size > end:
                 return at, size
-            at += 16 + size
     return None
 
 
