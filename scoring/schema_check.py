@@ -50,6 +50,11 @@ class Unchecked(Exception):
         self.reason = reason
         self.detail = detail
 
+    def again(self) -> "Unchecked":
+        """The same refusal, new: one that is kept and raised again must not keep the frames of the raise before
+        (a validation's stack, with the instance it was checking) alive through its traceback."""
+        return Unchecked(self.reason, self.detail)
+
 
 # ----------------------------------------------------------------------------- counting and logging
 
@@ -115,7 +120,7 @@ def _regex(pattern: Any) -> Any:
         raise Unchecked("invalid_schema", f"pattern {pattern!r} is not a string")
     found = _compiled(pattern)
     if isinstance(found, Unchecked):
-        raise found
+        raise found.again()
     return found
 
 
@@ -270,7 +275,7 @@ class SchemaCheck:
         try:
             self.validator = self._build()
         except Unchecked as e:
-            self.refused = e
+            self.refused = e.again()
 
     def _build(self) -> Any:
         schema, limits = self.schema, self.limits
@@ -303,7 +308,7 @@ class SchemaCheck:
 
     def _run(self, instance: Any, consume: Any) -> Any:
         if self.refused is not None:
-            raise self.refused
+            raise self.refused.again()
         size = _json_size(instance, "the instance")
         if size > self.limits.max_instance_bytes:
             raise Unchecked("instance_too_large", f"{size} bytes of JSON, more than max_instance_bytes "
@@ -312,7 +317,7 @@ class SchemaCheck:
             return self._within(lambda: consume(self.validator.iter_errors(instance)))
         except Unchecked as e:
             if e.reason == "deadline":
-                self.refused = e  # a schema that costly is not tried again
+                self.refused = e.again()  # a schema that costly is not tried again
             raise
 
     def _within(self, run: Any) -> Any:

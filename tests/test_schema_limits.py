@@ -146,6 +146,32 @@ def test_a_schema_exponential_to_check_stops_at_its_cpu_time_and_is_not_tried_ag
     assert cpu[0] < 0.02 * 5  # one deadline, not twenty
 
 
+def test_a_schema_refused_for_its_cost_keeps_nothing_of_the_check_that_ran_out_of_time():
+    """The refusal is kept (the schema is not tried again) and raised for every later call: it must not hold the
+    stack of the check that ran out of time, nor the instance that check was reading, through its traceback."""
+    import gc
+    import weakref
+
+    from agentfunnel.scoring.schema_check import SchemaCheck
+
+    class Arguments(dict):  # a dict that can be watched for being let go
+        pass
+
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(40)}
+    schema = {"$defs": {**defs, "d40": {"type": "string"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/d0"}}}
+    check = SchemaCheck(schema, SchemaLimits(max_seconds=0.02))
+    instance = Arguments(n=1)
+    watched = weakref.ref(instance)
+    for _ in range(2):  # the check that runs out of time, then one refused at once
+        with pytest.raises(Unchecked, match="deadline"):
+            check.valid(instance)
+    del instance
+    gc.collect()
+    assert watched() is None, "the kept refusal holds the instance its check was reading"
+    with pytest.raises(Unchecked, match="deadline"):
+        check.valid({"n": 2})
+
+
 def test_sizes_and_nesting_past_the_limits_give_no_verdict():
     take_refusals()
     limits = SchemaLimits(max_schema_bytes=200, max_instance_bytes=100, max_depth=8)
