@@ -784,8 +784,11 @@ static int request(Walk *w, const uint8_t *p, const uint8_t *end) {
 enum {
     X_ACTIVITY, X_ANSWERS, X_CALLFACTS, X_CATALOG, X_STARTS, X_EXTENT, X_MODELS, X_REQUESTS, X_ROOTS, X_ROOTFACTS,
     X_SERVICES, X_TOKENS, X_COST, X_ERROR_FACTS, X_BARE, X_AGENTS, X_NOTHING, X_OK_FLAGS, X_OK_PAYMENT, X_SERVERS,
-    X_FINISH_MAP, X_PAYLOAD, X_MESSAGES, X_OFFERS, NKIT
+    X_FINISH_MAP, X_PAYLOAD, X_MESSAGES, X_OFFERS, X_EVIDENCE, X_FLAG_SETS, X_ARGUMENTS, NKIT
 };
+
+/* collector/_evidence.c */
+int evidence_scan(PyObject *spec, const uint8_t *text, Py_ssize_t n, int failed, uint32_t *mask, int *payment);
 
 typedef struct {
     PyObject **kit;
@@ -928,8 +931,38 @@ static PyObject *answers(Build *b) {
     return r;
 }
 
-/* A tool call's arguments and result, read by the reference's own functions (JSON stays Python's here):
- * (arguments, canonical arguments, flags, mentions payment). */
+/* A tool call's result read by the compiled evidence reader (when the kit has its spec and it does not
+ * decline the text), its arguments by the reference's own reader: (arguments, canonical, flags, payment);
+ * Py_None where the reader declines, so the caller reads the whole payload the reference's way. */
+static PyObject *scanned_payload(Build *b, size_t i) {
+    const SpanS *s = b->s[i];
+    PyObject *spec = b->kit[X_EVIDENCE];
+    if (spec == Py_None) Py_RETURN_NONE;
+    int failed = PyObject_IsTrue(b->error[i]);
+    if (failed < 0) return NULL;
+    uint32_t mask = 0;
+    int mentions = 0, r = s->result.n < 0 ? 1 : evidence_scan(spec, s->result.p, s->result.n, failed, &mask, &mentions);
+    if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *a = text(s->arguments), *args = a ? PyObject_CallOneArg(b->kit[X_ARGUMENTS], a) : NULL, *out = NULL;
+    Py_XDECREF(a);
+    if (!args) return NULL;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 2) {
+        Py_DECREF(args);
+        PyErr_SetString(PyExc_TypeError, "arguments gives (arguments, canonical)");
+        return NULL;
+    }
+    PyObject *key = failed ? NULL : PyLong_FromUnsignedLong(mask);
+    PyObject *flags = failed ? Py_NewRef(b->kit[X_NOTHING]) : key ? PyObject_GetItem(b->kit[X_FLAG_SETS], key) : NULL;
+    Py_XDECREF(key);
+    if (flags)
+        out = Py_BuildValue("(OOOO)", PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1), flags,
+                            (mentions || (failed && b->payment[i])) ? Py_True : Py_False);
+    Py_XDECREF(flags);
+    Py_DECREF(args);
+    return out;
+}
+
+/* A tool call's arguments and result: (arguments, canonical arguments, flags, mentions payment). */
 static PyObject *payload(Build *b, size_t i) {
     const SpanS *s = b->s[i];
     if (s->arguments.n < 0 && s->result.n < 0) {
@@ -937,6 +970,9 @@ static PyObject *payload(Build *b, size_t i) {
         return Py_BuildValue("(OsOO)", Py_None, "null", failed ? b->kit[X_NOTHING] : b->kit[X_OK_FLAGS],
                              failed ? (b->payment[i] ? Py_True : Py_False) : b->kit[X_OK_PAYMENT]);
     }
+    PyObject *scanned = scanned_payload(b, i);
+    if (scanned != Py_None) return scanned;
+    Py_DECREF(scanned);
     PyObject *a = text(s->arguments), *r = a ? text(s->result) : NULL, *out = NULL;
     if (r) out = PyObject_CallFunctionObjArgs(b->kit[X_PAYLOAD], a, r, b->error[i], NULL);
     Py_XDECREF(a);

@@ -1750,9 +1750,15 @@ static PyObject *int64_buffer(PyObject *self, PyObject *arg) {
 /* collector/_summaries.c: per-trace summaries of GenAI-semconv spans, in the same extension. */
 PyObject *genai_summaries(PyObject *self, PyObject *args);
 extern const char *const genai_summaries_doc_text;
+/* collector/_evidence.c: evidence in a tool result's text. */
+PyObject *evidence_spec(PyObject *self, PyObject *args);
+PyObject *evidence_scan_py(PyObject *self, PyObject *args);
+extern const char *const evidence_spec_doc_text, *const evidence_scan_doc_text;
 
 static PyMethodDef methods[] = {
     {"genai_summaries", genai_summaries, METH_VARARGS, NULL},
+    {"evidence_spec", evidence_spec, METH_VARARGS, NULL},
+    {"evidence_scan", evidence_scan_py, METH_VARARGS, NULL},
     {"decode_traces", decode_traces, METH_VARARGS, decode_traces_doc},
     {"string_buffers", string_buffers, METH_O, string_buffers_doc},
     {"int64_buffer", int64_buffer, METH_O, int64_buffer_doc},
@@ -1770,6 +1776,8 @@ PyMODINIT_FUNC PyInit__wire(void) {
     for (int i = 0; i < 256; i++) JSON_CLASS[i] = i < 0x20 ? 1 : (i >= 0x80 ? 2 : 0);
     JSON_CLASS['"'] = JSON_CLASS['\\'] = 1;
     methods[0].ml_doc = genai_summaries_doc_text;
+    methods[1].ml_doc = evidence_spec_doc_text;
+    methods[2].ml_doc = evidence_scan_doc_text;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     DecodeError = PyErr_NewExceptionWithDoc("agentfunnel.collector._wire.DecodeError",

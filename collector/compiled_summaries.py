@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..scoring import SessionScorer
-from ..scoring.dropoff import payment_mentions
+from ..scoring import evidence as ev
+from ..scoring.dropoff import PAYMENT_STATUSES, payment_mentions
+from ..scoring.evidence_settings import EvidenceSettings
 from ..scoring.engine import TraceSummary, from_states
 from ..scoring.evidence import find
 from ..scoring.facts import FACTS
@@ -128,6 +130,66 @@ def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
                  tuple((k, v) for k, v in values if k not in odd_values))
 
 
+# The flags the compiled evidence reader (collector/_evidence.c) raises, by bit: a mask's bit i is FLAG_BITS[i].
+FLAG_BITS = (ev.ORDER_CONFIRMED, ev.ORDER_PENDING, ev.CHECKOUT_URL, ev.CHECKOUT_STATUS, ev.CART, ev.RFQ, ev.QUOTE,
+             ev.PO, ev.PRODUCT_IDS, ev.OPTIONS_WITHOUT_IDS, ev.CHECKOUT_PAGE)
+_BIT = {flag: 1 << i for i, flag in enumerate(FLAG_BITS)}
+
+
+def evidence_spec(settings: EvidenceSettings) -> Any:
+    """What the compiled evidence reader reads results with, made once per settings; None where it cannot
+    read them as the reference does (a phrase whose lower case is not ASCII: every result goes to Python)."""
+    if _wire is None:
+        return None
+    phrases = [[p.lower() for p in PAYMENT_STATUSES], [p.lower() for p in settings.payment_required_phrases]]
+    if not all(p.isascii() for group in phrases for p in group):
+        return None
+    presence: dict[str, int] = {}
+    for flag, keys in ((ev.CHECKOUT_URL, settings.checkout_url_keys), (ev.CHECKOUT_STATUS, settings.checkout_objects),
+                       (ev.CART, settings.cart_keys), (ev.RFQ, settings.rfq_keys), (ev.QUOTE, settings.quote_keys),
+                       (ev.PO, settings.po_keys), (ev.PRODUCT_IDS, settings.product_id_keys)):
+        for key in keys:
+            presence[key] = presence.get(key, 0) | _BIT[flag]
+    try:
+        return _wire.evidence_spec(
+            tuple(presence.items()), tuple(settings.order_id_keys),
+            tuple((k, int("confirmation" in k.lower())) for k in settings.booking_id_keys), tuple(settings.order_objects),
+            tuple(settings.confirmed_statuses), tuple(settings.checkout_statuses), *map(tuple, phrases),
+            tuple(_BIT[f] for f in (ev.ORDER_CONFIRMED, ev.ORDER_PENDING, ev.CHECKOUT_STATUS, ev.CHECKOUT_PAGE,
+                                    ev.OPTIONS_WITHOUT_IDS)))
+    except UnicodeEncodeError:  # a key with a lone surrogate: no result's key can equal it as UTF-8
+        return None
+
+
+def flags_of(mask: int) -> frozenset[str]:
+    """The flags of a mask, as the one set ``flag_set`` holds for them."""
+    return flag_set(flag for i, flag in enumerate(FLAG_BITS) if mask >> i & 1)
+
+
+class FlagSets(dict[int, frozenset[str]]):
+    """Each mask's flags, made on first use (a mask per combination of flags seen: a few dozen at most)."""
+
+    def __missing__(self, mask: int) -> frozenset[str]:
+        flags = self[mask] = flags_of(mask)
+        return flags
+
+
+def scanned_result(spec: Any, text: str | bytes, failed: bool) -> tuple[frozenset[str], bool] | None:
+    """A tool result's (flags, mentions payment) read in C from its text, as ``reference_result`` reads it; None
+    where the compiled reader declines the text. The flags are empty for a failed call, whose payment mention
+    here is the result's alone (the error's is read beside it)."""
+    found = _wire.evidence_scan(spec, text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text, failed)
+    return None if found is None else (flags_of(found[0]), found[1])
+
+
+def reference_result(text: str, failed: bool, settings: EvidenceSettings) -> tuple[frozenset[str], bool]:
+    """The reference's reading of a tool result's text: ``find`` and ``payment_mentions`` over ``parse_json``."""
+    result = parse_json(text)
+    if failed:
+        return NOTHING, ev.mentions(result, settings.payment_required_phrases)
+    return flag_set(ev.find(result, settings)), payment_mentions(None, result, settings)
+
+
 def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
     """The classes and helpers the compiled path makes states with (the order of ``X_*`` in _summaries.c)."""
     evidence, prices, agents = scorer.settings.evidence, scorer.settings.prices, scorer.settings.agents
@@ -161,6 +223,11 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
             answer = last_assistant_text(out)
         return reason, answer, asked, first_user_text(input_messages) if input_messages is not None else None
 
+    def arguments(text: str | None) -> tuple[Any, str]:
+        # a tool call's arguments as the GenAI dialect and the call facts read them (its result read in C)
+        parsed = parse_json(text)
+        return parsed, json.dumps(parsed, sort_keys=True, default=str)
+
     def offers(pairs: list[tuple[Any, str]]) -> tuple[Catalog, frozenset[str]]:
         # the catalog and offered names of the spans offering tools, as the catalog and refused facts read them
         offered = [(key, found) for key, text in pairs if (found := tool_definitions(text))]
@@ -170,7 +237,8 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
     return (Activity, Answers, builder(CallFacts), lambda: Catalog({}, NOTHING), Starts, Extent, Models, Requests, Roots,
             builder(RootFacts), Services, Tokens, prices.cost, error_facts, lambda name: split_tool_name(name)[1],
             agents if isinstance(agents, Mapping) else dict.fromkeys(agents), NOTHING, flag_set(find(None, evidence)),
-            payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload, messages, offers)
+            payment_mentions(None, None, evidence), ServerFacts.of(()), dict(FINISH_REASONS), payload, messages, offers,
+            evidence_spec(evidence), FlagSets(), arguments)
 
 
 @dataclass

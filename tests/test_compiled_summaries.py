@@ -430,9 +430,31 @@ def test_a_reader_refusing_a_value_hands_the_body_to_the_reference():
         raise ValueError("not readable")
 
     kit = list(compiled._kit)
-    kit[21] = refuses  # the tool-call payload reader
+    kit[21] = kit[-1] = refuses  # the tool-call payload reader, and the arguments reader beside the compiled result's
     compiled._kit = tuple(kit)
     body = request([[span(1, 1, op="execute_tool", attrs={"gen_ai.tool.name": "t", "gen_ai.tool.call.result": "{}"})]])
     got = compiled.summaries(body)
     assert got.whole_body_reason == "ValueError: not readable" and got.spans_python == 1
+    assert got.by_trace == reference_summaries(body, SCORER).by_trace
+
+
+def test_tool_results_are_read_in_c_and_only_those_it_declines_by_the_reference():
+    compiled = CompiledSummaries(SCORER)
+    read_by_reference: list[str] = []
+    kit = list(compiled._kit)
+    payload = kit[21]
+
+    def counted(arguments: str | None, result: str | None, error: str | None) -> tuple:
+        read_by_reference.append(result)
+        return payload(arguments, result, error)
+
+    kit[21] = counted
+    compiled._kit = tuple(kit)
+    results = ['{"order_id": "o-1", "status": "paid"}', '{"a": 1, "a": 2}', "requires_payment, plainly"]
+    body = request([[span(1, i, op="execute_tool", start=i, attrs={
+        "gen_ai.tool.name": "checkout", "gen_ai.tool.call.arguments": '{"x": 1}', "gen_ai.tool.call.result": result})
+        for i, result in enumerate(results, 1)]])
+    got = compiled.summaries(body)
+    assert got.spans_compiled == 3
+    assert read_by_reference == ['{"a": 1, "a": 2}']  # a key given twice: declined by the compiled reader
     assert got.by_trace == reference_summaries(body, SCORER).by_trace
