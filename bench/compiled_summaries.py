@@ -7,7 +7,10 @@ Three kinds of input:
   back to Python, which is what mixed traffic costs);
 - the GenAI-semconv recordings the compiled path reads whole (``openai-agents-otel``);
 - agent turns without JSON payloads (the walk alone, calling no Python reader);
-- synthetic agent traffic from ``sessions_payloads.py``, as ``ingest.py --sessions`` builds it.
+- synthetic agent traffic from ``sessions_payloads.py``, as ``ingest.py --sessions`` builds it; its
+  turns span requests, so it is also summarized whole: each trace once from the reference's records,
+  from the compiled parts of each request merged, and from its spans kept in C across requests
+  (``CompiledTraces``) and taken once.
 
 For each: spans read in C and handed back, µs per span of the reference, of ``summaries`` (compiled
 where it can, the reference for the rest) and of the compiled walk alone. The figure is the best
@@ -35,7 +38,12 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from agentfunnel.collector.compiled_summaries import CompiledSummaries, reference_summaries  # noqa: E402
+from agentfunnel.collector.compiled_summaries import (  # noqa: E402
+    CompiledSummaries,
+    CompiledTraces,
+    records_by_trace,
+    reference_summaries,
+)
 from agentfunnel.scoring import SessionScorer  # noqa: E402
 
 SPANS_PER_REQUEST = 512  # as ingest.py sends them
@@ -131,6 +139,70 @@ def measure(label: str, bodies: list[bytes], reps: int, compiled: CompiledSummar
               f"the rest is the reference's JSON readers called from it")
 
 
+def scattered(bodies: list[bytes], parts: int, seed: int = 1) -> list[bytes]:
+    """The bodies' spans sent in ``parts`` times as many requests, each span in one at random (as a batch
+    exporter sends spans when they end): most traces then span several requests."""
+    import random
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    rnd = random.Random(seed)
+    out = []
+    for body in bodies:
+        whole = ExportTraceServiceRequest.FromString(body)
+        reqs = [ExportTraceServiceRequest() for _ in range(parts)]
+        for rs in whole.resource_spans:
+            for ss in rs.scope_spans:
+                homes = []
+                for req in reqs:
+                    r = req.resource_spans.add()
+                    r.resource.CopyFrom(rs.resource)
+                    homes.append(r.scope_spans.add(scope=ss.scope))
+                for pb in ss.spans:
+                    rnd.choice(homes).spans.add().CopyFrom(pb)
+        out += [r.SerializeToString() for r in reqs]
+    return out
+
+
+def measure_across_requests(label: str, bodies: list[bytes], reps: int, compiled: CompiledSummaries) -> None:
+    """Traces whose spans come in several requests, summarized once each: the reference (every body decoded and
+    normalized, each trace's records summarized once), the compiled parts of each body merged per trace, and the
+    spans kept in C across requests (``CompiledTraces``), each trace's states made once when taken."""
+    scorer = compiled.scorer
+
+    def reference() -> dict:
+        traces: dict[str, list] = {}
+        for body in bodies:
+            for trace_id, records in records_by_trace(body).items():
+                traces.setdefault(trace_id, []).extend(records)
+        return {t: scorer.summarize(records) for t, records in traces.items()}
+
+    def merged() -> dict:
+        parts: dict[str, list] = {}
+        for body in bodies:
+            for trace_id, summary in compiled.summaries(body).by_trace.items():
+                parts.setdefault(trace_id, []).append(summary)
+        return {t: scorer.merge(p) for t, p in parts.items()}
+
+    want = reference()
+
+    def kept() -> dict:
+        traces = CompiledTraces(scorer)
+        for body in bodies:
+            traces.add(body)
+        return {t: traces.take(t) for t in want}
+
+    assert merged() == want and kept() == want, label  # the figures are of equal results
+    spans = sum(len(r) for b in bodies for r in records_by_trace(b).values())
+    per_trace = sum(len(compiled.compiled(b)[0] or ()) for b in bodies) / max(len(want), 1)
+    print(f"{label}: {len(bodies)} bodies, {spans} spans, {len(want)} traces, {per_trace:.2f} requests a trace")
+    for name, run in (("reference (decode, normalize, summarize once a trace)", reference),
+                      ("compiled parts of each body, merged a trace", merged),
+                      ("kept in C across requests, taken once a trace", kept)):
+        best, median = _best(reps, run)
+        print(f"  {name:<50} {1e6 * best / spans:7.2f} µs/span (median {1e6 * median / spans:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=10)
@@ -144,8 +216,11 @@ def main() -> None:
     measure("GenAI-semconv recordings (openai-agents-otel)", fixture_bodies("openai-agents-otel/*.traces.binpb"),
             args.reps, compiled)
     measure("agent turns without JSON payloads", plain_bodies(8), args.reps, compiled)
-    measure("synthetic agent traffic (sessions_payloads)", session_bodies(args.session_count, args.turns),
-            args.reps, compiled)
+    sessions = session_bodies(args.session_count, args.turns)
+    measure("synthetic agent traffic (sessions_payloads)", sessions, args.reps, compiled)
+    measure_across_requests("synthetic agent traffic, whole", sessions, args.reps, compiled)
+    measure_across_requests("synthetic agent traffic, each request's spans scattered over 3", scattered(sessions, 3),
+                            args.reps, compiled)
 
 
 if __name__ == "__main__":

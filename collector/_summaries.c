@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -1473,6 +1474,82 @@ static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
     return out;
 }
 
+/* The walk's configuration from the caller's tuples (their strings stay the caller's: keep the tuples alive). */
+static int walk_setup(Walk *w, PyObject *enabled, PyObject *deny, PyObject *prefixes, PyObject *users, PyObject *scopes,
+                      PyObject *marks) {
+    memset(w, 0, sizeof *w);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enabled); i++) {
+        PyObject *k = PyTuple_GET_ITEM(enabled, i);
+        Py_ssize_t n;
+        const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, &n) : NULL;
+        if (!s) {
+            PyErr_SetString(PyExc_TypeError, "enabled keys are strings");
+            return -1;
+        }
+        int r = role_of((const uint8_t *)s, (size_t)n);
+        if (r >= 0) w->enabled |= 1u << r;
+    }
+    Py_ssize_t nvalues;
+    if (!(w->deny = slices(deny, &w->ndeny, -1)) || !(w->deny_prefixes = slices(prefixes, &w->ndeny_prefixes, -1)) ||
+        !(w->mark_keys = slices(marks, &w->nmarks, 0)) || !(w->mark_values = slices(marks, &nvalues, 1)) ||
+        !(w->user_keys = slices(users, &w->nuser_keys, -1)))
+        return -1;
+    w->scopes = scopes;
+    return 0;
+}
+
+static void walk_config_free(Walk *w) {
+    PyMem_Free(w->deny);
+    PyMem_Free(w->deny_prefixes);
+    PyMem_Free(w->mark_keys);
+    PyMem_Free(w->mark_values);
+    PyMem_Free(w->user_keys);
+}
+
+/* Walk a body: 0 read (its spans by trace in w), 1 the whole body goes back (*why set), -1 error. */
+static int walk_body(Walk *w, const uint8_t *body, Py_ssize_t len, PyObject **why) {
+    w->start0 = w->last = body;
+    w->end0 = body + len;
+    if (request(w, body, w->end0) < 0) {
+        if (PyErr_Occurred()) return -1;
+        *why = PyUnicode_FromFormat("%s (the field at byte %zd)", w->why ? w->why : "unreadable",
+                                    (Py_ssize_t)(w->last - w->start0));
+        return *why ? 1 : -1;
+    }
+    return 0;
+}
+
+/* The spans of each walked trace together: trace t's are order[at[t]] to order[at[t + 1]] (both malloc'ed). */
+static int group(const Walk *w, const SpanS ***order_out, size_t **at_out) {
+    const SpanS **order = malloc((w->nspans ? w->nspans : 1) * sizeof *order);
+    size_t *at = calloc(w->ntraces + 1, sizeof *at), *fill = calloc(w->ntraces + 1, sizeof *fill);
+    if (!order || !at || !fill) {
+        free(order), free(at), free(fill);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < w->nspans; i++) at[w->spans[i].trace + 1]++;
+    for (size_t t = 0; t < w->ntraces; t++) at[t + 1] += at[t];
+    for (size_t i = 0; i < w->nspans; i++) {
+        uint32_t t = w->spans[i].trace;
+        order[at[t] + fill[t]++] = &w->spans[i];
+    }
+    free(fill);
+    *order_out = order, *at_out = at;
+    return 0;
+}
+
+/* A trace's states from its spans (any order; sorted here), Py_None when it goes back: a span id twice (read
+ * as the later span by facts that look spans up, in Python), or a span the states cannot be made of. */
+static PyObject *trace_states(PyObject **kit, const SpanS **s, size_t n, PyObject *tid) {
+    if (!n) Py_RETURN_NONE;
+    qsort(s, n, sizeof *s, cmp_sid);
+    for (size_t i = 1; i < n; i++)
+        if (memcmp(s[i]->sid, s[i - 1]->sid, 8) == 0) Py_RETURN_NONE;
+    qsort(s, n, sizeof *s, cmp_key);
+    return build(kit, s, n, tid);
+}
+
 PyObject *genai_summaries(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
@@ -1480,123 +1557,394 @@ PyObject *genai_summaries(PyObject *self, PyObject *args) {
                           &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
                           &PyTuple_Type, &kit))
         return NULL;
-    PyObject *result = NULL, *summaries = NULL, *back = NULL;
+    PyObject *result = NULL, *summaries = NULL, *back = NULL, *why = NULL;
     const SpanS **order = NULL;
+    size_t *at = NULL;
     Walk w;
     memset(&w, 0, sizeof w);
     if (PyTuple_GET_SIZE(kit) != NKIT) {
         PyErr_Format(PyExc_TypeError, "the kit has %zd entries, expected %d", PyTuple_GET_SIZE(kit), NKIT);
         goto done;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enabled); i++) {
-        PyObject *k = PyTuple_GET_ITEM(enabled, i);
-        Py_ssize_t n;
-        const char *s = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, &n) : NULL;
-        if (!s) {
-            PyErr_SetString(PyExc_TypeError, "enabled keys are strings");
-            goto done;
-        }
-        int r = role_of((const uint8_t *)s, (size_t)n);
-        if (r >= 0) w.enabled |= 1u << r;
-    }
-    Py_ssize_t nvalues;
-    if (!(w.deny = slices(deny, &w.ndeny, -1)) || !(w.deny_prefixes = slices(prefixes, &w.ndeny_prefixes, -1)) ||
-        !(w.mark_keys = slices(marks, &w.nmarks, 0)) || !(w.mark_values = slices(marks, &nvalues, 1)) ||
-        !(w.user_keys = slices(users, &w.nuser_keys, -1)))
-        goto done;
-    w.scopes = scopes;
-    w.start0 = w.last = body.buf;
-    w.end0 = (const uint8_t *)body.buf + body.len;
-    if (request(&w, body.buf, w.end0) < 0) {
-        if (PyErr_Occurred()) goto done;
-        PyObject *why = PyUnicode_FromFormat("%s (the field at byte %zd)", w.why ? w.why : "unreadable",
-                                             (Py_ssize_t)(w.last - w.start0));
-        if (why) result = PyTuple_Pack(2, Py_None, why);
-        Py_XDECREF(why);
+    if (walk_setup(&w, enabled, deny, prefixes, users, scopes, marks) < 0) goto done;
+    int walked = walk_body(&w, body.buf, body.len, &why);
+    if (walked) {
+        if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
         goto done;
     }
-    /* the spans of each trace together, in session order */
-    order = malloc((w.nspans ? w.nspans : 1) * sizeof *order);
-    size_t *at = calloc(w.ntraces + 1, sizeof *at);
-    if (!order || !at) {
-        free(at);
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (size_t i = 0; i < w.nspans; i++) at[w.spans[i].trace + 1]++;
-    for (size_t t = 0; t < w.ntraces; t++) at[t + 1] += at[t];
-    {
-        size_t *fill = calloc(w.ntraces + 1, sizeof *fill);
-        if (!fill) {
-            free(at);
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (size_t i = 0; i < w.nspans; i++) {
-            uint32_t t = w.spans[i].trace;
-            order[at[t] + fill[t]++] = &w.spans[i];
-        }
-        free(fill);
-    }
+    if (group(&w, &order, &at) < 0) goto done;
     summaries = PyDict_New();
     back = PyList_New(0);
     Py_ssize_t read = 0, handed = 0;
-    if (!summaries || !back) {
-        free(at);
-        goto done;
-    }
+    if (!summaries || !back) goto done;
     for (size_t t = 0; t < w.ntraces; t++) {
         TraceS *tr = &w.traces[t];
-        const SpanS **s = order + at[t];
-        size_t n = at[t + 1] - at[t];
-        if (!tr->bad && n) { /* a span id twice: read as the later span by facts that look spans up, in Python */
-            qsort(s, n, sizeof *s, cmp_sid);
-            for (size_t i = 1; i < n; i++)
-                if (memcmp(s[i]->sid, s[i - 1]->sid, 8) == 0) tr->bad = 1;
-        }
         PyObject *tid = hex(tr->tid, 16), *states = NULL;
-        if (!tid) {
-            free(at);
+        if (!tid) goto done;
+        states = tr->bad ? Py_NewRef(Py_None)
+                         : trace_states((PyObject **)&PyTuple_GET_ITEM(kit, 0), order + at[t], at[t + 1] - at[t], tid);
+        if (!states) {
+            Py_DECREF(tid);
             goto done;
         }
-        if (!tr->bad && n) {
-            qsort(s, n, sizeof *s, cmp_key);
-            states = build((PyObject **)&PyTuple_GET_ITEM(kit, 0), s, n, tid);
-            if (!states) {
-                Py_DECREF(tid);
-                free(at);
-                goto done;
-            }
-        }
         int err;
-        if (states && states != Py_None) {
+        if (states != Py_None) {
             err = PyDict_SetItem(summaries, tid, states);
             read += (Py_ssize_t)tr->nspans;
         } else {
             err = PyList_Append(back, tid);
             handed += (Py_ssize_t)tr->nspans;
         }
-        Py_XDECREF(states);
+        Py_DECREF(states);
         Py_DECREF(tid);
-        if (err < 0) {
-            free(at);
-            goto done;
-        }
+        if (err < 0) goto done;
     }
-    free(at);
     result = Py_BuildValue("(OOnn)", summaries, back, read, handed);
 done:
-    PyMem_Free(w.deny);
-    PyMem_Free(w.deny_prefixes);
-    PyMem_Free(w.mark_keys);
-    PyMem_Free(w.mark_values);
-    PyMem_Free(w.user_keys);
+    walk_config_free(&w);
     Py_XDECREF(summaries);
     Py_XDECREF(back);
+    Py_XDECREF(why);
     free(order);
+    free(at);
     walk_free(&w);
     PyBuffer_Release(&body);
     return result;
 }
 
 const char *const genai_summaries_doc_text = genai_summaries_doc;
+
+/* ---- states kept across requests --------------------------------------------------------------- */
+
+/* A span kept with its trace: the walk's fields, its ids and strings copied into one block of its own. */
+typedef struct {
+    SpanS s;
+    uint8_t *block;
+    size_t size;
+} KeptSpan;
+
+typedef struct {
+    KeptSpan *spans;
+    size_t n, cap, bytes;
+    int back; /* handed back: the records path reads the whole trace */
+} KeptTrace;
+
+typedef struct {
+    PyObject_HEAD
+    Walk config;
+    PyObject *refs; /* the tuples the configuration's strings point into, and the kit */
+    PyObject *kit;
+    PyObject *slots_of; /* trace id (hex) -> slot */
+    KeptTrace *slots;
+    size_t nslots, capslots;
+    size_t *free_slots;
+    size_t nfree, capfree;
+    Py_ssize_t bytes, spans, handed_back;
+} TraceStates;
+
+static const size_t SPAN_STRS[] = {
+    offsetof(SpanS, name), offsetof(SpanS, model), offsetof(SpanS, tool), offsetof(SpanS, agent),
+    offsetof(SpanS, workflow), offsetof(SpanS, error_type), offsetof(SpanS, status_msg), offsetof(SpanS, finish),
+    offsetof(SpanS, service), offsetof(SpanS, arguments), offsetof(SpanS, result), offsetof(SpanS, user),
+    offsetof(SpanS, input), offsetof(SpanS, output), offsetof(SpanS, definitions),
+};
+#define NSPAN_STRS (sizeof SPAN_STRS / sizeof *SPAN_STRS)
+#define KEPT_SPAN_OVERHEAD (sizeof(KeptSpan) + 16) /* the struct and the allocator's header, roughly */
+
+static int keep_span(KeptTrace *t, const SpanS *src) {
+    size_t size = 32;
+    for (size_t k = 0; k < NSPAN_STRS; k++) {
+        const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
+        if (x->n > 0) size += (size_t)x->n;
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        KeptSpan *spans = PyMem_Realloc(t->spans, cap * sizeof *spans);
+        if (!spans) return -1;
+        t->spans = spans, t->cap = cap;
+    }
+    uint8_t *block = PyMem_Malloc(size);
+    if (!block) return -1;
+    KeptSpan *k = &t->spans[t->n];
+    k->s = *src, k->block = block, k->size = size + KEPT_SPAN_OVERHEAD;
+    memcpy(block, src->tid, 16), memcpy(block + 16, src->sid, 8);
+    k->s.tid = block, k->s.sid = block + 16, k->s.pid = NULL;
+    if (src->pid) memcpy(block + 24, src->pid, 8), k->s.pid = block + 24;
+    uint8_t *p = block + 32;
+    for (size_t i = 0; i < NSPAN_STRS; i++) {
+        Str *x = (Str *)((char *)&k->s + SPAN_STRS[i]);
+        if (x->n > 0) {
+            memcpy(p, x->p, (size_t)x->n);
+            x->p = p;
+            p += x->n;
+        } else if (x->n == 0)
+            x->p = p; /* an empty string: any address */
+    }
+    t->n++;
+    t->bytes += k->size;
+    return 0;
+}
+
+static void trace_clear(KeptTrace *t) {
+    for (size_t i = 0; i < t->n; i++) PyMem_Free(t->spans[i].block);
+    PyMem_Free(t->spans);
+    memset(t, 0, sizeof *t);
+}
+
+/* The slot of a trace (made when ``make``); -1 absent, -2 error. */
+static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
+    PyObject *at = PyDict_GetItemWithError(self->slots_of, tid);
+    if (at) return PyLong_AsSsize_t(at);
+    if (PyErr_Occurred()) return -2;
+    if (!make) return -1;
+    size_t slot;
+    int reused = self->nfree > 0;
+    if (reused) slot = self->free_slots[--self->nfree];
+    else {
+        if (self->nslots == self->capslots) {
+            size_t cap = self->capslots ? self->capslots * 2 : 64;
+            KeptTrace *slots = PyMem_Realloc(self->slots, cap * sizeof *slots);
+            if (!slots) {
+                PyErr_NoMemory();
+                return -2;
+            }
+            self->slots = slots, self->capslots = cap;
+        }
+        slot = self->nslots++;
+    }
+    memset(&self->slots[slot], 0, sizeof self->slots[slot]);
+    PyObject *v = PyLong_FromSize_t(slot);
+    int err = v ? PyDict_SetItem(self->slots_of, tid, v) : -1;
+    Py_XDECREF(v);
+    if (err < 0) { /* the slot goes back where it came from */
+        if (reused) self->nfree++;
+        else self->nslots--;
+        return -2;
+    }
+    return (Py_ssize_t)slot;
+}
+
+static int release_slot(TraceStates *self, PyObject *tid, size_t slot) {
+    KeptTrace *t = &self->slots[slot];
+    self->bytes -= (Py_ssize_t)t->bytes;
+    self->spans -= (Py_ssize_t)t->n;
+    trace_clear(t);
+    if (self->nfree == self->capfree) {
+        size_t cap = self->capfree ? self->capfree * 2 : 64;
+        size_t *f = PyMem_Realloc(self->free_slots, cap * sizeof *f);
+        if (!f) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->free_slots = f, self->capfree = cap;
+    }
+    self->free_slots[self->nfree++] = slot;
+    return PyDict_DelItem(self->slots_of, tid);
+}
+
+static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
+    PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!", &PyTuple_Type, &enabled, &PyTuple_Type, &deny, &PyTuple_Type,
+                          &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
+                          &PyTuple_Type, &kit))
+        return -1;
+    if (self->refs) {
+        PyErr_SetString(PyExc_TypeError, "TraceStates is made once");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(kit) != NKIT) {
+        PyErr_Format(PyExc_TypeError, "the kit has %zd entries, expected %d", PyTuple_GET_SIZE(kit), NKIT);
+        return -1;
+    }
+    if (!(self->refs = PyTuple_Pack(6, enabled, deny, prefixes, users, scopes, marks))) return -1;
+    self->kit = Py_NewRef(kit);
+    if (!(self->slots_of = PyDict_New())) return -1;
+    if (!(self->free_slots = PyMem_Malloc(64 * sizeof *self->free_slots))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->capfree = 64;
+    return walk_setup(&self->config, enabled, deny, prefixes, users, scopes, marks);
+}
+
+static void TraceStates_dealloc(TraceStates *self) {
+    for (size_t i = 0; i < self->nslots; i++) trace_clear(&self->slots[i]);
+    PyMem_Free(self->slots);
+    PyMem_Free(self->free_slots);
+    walk_config_free(&self->config);
+    Py_XDECREF(self->slots_of);
+    Py_XDECREF(self->kit);
+    Py_XDECREF(self->refs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Mark a trace handed back (what was kept of it let go): 0, or -1 error. */
+static int hand_back(TraceStates *self, PyObject *tid) {
+    Py_ssize_t slot = slot_of(self, tid, 1);
+    if (slot < 0) return -1;
+    KeptTrace *t = &self->slots[slot];
+    self->bytes -= (Py_ssize_t)t->bytes;
+    self->spans -= (Py_ssize_t)t->n;
+    if (!t->back) self->handed_back++;
+    trace_clear(t);
+    t->back = 1;
+    return 0;
+}
+
+static PyObject *TraceStates_add(TraceStates *self, PyObject *arg) {
+    Py_buffer body;
+    if (!self->refs) {
+        PyErr_SetString(PyExc_TypeError, "TraceStates is not made");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(arg, &body, PyBUF_SIMPLE) < 0) return NULL;
+    Walk w = self->config;
+    w.spans = NULL, w.traces = NULL, w.table = NULL;
+    w.nspans = w.capspans = w.ntraces = w.captraces = w.tablecap = 0;
+    w.why = NULL;
+    PyObject *result = NULL, *back = NULL, *why = NULL;
+    const SpanS **order = NULL;
+    size_t *at = NULL;
+    int walked = walk_body(&w, body.buf, body.len, &why);
+    if (walked) {
+        if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
+        goto done;
+    }
+    if (group(&w, &order, &at) < 0 || !(back = PyList_New(0))) goto done;
+    Py_ssize_t read = 0, handed = 0;
+    for (size_t t = 0; t < w.ntraces; t++) {
+        TraceS *tr = &w.traces[t];
+        PyObject *tid = hex(tr->tid, 16);
+        if (!tid) goto done;
+        Py_ssize_t slot = slot_of(self, tid, 1);
+        int err = slot < 0;
+        if (!err && (tr->bad || self->slots[slot].back)) {
+            err = hand_back(self, tid) < 0 || PyList_Append(back, tid) < 0;
+            handed += (Py_ssize_t)tr->nspans;
+        } else if (!err) {
+            KeptTrace *kept = &self->slots[slot];
+            size_t before = kept->bytes;
+            for (size_t i = at[t]; i < at[t + 1] && !err; i++) err = keep_span(kept, order[i]) < 0;
+            if (err) PyErr_NoMemory();
+            self->bytes += (Py_ssize_t)(kept->bytes - before);
+            self->spans += (Py_ssize_t)(at[t + 1] - at[t]);
+            read += (Py_ssize_t)tr->nspans;
+        }
+        Py_DECREF(tid);
+        if (err) goto done;
+    }
+    result = Py_BuildValue("(Onn)", back, read, handed);
+done:
+    Py_XDECREF(back);
+    Py_XDECREF(why);
+    free(order);
+    free(at);
+    walk_free(&w);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+static PyObject *TraceStates_hand_back(TraceStates *self, PyObject *tid) {
+    if (!PyUnicode_Check(tid)) {
+        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
+        return NULL;
+    }
+    if (hand_back(self, tid) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A trace's states made once from every span kept of it, which are let go: None when it goes back (handed
+ * back, never seen, a span id twice); ``keep`` leaves it kept (a preview of an open trace). */
+static PyObject *take_or_peek(TraceStates *self, PyObject *tid, int keep) {
+    if (!PyUnicode_Check(tid)) {
+        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
+        return NULL;
+    }
+    Py_ssize_t slot = slot_of(self, tid, 0);
+    if (slot == -2) return NULL;
+    if (slot < 0) Py_RETURN_NONE;
+    KeptTrace *t = &self->slots[slot];
+    PyObject *states = NULL;
+    if (t->back) states = Py_NewRef(Py_None);
+    else {
+        const SpanS **s = PyMem_Malloc((t->n ? t->n : 1) * sizeof *s);
+        if (!s) return PyErr_NoMemory();
+        for (size_t i = 0; i < t->n; i++) s[i] = &t->spans[i].s;
+        states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid);
+        PyMem_Free(s);
+        if (!states) { /* a reader refused a value: the records path reads the trace, and nothing stays kept */
+            if (!keep) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                int err = release_slot(self, tid, (size_t)slot);
+                if (err < 0) {
+                    Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+                    return NULL;
+                }
+                PyErr_Restore(type, value, tb);
+            }
+            return NULL;
+        }
+    }
+    if (!keep && release_slot(self, tid, (size_t)slot) < 0) {
+        Py_DECREF(states);
+        return NULL;
+    }
+    return states;
+}
+
+static PyObject *TraceStates_take(TraceStates *self, PyObject *tid) { return take_or_peek(self, tid, 0); }
+static PyObject *TraceStates_peek(TraceStates *self, PyObject *tid) { return take_or_peek(self, tid, 1); }
+
+static PyObject *TraceStates_drop(TraceStates *self, PyObject *tid) {
+    if (!PyUnicode_Check(tid)) {
+        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
+        return NULL;
+    }
+    Py_ssize_t slot = slot_of(self, tid, 0);
+    if (slot == -2) return NULL;
+    if (slot >= 0 && release_slot(self, tid, (size_t)slot) < 0) return NULL;
+    return PyBool_FromLong(slot >= 0);
+}
+
+static Py_ssize_t TraceStates_len(TraceStates *self) { return self->slots_of ? PyDict_GET_SIZE(self->slots_of) : 0; }
+
+static PyObject *TraceStates_counts(TraceStates *self, PyObject *unused) {
+    return Py_BuildValue("{snsnsn}", "bytes", self->bytes, "spans", self->spans, "handed_back", self->handed_back);
+}
+
+static PyMethodDef TraceStates_methods[] = {
+    {"add", (PyCFunction)TraceStates_add, METH_O,
+     "add(body) -> (handed back, spans kept, spans handed back), or (None, why) when the whole body goes to Python.\n"
+     "Keeps every span of each trace it reads; a trace with a span it cannot read (now or in an earlier body) is\n"
+     "handed back whole, and what was kept of it let go."},
+    {"hand_back", (PyCFunction)TraceStates_hand_back, METH_O,
+     "hand_back(trace_id): the records path reads this trace (e.g. a body the walk could not read)."},
+    {"take", (PyCFunction)TraceStates_take, METH_O,
+     "take(trace_id) -> the trace's states in FACTS order, or None (the records path reads it); let go either way."},
+    {"peek", (PyCFunction)TraceStates_peek, METH_O, "peek(trace_id): take, keeping the trace."},
+    {"drop", (PyCFunction)TraceStates_drop, METH_O, "drop(trace_id) -> whether anything was kept of it."},
+    {"counts", (PyCFunction)TraceStates_counts, METH_NOARGS,
+     "counts() -> {bytes, spans, handed_back}: what is kept (bytes as allocated, roughly) and traces handed back."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods TraceStates_sequence = {.sq_length = (lenfunc)TraceStates_len};
+
+static PyTypeObject TraceStatesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agentfunnel.collector._wire.TraceStates",
+    .tp_basicsize = sizeof(TraceStates),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "TraceStates(enabled, deny, deny_prefixes, user_keys, scopes, value_marks, kit): GenAI-semconv traces'\n"
+              "spans kept across requests (as genai_summaries reads them), each trace's states made once when taken.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)TraceStates_init,
+    .tp_dealloc = (destructor)TraceStates_dealloc,
+    .tp_methods = TraceStates_methods,
+    .tp_as_sequence = &TraceStates_sequence,
+};
+
+int add_trace_states(PyObject *module) {
+    if (PyType_Ready(&TraceStatesType) < 0) return -1;
+    return PyModule_AddObjectRef(module, "TraceStates", (PyObject *)&TraceStatesType);
+}

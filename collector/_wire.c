@@ -1750,6 +1750,7 @@ static PyObject *int64_buffer(PyObject *self, PyObject *arg) {
 /* collector/_summaries.c: per-trace summaries of GenAI-semconv spans, in the same extension. */
 PyObject *genai_summaries(PyObject *self, PyObject *args);
 extern const char *const genai_summaries_doc_text;
+int add_trace_states(PyObject *module);
 /* collector/_evidence.c: evidence in a tool result's text. */
 PyObject *evidence_spec(PyObject *self, PyObject *args);
 PyObject *evidence_scan_py(PyObject *self, PyObject *args);
@@ -1799,6 +1800,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
         goto error;
     }
     if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) goto error;
+    if (add_trace_states(m) < 0) goto error;
     return m;
 error:
     Py_DECREF(m);

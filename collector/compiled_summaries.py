@@ -291,6 +291,71 @@ class CompiledSummaries:
         return out
 
 
+@dataclass
+class Kept:
+    """What one body added: spans kept in C, and the traces (and their spans) the records path reads."""
+
+    spans_kept: int = 0
+    spans_python: int = 0
+    handed_back: list[str] = field(default_factory=list)
+    whole_body_reason: str | None = None  # the walk could not read the body: the caller hands its traces back
+
+
+class CompiledTraces:
+    """GenAI-semconv traces' spans kept in C across requests (``_wire.TraceStates``), each trace's summary made
+    once, when it is taken. A trace with a span the walk cannot read, in any request, is handed back whole (what
+    was kept of it let go): the records path reads it, and ``take`` says so with None.
+
+    Costs what it keeps: each span's fields the summary reads, its JSON text included, copied once
+    (``counts()["bytes"]``); a trace is let go when taken or dropped, and a handed-back one is remembered until
+    then."""
+
+    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY) -> None:
+        self.compiled = CompiledSummaries(scorer, dialects)
+        self.available = self.compiled.available
+        m = self.compiled.marks
+        self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values,
+                                         self.compiled._kit) if self.available else None
+
+    def add(self, body: bytes) -> Kept:
+        """Keep every span of the body's traces the walk reads."""
+        if self._states is None:
+            return Kept(whole_body_reason="the compiled path is not available")
+        found = self._states.add(body)
+        if found[0] is None:
+            return Kept(whole_body_reason=found[1])
+        back, kept, handed = found
+        return Kept(kept, handed, back)
+
+    def hand_back(self, trace_ids: Iterable[str]) -> None:
+        """The records path reads these traces (their body could not be walked)."""
+        if self._states is not None:
+            for trace_id in trace_ids:
+                self._states.hand_back(trace_id)
+
+    def take(self, trace_id: str, keep: bool = False) -> TraceSummary | None:
+        """The trace's summary from every span kept of it, and let it go (``keep``: a preview; it stays kept);
+        None where the records path reads it (handed back, never seen, a span id twice, a reader refusing a
+        value)."""
+        if self._states is None:
+            return None
+        try:
+            states = self._states.peek(trace_id) if keep else self._states.take(trace_id)
+        except READ_ERRORS:
+            return None
+        return None if states is None else from_states(self.compiled.scorer.config_hash, states)
+
+    def drop(self, trace_id: str) -> bool:
+        return bool(self._states is not None and self._states.drop(trace_id))
+
+    def counts(self) -> dict[str, int]:
+        """What is kept: bytes (as allocated, roughly), spans, and traces handed back so far."""
+        return self._states.counts() if self._states is not None else {"bytes": 0, "spans": 0, "handed_back": 0}
+
+    def __len__(self) -> int:
+        return len(self._states) if self._states is not None else 0
+
+
 def records_by_trace(body: bytes) -> dict[str, list[SpanRecord]]:
     """The reference's records of a body, by trace: decoded and normalized as the collector does."""
     prepared = prepare(decode_traces_protobuf(body))

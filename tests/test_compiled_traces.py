@@ -1,0 +1,157 @@
+"""GenAI-semconv traces kept in C across requests (``CompiledTraces``, ``_wire.TraceStates``).
+
+Held: a trace's spans sent in any number of requests, in any split, give (when it is taken) the
+reference's summary of all of them; the traces read are exactly those the one-body walk reads; a
+trace with a span the walk cannot read in any request is handed back whole and what was kept of it
+let go; what is kept is counted and goes to nothing once every trace is taken. Pure functions on
+bytes: no server.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from agentfunnel.collector.compiled_summaries import CompiledTraces, records_by_trace, reference_summaries
+from agentfunnel.collector.errors import PermanentError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from test_compiled_summaries import COMPILED, SCORER, genai_requests, request, span
+
+OTLP = Path(__file__).parent / "fixtures" / "otlp"
+
+
+def split(body: bytes, parts: int, rnd: random.Random) -> list[bytes]:
+    """The body's spans sent in ``parts`` requests instead, each span in one of them, envelopes kept."""
+    whole = ExportTraceServiceRequest.FromString(body)
+    out = [ExportTraceServiceRequest() for _ in range(parts)]
+    for rs in whole.resource_spans:
+        for ss in rs.scope_spans:
+            homes = []
+            for req in out:
+                r = req.resource_spans.add()
+                r.resource.CopyFrom(rs.resource)
+                s = r.scope_spans.add()
+                s.scope.CopyFrom(ss.scope)
+                homes.append(s)
+            for pb in ss.spans:
+                rnd.choice(homes).spans.add().CopyFrom(pb)
+    return [req.SerializeToString() for req in out]
+
+
+def taken(bodies: list[bytes]) -> tuple[CompiledTraces, dict]:
+    kept = CompiledTraces(SCORER)
+    for body in bodies:
+        sent = bytearray(body)
+        added = kept.add(sent)
+        sent[:] = bytes(len(sent))  # the request's bytes are gone once it is added: nothing kept may point into them
+        if added.whole_body_reason is not None:
+            kept.hand_back(records_by_trace(body))
+    trace_ids = {t for body in bodies for t in records_by_trace(body)}
+    return kept, {t: kept.take(t) for t in trace_ids}
+
+
+def test_every_fixture_split_across_requests_gives_the_reference_of_the_whole():
+    rnd = random.Random(11)
+    paths = sorted(OTLP.glob("*/*.traces.binpb"))
+    read = 0
+    for path in paths:
+        body = path.read_bytes()
+        want = reference_summaries(body, SCORER).by_trace
+        compiled_whole = set(COMPILED.compiled(body)[0] or ())  # the traces the one-body walk reads
+        for parts in (1, 2, 3):
+            kept, got = taken(split(body, parts, rnd))
+            assert {t for t, s in got.items() if s is not None} == compiled_whole, (path.name, parts)
+            for trace_id, summary in got.items():
+                if summary is not None:
+                    assert summary == want[trace_id], (path.name, parts, trace_id)
+            assert len(kept) == 0 and kept.counts()["bytes"] == 0 and kept.counts()["spans"] == 0
+        read += len(compiled_whole)
+    assert read >= 7  # the GenAI-semconv recordings without events are kept in C
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(genai_requests(), genai_requests(), st.randoms(use_true_random=False))
+def test_generated_traffic_in_any_split_gives_the_reference_of_all(first: bytes, second: bytes, rnd: random.Random):
+    try:
+        want = reference_summaries(first + second, SCORER).by_trace  # concatenated requests are one request
+    except PermanentError:
+        return
+    bodies = [*split(first, rnd.randint(1, 3), rnd), *split(second, rnd.randint(1, 3), rnd)]
+    _, got = taken(bodies)
+    for trace_id, summary in got.items():
+        if summary is not None:
+            assert summary == want[trace_id], trace_id
+
+
+def agent_turn(trace: int, first_span: int, tool: str = "search_products") -> list[dict]:
+    return [span(trace, first_span, op="invoke_agent", name="invoke_agent Shop", start=1, end=50,
+                 attrs={"gen_ai.agent.name": "Shop"}),
+            span(trace, first_span + 1, parent=first_span, op="chat", start=2, end=9,
+                 attrs={"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 10}),
+            span(trace, first_span + 2, parent=first_span, op="execute_tool", start=10, end=12,
+                 attrs={"gen_ai.tool.name": tool, "gen_ai.tool.call.result": '{"products": [{"id": "p1"}]}'})]
+
+
+def test_a_trace_is_kept_across_requests_until_taken_and_counted_while_kept():
+    kept = CompiledTraces(SCORER)
+    turn = agent_turn(1, 1)
+    assert kept.add(request([turn[:1]])).spans_kept == 1
+    held_after_one = kept.counts()["bytes"]
+    assert kept.add(request([turn[1:]])).spans_kept == 2
+    assert kept.counts()["spans"] == 3 and kept.counts()["bytes"] > held_after_one > 0 and len(kept) == 1
+    trace_id = (1).to_bytes(16, "big").hex()
+    whole = reference_summaries(request([turn]), SCORER).by_trace[trace_id]
+    assert kept.take(trace_id, keep=True) == whole  # a preview keeps it
+    assert kept.counts()["spans"] == 3
+    assert kept.take(trace_id) == whole
+    assert kept.counts() == {"bytes": 0, "spans": 0, "handed_back": 0} and len(kept) == 0
+    assert kept.take(trace_id) is None  # taken once: the records path would read it now
+
+
+def test_a_span_it_cannot_read_in_a_later_request_hands_the_whole_trace_back():
+    kept = CompiledTraces(SCORER)
+    trace_id = (1).to_bytes(16, "big").hex()
+    kept.add(request([agent_turn(1, 1)]))
+    assert kept.counts()["spans"] == 3
+    later = kept.add(request([[span(1, 9, parent=1, op="chat", events=True)]]))  # events: the records path's
+    assert later.handed_back == [trace_id] and later.spans_python == 1
+    assert kept.counts() == {"bytes": 0, "spans": 0, "handed_back": 1}
+    again = kept.add(request([agent_turn(1, 20)]))  # and stays the records path's
+    assert again.handed_back == [trace_id] and again.spans_kept == 0
+    assert kept.take(trace_id) is None and len(kept) == 0
+
+
+def test_a_span_id_sent_twice_across_requests_goes_to_the_records_path():
+    kept = CompiledTraces(SCORER)
+    turn = agent_turn(1, 1)
+    kept.add(request([turn]))
+    kept.add(request([turn[2:]]))  # a resend: the store keeps one, the records path reads what it kept
+    assert kept.take((1).to_bytes(16, "big").hex()) is None
+    assert kept.counts()["spans"] == 0
+
+
+def test_a_body_it_cannot_walk_is_said_and_its_traces_handed_back():
+    kept = CompiledTraces(SCORER)
+    kept.add(request([agent_turn(1, 1)]))
+    added = kept.add(b"\x0a\x05\x0a\x03\x0a\x01")  # a resource_spans field cut short
+    assert added.whole_body_reason and "byte" in added.whole_body_reason
+    kept.hand_back([(1).to_bytes(16, "big").hex()])
+    assert kept.take((1).to_bytes(16, "big").hex()) is None and kept.counts()["bytes"] == 0
+
+
+def test_dropping_a_trace_lets_go_of_it():
+    kept = CompiledTraces(SCORER)
+    kept.add(request([agent_turn(1, 1), agent_turn(2, 1)]))
+    assert kept.drop((1).to_bytes(16, "big").hex()) and not kept.drop((1).to_bytes(16, "big").hex())
+    assert len(kept) == 1 and kept.counts()["spans"] == 3
+
+
+def test_many_traces_come_and_go_without_keeping_anything():
+    kept = CompiledTraces(SCORER)
+    for round_ in range(5):
+        kept.add(request([agent_turn(t, 1, tool=f"t{round_}") for t in range(1, 201)]))
+        for t in range(1, 201):
+            assert kept.take(t.to_bytes(16, "big").hex()) is not None
+    assert len(kept) == 0 and kept.counts()["bytes"] == 0
