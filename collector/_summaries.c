@@ -56,6 +56,7 @@ typedef struct {
     Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result, user;
     Str input, output, definitions;
     int kind, extract_kind, status_error, has_in, has_out;
+    int setup; /* a create_agent span: a trace of only those is set-up, ignored by the trace rules */
     int64_t in, out;
     uint32_t trace;
 } SpanS;
@@ -598,7 +599,7 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
         if (str_eq(op, "chat") || str_eq(op, "text_completion") || str_eq(op, "generate_content")) sp->kind = K_LLM;
         else if (str_eq(op, "execute_tool")) sp->kind = K_TOOL;
         else if (str_eq(op, "invoke_agent") || str_eq(op, "create_agent") || str_eq(op, "invoke_workflow"))
-            sp->kind = K_AGENT;
+            sp->kind = K_AGENT, sp->setup = str_eq(op, "create_agent");
         else sp->kind = K_OTHER;
     } else {
         sp->kind = has[R_TOOL] ? K_TOOL : K_OTHER;
@@ -1539,13 +1540,42 @@ static int group(const Walk *w, const SpanS ***order_out, size_t **at_out) {
     return 0;
 }
 
+static int same_str(Str a, Str b) { return a.n == b.n && (a.n <= 0 || !memcmp(a.p, b.p, (size_t)a.n)); }
+
+/* Whether a trace rule (semconv/trace_rules.py) would change a record of these spans (sorted by span id):
+ * a tool call inside a tool call of the same name (one call seen twice), or a trace whose agent activity is
+ * only create_agent spans (set-up). The stage reads such a trace with its records. */
+static int ruled(const SpanS **s, size_t n) {
+    int setup = 0, other = 0;
+    for (size_t i = 0; i < n; i++) {
+        const SpanS *x = s[i];
+        if (x->kind == K_LLM || x->kind == K_TOOL || (x->kind == K_AGENT && !x->setup)) other = 1;
+        setup |= x->setup;
+        if (x->kind != K_TOOL || !x->pid) continue;
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            int c = memcmp(s[mid]->sid, x->pid, 8);
+            if (!c) {
+                if (s[mid]->kind == K_TOOL && same_str(s[mid]->tool, x->tool)) return 1;
+                break;
+            }
+            if (c < 0) lo = mid + 1;
+            else hi = mid;
+        }
+    }
+    return setup && !other;
+}
+
 /* A trace's states from its spans (any order; sorted here), Py_None when it goes back: a span id twice (read
- * as the later span by facts that look spans up, in Python), or a span the states cannot be made of. */
+ * as the later span by facts that look spans up, in Python), a trace rule that changes a record, or a span
+ * the states cannot be made of. */
 static PyObject *trace_states(PyObject **kit, const SpanS **s, size_t n, PyObject *tid) {
     if (!n) Py_RETURN_NONE;
     qsort(s, n, sizeof *s, cmp_sid);
     for (size_t i = 1; i < n; i++)
         if (memcmp(s[i]->sid, s[i - 1]->sid, 8) == 0) Py_RETURN_NONE;
+    if (ruled(s, n)) Py_RETURN_NONE;
     qsort(s, n, sizeof *s, cmp_key);
     return build(kit, s, n, tid);
 }

@@ -42,7 +42,7 @@ from ..scoring.facts.roots import RootFacts, Roots
 from ..scoring.facts.services import Services
 from ..scoring.facts.tokens import Tokens
 from ..scoring.funnel import ServerFacts, split_tool_name
-from ..semconv import SpanRecord
+from ..semconv import SpanRecord, SpanView
 from ..semconv.attributes import (
     GEN_AI_AGGREGATED_INPUT_TOKENS,
     GEN_AI_AGGREGATED_OUTPUT_TOKENS,
@@ -56,6 +56,7 @@ from ..semconv.attributes import (
     GEN_AI_TOOL_STATUS,
     GEN_AI_USAGE_COMPLETION_TOKENS,
     GEN_AI_USAGE_PROMPT_TOKENS,
+    OI_INPUT_VALUE,
     PYDANTIC_TOOL_FAILURE_STAGE,
     USER_KEYS,
 )
@@ -76,6 +77,7 @@ from ..semconv.dialects.otel_genai import (
 )
 from ..semconv.dialects.user_input import first_user_text
 from ..semconv.records import builder
+from ..semconv.trace_rules import JUDGE_CALL_SCOPE, apply_trace_rules
 from .decode import decode_traces_protobuf
 from .session.held import prepare
 from .wire import _wire
@@ -97,10 +99,12 @@ GENAI_KEYS = ("gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.
 OWN_DIALECT = "otel_genai"
 # Keys normalize or the GenAI dialect reads that the compiled path does not: their spans' traces go to
 # Python (a key in neither list, and marking no other dialect, is read by nothing and passed over).
-PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS,
+PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS, OI_INPUT_VALUE,
                GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS,
                GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE)
 PYTHON_PREFIXES = (GEN_AI_COMPLETION, GEN_AI_PROMPT, "agentfunnel.")
+# Scopes whose spans the trace rules read (agentfunnel's own judge calls, ignored): their traces go to Python.
+PYTHON_SCOPES = (JUDGE_CALL_SCOPE,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,8 @@ def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
     keys = tuple(k for k in GENAI_KEYS if k not in taken and not k.startswith(prefixes) and k not in odd_values)
     taken |= {k for k in USER_KEYS if k.startswith(prefixes)}  # a user key another dialect is marked by
     return Marks(keys, tuple(k for k in USER_KEYS if k not in taken), tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
-                 (*PYTHON_PREFIXES, *prefixes), frozenset(s for d in others for s in d.marks.scopes if isinstance(s, str)),
+                 (*PYTHON_PREFIXES, *prefixes),
+                 frozenset((*PYTHON_SCOPES, *(s for d in others for s in d.marks.scopes if isinstance(s, str)))),
                  tuple((k, v) for k, v in values if k not in odd_values))
 
 
@@ -357,12 +362,15 @@ class CompiledTraces:
 
 
 def records_by_trace(body: bytes) -> dict[str, list[SpanRecord]]:
-    """The reference's records of a body, by trace: decoded and normalized as the collector does."""
+    """The reference's records of a body, by trace: decoded and normalized as the collector does, with the trace
+    rules applied as assembly applies them (what the session stage scores)."""
     prepared = prepare(decode_traces_protobuf(body))
-    traces: dict[str, list[SpanRecord]] = {}
-    for record in prepared.records:
-        traces.setdefault(record.trace_id, []).append(record)
-    return traces
+    records: dict[str, list[SpanRecord]] = {}
+    views: dict[str, list[SpanView]] = {}
+    for record, view in zip(prepared.records, prepared.views, strict=True):
+        records.setdefault(record.trace_id, []).append(record)
+        views.setdefault(record.trace_id, []).append(view)
+    return {trace_id: apply_trace_rules(found, views[trace_id]) for trace_id, found in records.items()}
 
 
 def reference_summaries(body: bytes, scorer: SessionScorer, only: frozenset[str] | None = None) -> Summaries:

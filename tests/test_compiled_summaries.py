@@ -26,11 +26,14 @@ from agentfunnel.collector.compiled_summaries import (
     reference_summaries,
     registry_marks,
 )
+from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
+from agentfunnel.collector.session.held import prepare
 from agentfunnel.scoring import ScoringConfig, SessionScorer
 from agentfunnel.scoring.facts import FACTS
 from agentfunnel.semconv.dialects import REGISTRY
 from agentfunnel.semconv.dialects.base import Marks
+from agentfunnel.semconv.trace_rules import apply_trace_rules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -274,11 +277,42 @@ def test_summaries_of_two_requests_merge_into_the_reference_of_both(first: bytes
     parts = [COMPILED.summaries(first).by_trace, COMPILED.summaries(second).by_trace]
     ref_parts = [reference_summaries(first, SCORER).by_trace, reference_summaries(second, SCORER).by_trace]
     ids = [{(r.trace_id, r.span_id) for rs in records_by_trace(b).values() for r in rs} for b in (first, second)]
+    # a trace rule reads the whole trace: where one changes a record, the parts' summaries are not the whole's
+    ruled = ruled_traces(first) | ruled_traces(second) | ruled_traces(first + second)
     for trace_id, summary in whole.items():
         merged = SCORER.merge([p[trace_id] for p in parts if trace_id in p])
         assert merged == SCORER.merge([p[trace_id] for p in ref_parts if trace_id in p])
-        if ids[0].isdisjoint(ids[1]):
+        if ids[0].isdisjoint(ids[1]) and trace_id not in ruled:
             assert merged == summary
+
+
+def ruled_traces(body: bytes) -> set[str]:
+    """The traces of a body whose records a trace rule changes."""
+    prepared = prepare(decode_traces_protobuf(body))
+    by_trace: dict[str, list] = {}
+    for record, view in zip(prepared.records, prepared.views):
+        by_trace.setdefault(record.trace_id, []).append((record, view))
+    return {t for t, pairs in by_trace.items()
+            if apply_trace_rules([r for r, _ in pairs], [v for _, v in pairs]) != [r for r, _ in pairs]}
+
+
+def test_a_trace_a_rule_reads_whole_is_the_records_paths():
+    """One tool call seen twice, set-up only, agentfunnel's own judge call: the records path reads these traces,
+    which the stage scores after the trace rules."""
+    bodies = [
+        request([[span(1, 1, op="create_agent", name="create_agent Shop", attrs={"gen_ai.agent.name": "Shop"})]]),
+        request([[span(1, 1, op="execute_tool", attrs={"gen_ai.tool.name": "search"}),
+                  span(1, 2, parent=1, op="execute_tool", attrs={"gen_ai.tool.name": "search",
+                                                                 "gen_ai.tool.call.result": '{"cart_id": 1}'})]]),
+        request([[span(1, 1, op="chat", attrs={"gen_ai.request.model": "gpt-4o"})]], scopes=["agentfunnel.judge"]),
+    ]
+    for body in bodies:
+        assert ruled_traces(body)  # a rule changes a record of each
+        got = COMPILED.summaries(body)
+        assert got.spans_compiled == 0 and got.traces_python == 1
+        assert_same(COMPILED, body)
+    plain = request([[span(1, 1, op="create_agent", name="create_agent Shop"), span(1, 2, op="chat")]])
+    assert not ruled_traces(plain) and COMPILED.summaries(plain).spans_compiled == 2  # set-up beside a run: read
 
 
 def test_generated_traffic_is_mostly_read_in_c():
