@@ -190,7 +190,7 @@ def measure_across_requests(label: str, bodies: list[bytes], reps: int, compiled
         traces = CompiledTraces(scorer)
         for body in bodies:
             traces.add(body)
-        return {t: traces.take(t) for t in want}
+        return {t: traces.take(t).summary for t in want}
 
     assert merged() == want and kept() == want, label  # the figures are of equal results
     spans = sum(len(r) for b in bodies for r in records_by_trace(b).values())

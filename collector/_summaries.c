@@ -55,6 +55,8 @@ typedef struct {
     uint64_t start, end;
     Str name, model, tool, agent, workflow, error_type, status_msg, finish, service, arguments, result, user;
     Str input, output, definitions;
+    Str version, session, call_id, provider; /* what rows read: the resource's service.version, the session key, ... */
+    int weak_session, status_code, genai;
     int kind, extract_kind, status_error, has_in, has_out;
     int setup; /* a create_agent span: a trace of only those is set-up, ignored by the trace rules */
     int64_t in, out;
@@ -78,8 +80,8 @@ typedef struct {
     const char *why; /* the whole body goes back: why */
     uint32_t enabled;
     PyObject *scopes;
-    Str *deny, *deny_prefixes, *mark_keys, *mark_values, *user_keys; /* from the caller's tuples of str */
-    Py_ssize_t ndeny, ndeny_prefixes, nmarks, nuser_keys;
+    Str *deny, *deny_prefixes, *mark_keys, *mark_values, *user_keys, *session_keys; /* the caller's tuples of str */
+    Py_ssize_t ndeny, ndeny_prefixes, nmarks, nuser_keys, nsession_keys, nstrong;
 } Walk;
 
 /* ---- reading the wire ------------------------------------------------------------------------ */
@@ -291,10 +293,10 @@ static int role_of(const uint8_t *s, size_t n) {
 
 /* Resource attributes: service.name and user.id read; our own agentfunnel.* keys (read by normalize)
  * refused; any other scalar passed over. 1: usable, 0: its spans go back. */
-static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service, Str *user) {
+static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service, Str *user, Str *version) {
     uint32_t seen = 0;
-    int usable = 1, named = 0, users = 0;
-    service->n = user->n = -1;
+    int usable = 1, named = 0, users = 0, versions = 0;
+    service->n = user->n = version->n = -1;
     while (p < end) {
         uint32_t fn;
         int wt;
@@ -343,6 +345,9 @@ static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service,
         } else if (key_is(key, keyn, "service.name")) {
             if (named++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
             else if (val.type == V_STR) *service = val.s;
+        } else if (key_is(key, keyn, "service.version")) { /* the agent's version when no span names one */
+            if (versions++ || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+            else if (val.type == V_STR) *version = val.s;
         }
     }
     return usable;
@@ -428,6 +433,12 @@ static Py_ssize_t user_key(const Walk *w, const uint8_t *key, size_t n) {
     return -1;
 }
 
+static Py_ssize_t session_key(const Walk *w, const uint8_t *key, size_t n) {
+    for (Py_ssize_t i = 0; i < w->nsession_keys; i++)
+        if (same(w->session_keys[i], key, n)) return i;
+    return -1;
+}
+
 static int passable(const Walk *w, const uint8_t *key, size_t n) {
     for (Py_ssize_t i = 0; i < w->ndeny; i++)
         if (same(w->deny[i], key, n)) return 0;
@@ -459,6 +470,9 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
     Str none = {NULL, -1};
     sp->name = sp->model = sp->tool = sp->agent = sp->workflow = sp->error_type = sp->status_msg = sp->finish = none;
     sp->arguments = sp->result = sp->user = sp->input = sp->output = sp->definitions = none;
+    sp->version = sp->session = sp->call_id = sp->provider = none;
+    Py_ssize_t session_at = -1;
+    uint64_t sessions_seen = 0;
     sp->name.p = (const uint8_t *)"", sp->name.n = 0;
     while (p < end) {
         uint32_t fn;
@@ -519,7 +533,14 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
                 }
             }
             int role = key ? role_of(key, keyn) : -1;
-            Py_ssize_t u = key ? user_key(w, key, keyn) : -1;
+            Py_ssize_t u = key ? user_key(w, key, keyn) : -1, k = key ? session_key(w, key, keyn) : -1;
+            if (k >= 0) { /* normalize's session key: the first with a value, in the keys' order (and read as
+                           * whatever else the key is, below) */
+                if (k >= 64 || (sessions_seen >> k & 1) || (val.type != V_STR && val.type != V_NONE)) usable = 0;
+                else sessions_seen |= 1ull << k;
+                if (val.type == V_STR && val.s.n > 0 && (session_at < 0 || k < session_at))
+                    session_at = k, sp->session = val.s;
+            }
             if (!key || !read || marked(w, key, keyn, &val)) {
                 usable = 0;
             } else if (u >= 0) { /* normalize's user: the first user key with a value, in the keys' order */
@@ -580,6 +601,8 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
     sp->tid = tid.p, sp->sid = sid.p;
     sp->pid = pid.n == 8 && !all_zero(pid.p, 8) ? pid.p : NULL;
     sp->status_error = (uint32_t)code == 2;
+    sp->status_code = (int)code;
+    sp->weak_session = session_at >= w->nstrong;
     if (!usable) return 0;
     for (int r = 0; r < NROLES; r++) {
         if (!has[r]) continue;
@@ -588,8 +611,12 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
         if ((r == R_IN || r == R_OUT) && t != V_INT) return 0;
         if (r == R_FINISH && t != V_STR && t != V_ARRAY) return 0;
         if (r >= FIRST_PASSED && t == V_ARRAY) return 0;
+        if (r == R_CALL_ID && t != V_STR) return 0; /* a tool call's id as its row keeps it */
     }
     if (has[R_ERROR]) sp->error_type = vals[R_ERROR].s;
+    if (has[R_PROVIDER] && vals[R_PROVIDER].s.n > 0) sp->provider = vals[R_PROVIDER].s;
+    else if (has[R_SYSTEM] && vals[R_SYSTEM].s.n > 0) sp->provider = vals[R_SYSTEM].s;
+    sp->genai = genai;
     if (!genai) {
         sp->kind = K_OTHER;
         return 1;
@@ -618,6 +645,7 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
         if (!truthy(sp->tool)) sp->kind = K_OTHER;
         if (has[R_ARGUMENTS]) sp->arguments = vals[R_ARGUMENTS].s;
         if (has[R_RESULT]) sp->result = vals[R_RESULT].s;
+        if (has[R_CALL_ID]) sp->call_id = vals[R_CALL_ID].s;
     } else if (sp->kind == K_LLM || sp->kind == K_AGENT) {
         if (has[R_IN]) sp->has_in = 1, sp->in = vals[R_IN].i;
         if (has[R_OUT]) sp->has_out = 1, sp->out = vals[R_OUT].i;
@@ -664,7 +692,8 @@ static int add_span(Walk *w, SpanS *sp, int usable) {
     return 0;
 }
 
-static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_usable, Str service, Str user) {
+static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_usable, Str service, Str user,
+                       Str version) {
     const uint8_t *p = p0;
     uint32_t seen = 0;
     int usable = res_usable;
@@ -721,7 +750,7 @@ static int scope_spans(Walk *w, const uint8_t *p0, const uint8_t *end, int res_u
         SpanS sp;
         int r = span(w, s, s + n, &sp);
         if (r < 0) return -1;
-        sp.service = service;
+        sp.service = service, sp.version = version;
         if (sp.user.n < 0 && user.n > 0) sp.user = user;
         if (add_span(w, &sp, r && usable) < 0) return -1;
     }
@@ -732,7 +761,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
     const uint8_t *p = p0;
     uint32_t seen = 0;
     int usable = 1;
-    Str service = {NULL, -1}, user = {NULL, -1};
+    Str service = {NULL, -1}, user = {NULL, -1}, version = {NULL, -1};
     while (p < end) {
         uint32_t fn;
         int wt;
@@ -742,7 +771,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
         if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
         if (fn == 1) {
             if (once(w, &seen, 1) < 0 || expect(w, wt, 2) < 0) return -1;
-            int r = resource(w, s, s + n, &service, &user);
+            int r = resource(w, s, s + n, &service, &user, &version);
             if (r < 0) return -1;
             usable = r;
         } else if (fn == 2 && expect(w, wt, 2) < 0) {
@@ -760,7 +789,7 @@ static int resource_spans(Walk *w, const uint8_t *p0, const uint8_t *end) {
         size_t n = 0;
         uint64_t v = 0;
         if (field(w, &p, end, &fn, &wt, &s, &n, &v) < 0) return -1;
-        if (fn == 2 && scope_spans(w, s, s + n, usable, service, user) < 0) return -1;
+        if (fn == 2 && scope_spans(w, s, s + n, usable, service, user, version) < 0) return -1;
     }
     return 0;
 }
@@ -1444,12 +1473,13 @@ static void walk_free(Walk *w) {
 }
 
 PyDoc_STRVAR(genai_summaries_doc,
-"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, scopes, value_marks, kit)\n"
+"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit)\n"
 "-> (summaries, handed_back, spans_read, spans_handed_back), or (None, why) when the whole body goes to Python.\n\n"
 "summaries maps a trace id (hex) to its facts' states in FACTS order; handed_back lists the trace ids\n"
 "Python summarizes. enabled: the keys read here; deny and deny_prefixes: keys that send their span's\n"
 "trace back (read by normalize or marking another dialect; other keys are passed over); user_keys: the\n"
-"keys normalize reads the user from, in its order; scopes: scope\n"
+"keys normalize reads the user from, in its order; session_keys: (key, weak) pairs, the keys normalize reads\n"
+"the session key from, in its order (the weak ones last); scopes: scope\n"
 "names that mark another dialect; value_marks: (key, value) pairs that do; kit: scoring.facts' classes\n"
 "and helpers (agentfunnel.collector.compiled_summaries builds it).");
 
@@ -1476,8 +1506,8 @@ static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
 }
 
 /* The walk's configuration from the caller's tuples (their strings stay the caller's: keep the tuples alive). */
-static int walk_setup(Walk *w, PyObject *enabled, PyObject *deny, PyObject *prefixes, PyObject *users, PyObject *scopes,
-                      PyObject *marks) {
+static int walk_setup(Walk *w, PyObject *enabled, PyObject *deny, PyObject *prefixes, PyObject *users,
+                      PyObject *sessions, PyObject *scopes, PyObject *marks) {
     memset(w, 0, sizeof *w);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enabled); i++) {
         PyObject *k = PyTuple_GET_ITEM(enabled, i);
@@ -1493,8 +1523,13 @@ static int walk_setup(Walk *w, PyObject *enabled, PyObject *deny, PyObject *pref
     Py_ssize_t nvalues;
     if (!(w->deny = slices(deny, &w->ndeny, -1)) || !(w->deny_prefixes = slices(prefixes, &w->ndeny_prefixes, -1)) ||
         !(w->mark_keys = slices(marks, &w->nmarks, 0)) || !(w->mark_values = slices(marks, &nvalues, 1)) ||
-        !(w->user_keys = slices(users, &w->nuser_keys, -1)))
+        !(w->user_keys = slices(users, &w->nuser_keys, -1)) || !(w->session_keys = slices(sessions, &w->nsession_keys, 0)))
         return -1;
+    w->nstrong = w->nsession_keys;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sessions); i++) { /* (key, weak): the weak ones last */
+        PyObject *weak = PyTuple_GET_ITEM(PyTuple_GET_ITEM(sessions, i), 1);
+        if (PyObject_IsTrue(weak) == 1 && w->nstrong == w->nsession_keys) w->nstrong = i;
+    }
     w->scopes = scopes;
     return 0;
 }
@@ -1505,6 +1540,7 @@ static void walk_config_free(Walk *w) {
     PyMem_Free(w->mark_keys);
     PyMem_Free(w->mark_values);
     PyMem_Free(w->user_keys);
+    PyMem_Free(w->session_keys);
 }
 
 /* Walk a body: 0 read (its spans by trace in w), 1 the whole body goes back (*why set), -1 error. */
@@ -1582,10 +1618,10 @@ static PyObject *trace_states(PyObject **kit, const SpanS **s, size_t n, PyObjec
 
 PyObject *genai_summaries(PyObject *self, PyObject *args) {
     Py_buffer body;
-    PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
-    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
-                          &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
-                          &PyTuple_Type, &kit))
+    PyObject *enabled, *deny, *prefixes, *users, *sessions, *scopes, *marks, *kit;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
+                          &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyTuple_Type, &sessions, &PyFrozenSet_Type,
+                          &scopes, &PyTuple_Type, &marks, &PyTuple_Type, &kit))
         return NULL;
     PyObject *result = NULL, *summaries = NULL, *back = NULL, *why = NULL;
     const SpanS **order = NULL;
@@ -1596,7 +1632,7 @@ PyObject *genai_summaries(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_TypeError, "the kit has %zd entries, expected %d", PyTuple_GET_SIZE(kit), NKIT);
         goto done;
     }
-    if (walk_setup(&w, enabled, deny, prefixes, users, scopes, marks) < 0) goto done;
+    if (walk_setup(&w, enabled, deny, prefixes, users, sessions, scopes, marks) < 0) goto done;
     int walked = walk_body(&w, body.buf, body.len, &why);
     if (walked) {
         if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
@@ -1676,7 +1712,8 @@ static const size_t SPAN_STRS[] = {
     offsetof(SpanS, name), offsetof(SpanS, model), offsetof(SpanS, tool), offsetof(SpanS, agent),
     offsetof(SpanS, workflow), offsetof(SpanS, error_type), offsetof(SpanS, status_msg), offsetof(SpanS, finish),
     offsetof(SpanS, service), offsetof(SpanS, arguments), offsetof(SpanS, result), offsetof(SpanS, user),
-    offsetof(SpanS, input), offsetof(SpanS, output), offsetof(SpanS, definitions),
+    offsetof(SpanS, input), offsetof(SpanS, output), offsetof(SpanS, definitions), offsetof(SpanS, version),
+    offsetof(SpanS, session), offsetof(SpanS, call_id), offsetof(SpanS, provider),
 };
 #define NSPAN_STRS (sizeof SPAN_STRS / sizeof *SPAN_STRS)
 #define KEPT_SPAN_OVERHEAD (sizeof(KeptSpan) + 16) /* the struct and the allocator's header, roughly */
@@ -1773,10 +1810,10 @@ static int release_slot(TraceStates *self, PyObject *tid, size_t slot) {
 }
 
 static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
-    PyObject *enabled, *deny, *prefixes, *users, *scopes, *marks, *kit;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!", &PyTuple_Type, &enabled, &PyTuple_Type, &deny, &PyTuple_Type,
-                          &prefixes, &PyTuple_Type, &users, &PyFrozenSet_Type, &scopes, &PyTuple_Type, &marks,
-                          &PyTuple_Type, &kit))
+    PyObject *enabled, *deny, *prefixes, *users, *sessions, *scopes, *marks, *kit;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!", &PyTuple_Type, &enabled, &PyTuple_Type, &deny, &PyTuple_Type,
+                          &prefixes, &PyTuple_Type, &users, &PyTuple_Type, &sessions, &PyFrozenSet_Type, &scopes,
+                          &PyTuple_Type, &marks, &PyTuple_Type, &kit))
         return -1;
     if (self->refs) {
         PyErr_SetString(PyExc_TypeError, "TraceStates is made once");
@@ -1786,7 +1823,7 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
         PyErr_Format(PyExc_TypeError, "the kit has %zd entries, expected %d", PyTuple_GET_SIZE(kit), NKIT);
         return -1;
     }
-    if (!(self->refs = PyTuple_Pack(6, enabled, deny, prefixes, users, scopes, marks))) return -1;
+    if (!(self->refs = PyTuple_Pack(7, enabled, deny, prefixes, users, sessions, scopes, marks))) return -1;
     self->kit = Py_NewRef(kit);
     if (!(self->slots_of = PyDict_New())) return -1;
     if (!(self->free_slots = PyMem_Malloc(64 * sizeof *self->free_slots))) {
@@ -1794,7 +1831,7 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->capfree = 64;
-    return walk_setup(&self->config, enabled, deny, prefixes, users, scopes, marks);
+    return walk_setup(&self->config, enabled, deny, prefixes, users, sessions, scopes, marks);
 }
 
 static void TraceStates_dealloc(TraceStates *self) {
@@ -1883,6 +1920,33 @@ static PyObject *TraceStates_hand_back(TraceStates *self, PyObject *tid) {
     Py_RETURN_NONE;
 }
 
+static PyObject *opt_text(Str s) { return s.n >= 0 ? text(s) : Py_NewRef(Py_None); }
+
+/* What the rows of a trace read of each span, in session order: (span id, parent id or None, kind, tool name,
+ * call id, arguments text, result text, error, status code, start, end, GenAI-semconv, provider, session key,
+ * weak session key). Kinds: 0 other, 1 llm, 2 tool, 3 agent. */
+static PyObject *span_facts(const SpanS *const *s, size_t n) {
+    PyObject *out = PyTuple_New((Py_ssize_t)n);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const SpanS *x = s[i];
+        int tool = x->kind == K_TOOL;
+        PyObject *f = Py_BuildValue(
+            "(NNiNNNNNiKKONNO)", hex(x->sid, 8), x->pid ? hex(x->pid, 8) : Py_NewRef(Py_None), x->kind,
+            tool ? opt_text(x->tool) : Py_NewRef(Py_None), tool ? opt_text(x->call_id) : Py_NewRef(Py_None),
+            tool ? opt_text(x->arguments) : Py_NewRef(Py_None), tool ? opt_text(x->result) : Py_NewRef(Py_None),
+            error_of(x), x->status_code, (unsigned long long)x->start, (unsigned long long)x->end,
+            x->genai ? Py_True : Py_False, x->provider.n > 0 ? text(x->provider) : Py_NewRef(Py_None),
+            opt_text(x->session), x->weak_session ? Py_True : Py_False);
+        if (!f) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, (Py_ssize_t)i, f);
+    }
+    return out;
+}
+
 /* A trace's states made once from every span kept of it, which are let go: None when it goes back (handed
  * back, never seen, a span id twice); ``keep`` leaves it kept (a preview of an open trace). */
 static PyObject *take_or_peek(TraceStates *self, PyObject *tid, int keep) {
@@ -1901,6 +1965,16 @@ static PyObject *take_or_peek(TraceStates *self, PyObject *tid, int keep) {
         if (!s) return PyErr_NoMemory();
         for (size_t i = 0; i < t->n; i++) s[i] = &t->spans[i].s;
         states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid);
+        if (states && states != Py_None) { /* with what its rows read, the spans in session order (sorted) */
+            PyObject *facts = span_facts(s, t->n), *version = NULL;
+            for (size_t i = 0; i < t->n && !version; i++) /* the first resource naming a version, in arrival order */
+                if (t->spans[i].s.version.n > 0) version = text(t->spans[i].s.version);
+            if (!version && !PyErr_Occurred()) version = Py_NewRef(Py_None);
+            PyObject *all = facts && version ? PyTuple_Pack(3, states, facts, version) : NULL;
+            Py_XDECREF(facts);
+            Py_XDECREF(version);
+            Py_SETREF(states, all);
+        }
         PyMem_Free(s);
         if (!states) { /* a reader refused a value: the records path reads the trace, and nothing stays kept */
             if (!keep) {
@@ -1951,7 +2025,9 @@ static PyMethodDef TraceStates_methods[] = {
     {"hand_back", (PyCFunction)TraceStates_hand_back, METH_O,
      "hand_back(trace_id): the records path reads this trace (e.g. a body the walk could not read)."},
     {"take", (PyCFunction)TraceStates_take, METH_O,
-     "take(trace_id) -> the trace's states in FACTS order, or None (the records path reads it); let go either way."},
+     "take(trace_id) -> (the trace's states in FACTS order, each span's facts for its rows in session order, the first\n"
+     "service.version its spans' resources name, in arrival order), or\n"
+     "None (the records path reads it); let go either way."},
     {"peek", (PyCFunction)TraceStates_peek, METH_O, "peek(trace_id): take, keeping the trace."},
     {"drop", (PyCFunction)TraceStates_drop, METH_O, "drop(trace_id) -> whether anything was kept of it."},
     {"counts", (PyCFunction)TraceStates_counts, METH_NOARGS,
@@ -1965,7 +2041,7 @@ static PyTypeObject TraceStatesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agentfunnel.collector._wire.TraceStates",
     .tp_basicsize = sizeof(TraceStates),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "TraceStates(enabled, deny, deny_prefixes, user_keys, scopes, value_marks, kit): GenAI-semconv traces'\n"
+    .tp_doc = "TraceStates(enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit): GenAI-semconv traces'\n"
               "spans kept across requests (as genai_summaries reads them), each trace's states made once when taken.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)TraceStates_init,

@@ -44,6 +44,7 @@ from ..scoring.facts.tokens import Tokens
 from ..scoring.funnel import ServerFacts, split_tool_name
 from ..semconv import SpanRecord, SpanView
 from ..semconv.attributes import (
+    GEN_AI_AGENT_VERSION,
     GEN_AI_AGGREGATED_INPUT_TOKENS,
     GEN_AI_AGGREGATED_OUTPUT_TOKENS,
     GEN_AI_COMPLETION,
@@ -58,7 +59,9 @@ from ..semconv.attributes import (
     GEN_AI_USAGE_PROMPT_TOKENS,
     OI_INPUT_VALUE,
     PYDANTIC_TOOL_FAILURE_STAGE,
+    SESSION_KEYS,
     USER_KEYS,
+    WEAK_SESSION_KEYS,
 )
 from ..semconv.dialects import READ_ERRORS, REGISTRY, Dialect
 from ..semconv.dialects.base import (
@@ -99,7 +102,7 @@ GENAI_KEYS = ("gen_ai.operation.name", "gen_ai.response.model", "gen_ai.request.
 OWN_DIALECT = "otel_genai"
 # Keys normalize or the GenAI dialect reads that the compiled path does not: their spans' traces go to
 # Python (a key in neither list, and marking no other dialect, is read by nothing and passed over).
-PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS, OI_INPUT_VALUE,
+PYTHON_KEYS = (GEN_AI_AGGREGATED_INPUT_TOKENS, OI_INPUT_VALUE, GEN_AI_AGENT_VERSION,
                GEN_AI_AGGREGATED_OUTPUT_TOKENS, GEN_AI_USAGE_PROMPT_TOKENS, GEN_AI_USAGE_COMPLETION_TOKENS,
                GEN_AI_TOOL_STATUS, PYDANTIC_TOOL_FAILURE_STAGE)
 PYTHON_PREFIXES = (GEN_AI_COMPLETION, GEN_AI_PROMPT, "agentfunnel.")
@@ -114,14 +117,16 @@ class Marks:
 
     keys: tuple[str, ...]
     user_keys: tuple[str, ...]  # normalize's user keys, in its order, that mark no other dialect
+    session_keys: tuple[tuple[str, bool], ...]  # normalize's session keys, in its order, with whether each is weak
     deny: tuple[str, ...]
     deny_prefixes: tuple[str, ...]
     scopes: frozenset[str]
     values: tuple[tuple[str, str], ...]
 
 
-def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
-    """The GenAI keys no dialect but the GenAI one is marked by, and what marks the others."""
+def registry_marks(dialects: Iterable[Dialect] = REGISTRY, session_keys: Iterable[str] = ()) -> Marks:
+    """The GenAI keys no dialect but the GenAI one is marked by, and what marks the others; ``session_keys``:
+    the configured ones normalize reads after its own."""
     others = [d for d in dialects if d.name != OWN_DIALECT]
     taken = {k for d in others for k in d.marks.keys if isinstance(k, str)}
     prefixes = tuple(p for d in others for p in d.marks.prefixes if isinstance(p, str))
@@ -129,7 +134,11 @@ def registry_marks(dialects: Iterable[Dialect] = REGISTRY) -> Marks:
     odd_values = {k for k, v in values if not isinstance(k, str) or not isinstance(v, str)}
     keys = tuple(k for k in GENAI_KEYS if k not in taken and not k.startswith(prefixes) and k not in odd_values)
     taken |= {k for k in USER_KEYS if k.startswith(prefixes)}  # a user key another dialect is marked by
-    return Marks(keys, tuple(k for k in USER_KEYS if k not in taken), tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
+    taken |= {k for k in (*SESSION_KEYS, *session_keys, *WEAK_SESSION_KEYS) if k.startswith(prefixes)}
+    strong = tuple(dict.fromkeys(k for k in (*SESSION_KEYS, *session_keys) if k not in taken))
+    sessions = (*((k, False) for k in strong), *((k, True) for k in WEAK_SESSION_KEYS if k not in taken and k not in strong))
+    return Marks(keys, tuple(k for k in USER_KEYS if k not in taken), sessions,
+                 tuple(sorted(taken | set(PYTHON_KEYS) | {k for k in odd_values if isinstance(k, str)})),
                  (*PYTHON_PREFIXES, *prefixes),
                  frozenset((*PYTHON_SCOPES, *(s for d in others for s in d.marks.scopes if isinstance(s, str)))),
                  tuple((k, v) for k, v in values if k not in odd_values))
@@ -260,9 +269,10 @@ class Summaries:
 class CompiledSummaries:
     """The compiled path for one scorer (its settings and configuration)."""
 
-    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY) -> None:
+    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
+                 session_keys: Iterable[str] = ()) -> None:
         self.scorer = scorer
-        self.marks = registry_marks(dialects)
+        self.marks = registry_marks(dialects, session_keys)
         self.available = _wire is not None and tuple(f.name for f in FACTS) == COMPILED_FACTS
         self._kit = _kit(scorer) if self.available else ()
 
@@ -270,7 +280,8 @@ class CompiledSummaries:
         """The compiled path alone: (states by trace id or None, trace ids handed back, spans read, spans handed
         back, why the whole body was handed back)."""
         m = self.marks
-        found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values, self._kit)
+        found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
+                                      m.values, self._kit)
         if found[0] is None:
             return None, [], 0, 0, found[1]
         states, back, read, handed = found
@@ -296,6 +307,52 @@ class CompiledSummaries:
         return out
 
 
+_KINDS = ("other", "llm", "tool", "agent")  # collector/_summaries.c K_*
+_STATUS_CODES = ("UNSET", "OK", "ERROR")  # OTLP's status codes, named as the decoder names them
+
+
+class KeptSpan:
+    """One span of a trace kept in C, read as assembly reads a record for its rows and sessions (the fields and
+    properties of ``SpanRecord`` those read): what the walk read, a tool call's JSON text parsed when read."""
+
+    __slots__ = ("trace_id", "span_id", "parent_span_id", "kind", "tool_name", "call_id", "arguments_text",
+                 "result_text", "error", "status_code", "start_ns", "end_ns", "dialect", "provider", "session_key",
+                 "weak_session_key")
+
+    def __init__(self, trace_id: str, facts: tuple[Any, ...]) -> None:
+        (self.span_id, self.parent_span_id, kind, self.tool_name, self.call_id, self.arguments_text, self.result_text,
+         self.error, self.status_code, self.start_ns, self.end_ns, genai, self.provider, self.session_key,
+         self.weak_session_key) = facts
+        self.trace_id, self.kind, self.status_code = trace_id, _KINDS[kind], _STATUS_CODES[self.status_code]
+        self.dialect = OWN_DIALECT if genai else "unknown"
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.kind == "tool"  # the walk names every tool call it calls one (no trace rule ignores a span here)
+
+    @property
+    def is_agent_activity(self) -> bool:
+        return self.kind != "other"
+
+    @property
+    def arguments(self) -> Any:
+        return parse_json(self.arguments_text)
+
+    @property
+    def result(self) -> Any:
+        return parse_json(self.result_text)
+
+
+@dataclass(frozen=True)
+class KeptTrace:
+    """A trace taken from the C-kept spans: its summary, its spans in session order, and the version of the agent
+    its resources name (``service.version``, the first in arrival order)."""
+
+    summary: TraceSummary
+    spans: list[KeptSpan]
+    resource_version: str | None
+
+
 @dataclass
 class Kept:
     """What one body added: spans kept in C, and the traces (and their spans) the records path reads."""
@@ -315,12 +372,13 @@ class CompiledTraces:
     (``counts()["bytes"]``); a trace is let go when taken or dropped, and a handed-back one is remembered until
     then."""
 
-    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY) -> None:
-        self.compiled = CompiledSummaries(scorer, dialects)
+    def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
+                 session_keys: Iterable[str] = ()) -> None:
+        self.compiled = CompiledSummaries(scorer, dialects, session_keys)
         self.available = self.compiled.available
         m = self.compiled.marks
-        self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values,
-                                         self.compiled._kit) if self.available else None
+        self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
+                                         m.values, self.compiled._kit) if self.available else None
 
     def add(self, body: bytes) -> Kept:
         """Keep every span of the body's traces the walk reads."""
@@ -338,17 +396,21 @@ class CompiledTraces:
             for trace_id in trace_ids:
                 self._states.hand_back(trace_id)
 
-    def take(self, trace_id: str, keep: bool = False) -> TraceSummary | None:
-        """The trace's summary from every span kept of it, and let it go (``keep``: a preview; it stays kept);
-        None where the records path reads it (handed back, never seen, a span id twice, a reader refusing a
-        value)."""
+    def take(self, trace_id: str, keep: bool = False) -> KeptTrace | None:
+        """The trace from every span kept of it, and let it go (``keep``: a preview; it stays kept); None where
+        the records path reads it (handed back, never seen, a span id twice, a trace rule changing a record, a
+        reader refusing a value)."""
         if self._states is None:
             return None
         try:
-            states = self._states.peek(trace_id) if keep else self._states.take(trace_id)
+            found = self._states.peek(trace_id) if keep else self._states.take(trace_id)
         except READ_ERRORS:
             return None
-        return None if states is None else from_states(self.compiled.scorer.config_hash, states)
+        if found is None:
+            return None
+        states, facts, version = found
+        return KeptTrace(from_states(self.compiled.scorer.config_hash, states), [KeptSpan(trace_id, f) for f in facts],
+                         version)
 
     def drop(self, trace_id: str) -> bool:
         return bool(self._states is not None and self._states.drop(trace_id))

@@ -420,14 +420,14 @@ def test_random_bytes_never_crash(body: bytes):
 
 def _args(compiled: CompiledSummaries) -> tuple:
     m = compiled.marks
-    return m.keys, m.deny, m.deny_prefixes, m.user_keys, m.scopes, m.values, compiled._kit
+    return m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes, m.values, compiled._kit
 
 
 def test_bad_arguments_are_refused_naming_them():
     with pytest.raises(TypeError, match="kit has 0 entries"):
-        _wire.genai_summaries(b"", (), (), (), (), frozenset(), (), ())
+        _wire.genai_summaries(b"", (), (), (), (), (), frozenset(), (), ())
     with pytest.raises(TypeError, match="strings"):
-        _wire.genai_summaries(b"", (), (1,), (), (), frozenset(), (), COMPILED._kit)
+        _wire.genai_summaries(b"", (), (1,), (), (), (), frozenset(), (), COMPILED._kit)
 
 
 def test_payload_json_is_read_by_the_reference_functions():

@@ -10,10 +10,21 @@ bytes: no server.
 from __future__ import annotations
 
 import random
+from datetime import datetime, timezone
 from pathlib import Path
 
 from agentfunnel.collector.compiled_summaries import CompiledTraces, records_by_trace, reference_summaries
+from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
+from agentfunnel.collector.session.assembly import (
+    AssembledTrace,
+    assemble_kept,
+    assemble_records,
+    index_rows,
+    span_stamps,
+    tool_call_rows,
+)
+from agentfunnel.collector.session.held import prepare
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -49,7 +60,7 @@ def taken(bodies: list[bytes]) -> tuple[CompiledTraces, dict]:
         if added.whole_body_reason is not None:
             kept.hand_back(records_by_trace(body))
     trace_ids = {t for body in bodies for t in records_by_trace(body)}
-    return kept, {t: kept.take(t) for t in trace_ids}
+    return kept, {t: (k.summary if (k := kept.take(t)) is not None else None) for t in trace_ids}
 
 
 def test_every_fixture_split_across_requests_gives_the_reference_of_the_whole():
@@ -103,9 +114,9 @@ def test_a_trace_is_kept_across_requests_until_taken_and_counted_while_kept():
     assert kept.counts()["spans"] == 3 and kept.counts()["bytes"] > held_after_one > 0 and len(kept) == 1
     trace_id = (1).to_bytes(16, "big").hex()
     whole = reference_summaries(request([turn]), SCORER).by_trace[trace_id]
-    assert kept.take(trace_id, keep=True) == whole  # a preview keeps it
+    assert kept.take(trace_id, keep=True).summary == whole  # a preview keeps it
     assert kept.counts()["spans"] == 3
-    assert kept.take(trace_id) == whole
+    assert kept.take(trace_id).summary == whole
     assert kept.counts() == {"bytes": 0, "spans": 0, "handed_back": 0} and len(kept) == 0
     assert kept.take(trace_id) is None  # taken once: the records path would read it now
 
@@ -155,3 +166,113 @@ def test_many_traces_come_and_go_without_keeping_anything():
         for t in range(1, 201):
             assert kept.take(t.to_bytes(16, "big").hex()) is not None
     assert len(kept) == 0 and kept.counts()["bytes"] == 0
+
+
+# -- sessions and rows from the kept spans ----------------------------------------------------------
+
+def records_path(bodies: list[bytes], session_keys: tuple[str, ...] = ()) -> dict[str, AssembledTrace]:
+    """Each trace as the stage assembles what it held: every body's records (normalized with the session keys),
+    by trace in arrival order, with the trace rules and sessions."""
+    records: dict[str, list] = {}
+    views: dict[str, list] = {}
+    for body in bodies:
+        prepared = prepare(decode_traces_protobuf(body), session_keys)
+        for record, view in zip(prepared.records, prepared.views):
+            records.setdefault(record.trace_id, []).append(record)
+            views.setdefault(record.trace_id, []).append(view)
+    return {t: assemble_records(found, views[t]) for t, found in records.items()}
+
+
+def by_span(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: r["span_id"])
+
+
+def assert_rows_same(bodies: list[bytes], session_keys: tuple[str, ...] = ()) -> int:
+    """Every trace kept in C gives the sessions, tool-call rows, span stamps and index row its records give;
+    returns how many traces were kept."""
+    kept = CompiledTraces(SCORER, session_keys=session_keys)
+    for body in bodies:
+        if kept.add(body).whole_body_reason is not None:
+            return 0
+    want = records_path(bodies, session_keys)
+    since, now = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 2, tzinfo=timezone.utc)
+    read = 0
+    for trace_id, trace in want.items():
+        found = kept.take(trace_id)
+        if found is None:
+            continue
+        read += 1
+        got = assemble_kept(trace_id, found.spans, found.resource_version)
+        assert got.sessions == trace.sessions, trace_id
+        # rows are written as a set: the kept spans come in session order, the records in arrival order
+        assert by_span(tool_call_rows([got])) == by_span(tool_call_rows([trace])), trace_id
+        assert by_span(span_stamps([got])) == by_span(span_stamps([trace])), trace_id
+        assert index_rows([got], since, now) == index_rows([trace], since, now), trace_id
+        assert found.summary == SCORER.summarize(trace.records), trace_id
+    return read
+
+
+def test_every_fixture_split_across_requests_gives_its_records_rows():
+    rnd = random.Random(5)
+    read = 0
+    for path in sorted(OTLP.glob("*/*.traces.binpb")):
+        body = path.read_bytes()
+        for parts in (1, 3):
+            read += assert_rows_same(split(body, parts, rnd))
+            read += assert_rows_same(split(body, parts, rnd), session_keys=("gen_ai.agent.name", "session.id"))
+    assert read >= 20
+
+
+SESSION_ATTRS = {
+    "gen_ai.conversation.id": st.sampled_from(("conv-1", "conv-2", "")),
+    "session.id": st.sampled_from(("s-1", "")),
+    "mcp.session.id": st.sampled_from(("m-1", "")),
+    "gen_ai.tool.call.id": st.sampled_from(("call_1", "", "call_2")),
+    "gen_ai.provider.name": st.sampled_from(("openai", "", "anthropic")),
+    "gen_ai.system": st.sampled_from(("openai", "aws.bedrock")),
+    "tenant": st.sampled_from(("t-1", "")),
+}
+
+
+@st.composite
+def agent_traffic(draw) -> list[bytes]:
+    """A few turns of agent traffic with session keys, providers and call ids, each turn's spans sent over
+    one to three requests under resources naming versions or not."""
+    bodies = []
+    for turn in range(draw(st.integers(1, 3))):
+        spans = []
+        for i in range(100 * turn + 1, 100 * turn + draw(st.integers(2, 9))):  # a trace may span turns
+            attrs = {k: draw(v) for k, v in SESSION_ATTRS.items() if draw(st.booleans())}
+            op = draw(st.sampled_from(("invoke_agent", "chat", "execute_tool", "execute_tool", None)))
+            if op == "execute_tool":
+                attrs["gen_ai.tool.name"] = draw(st.sampled_from(("search", "shop__add_to_cart", "mcp__pay__checkout")))
+                attrs["gen_ai.tool.call.arguments"] = draw(st.sampled_from(('{"q": "socks"}', '{"n":1,"a":[1.50,"é"]}',
+                                                                           "not json")))
+                attrs["gen_ai.tool.call.result"] = draw(st.sampled_from(('{"cart_id": "c1"}', "ok", "[1, 2")))
+            spans.append(span(draw(st.integers(1, 3)), i, parent=draw(st.sampled_from((None, 1, 2, i - 1))), op=op,
+                              name=draw(st.sampled_from(("invoke_agent Shop", "chat", "execute_tool search", "x"))),
+                              attrs=attrs, start=draw(st.integers(0, 5)), end=draw(st.integers(5, 9)),
+                              status=draw(st.sampled_from((None, (2, "boom"), (1, ""))))))
+        version = draw(st.sampled_from(({}, {"service.version": "1.2"}, {"service.version": "2.0"}, {"service.version": ""})))
+        body = request([spans], [{"service.name": "shop-agent", **version}])
+        bodies += split(body, draw(st.integers(1, 3)), draw(st.randoms(use_true_random=False)))
+    return bodies
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(agent_traffic())
+def test_generated_agent_traffic_gives_its_records_rows(bodies: list[bytes]):
+    assert_rows_same(bodies)
+    assert_rows_same(bodies, session_keys=("tenant",))
+
+
+def test_a_kept_trace_names_its_session_and_its_agents_version():
+    kept = CompiledTraces(SCORER)
+    turn = agent_turn(1, 1)
+    turn[0]["attributes"]["gen_ai.conversation.id"] = "conv-9"
+    kept.add(request([turn], [{"service.name": "shop-agent", "service.version": "2.0"}]))
+    found = kept.take((1).to_bytes(16, "big").hex())
+    assert found is not None and found.resource_version == "2.0"
+    assert [s.session_key for s in found.spans] == ["conv-9", None, None]
+    trace = assemble_kept(found.spans[0].trace_id, found.spans, found.resource_version)
+    assert trace.session_ids == {"conv-9"} and set(trace.sessions.values()) == {"conv-9"}

@@ -22,13 +22,13 @@ from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ...scoring.assembled import Session, TraceShare
 from ...semconv import SpanRecord, SpanView, normalize
+from ...semconv.attributes import GEN_AI_AGENT_VERSION
 from ...semconv.trace_rules import apply_trace_rules
 
-GEN_AI_AGENT_VERSION = "gen_ai.agent.version"  # not among semconv.attributes yet
 SERVICE_VERSION = "service.version"  # the OTel resource convention
 
 
@@ -99,6 +99,14 @@ def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -
     """One trace from its normalized records (in store order) and their views: the trace rules, then sessions."""
     ruled = apply_trace_rules(records, views)
     return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
+
+
+def assemble_kept(trace_id: str, spans: Sequence[Any], agent_version: str | None) -> AssembledTrace:
+    """A trace kept in C (``compiled_summaries.KeptTrace``: its ``KeptSpan``s, which read as records for every
+    field the sessions and rows read; tests/test_compiled_traces.py holds both equal). No trace rule applies to
+    it: the walk hands back every trace one would change."""
+    records = cast(list[SpanRecord], list(spans))
+    return AssembledTrace(trace_id, records, resolve_sessions(records), agent_version)
 
 
 @runtime_checkable
