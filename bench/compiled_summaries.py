@@ -35,8 +35,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for folder in (HERE, ROOT / "tests"):  # bench/'s helpers, and the tests' request builders
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from agentfunnel.collector.compiled_summaries import (  # noqa: E402
     CompiledSummaries,
@@ -144,24 +145,10 @@ def scattered(bodies: list[bytes], parts: int, seed: int = 1) -> list[bytes]:
     exporter sends spans when they end): most traces then span several requests."""
     import random
 
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from otlp_build import split_request  # tests/otlp_build.py
 
     rnd = random.Random(seed)
-    out = []
-    for body in bodies:
-        whole = ExportTraceServiceRequest.FromString(body)
-        reqs = [ExportTraceServiceRequest() for _ in range(parts)]
-        for rs in whole.resource_spans:
-            for ss in rs.scope_spans:
-                homes = []
-                for req in reqs:
-                    r = req.resource_spans.add()
-                    r.resource.CopyFrom(rs.resource)
-                    homes.append(r.scope_spans.add(scope=ss.scope))
-                for pb in ss.spans:
-                    rnd.choice(homes).spans.add().CopyFrom(pb)
-        out += [r.SerializeToString() for r in reqs]
-    return out
+    return [part for body in bodies for part in split_request(body, parts, rnd)]
 
 
 def measure_across_requests(label: str, bodies: list[bytes], reps: int, compiled: CompiledSummaries) -> None:

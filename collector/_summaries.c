@@ -1758,6 +1758,19 @@ static void trace_clear(KeptTrace *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* Room for one more item in *items (*cap of them, each ``size`` bytes, ``n`` used): 0, or -1 out of memory. */
+static int room(void **items, size_t *cap, size_t n, size_t size) {
+    if (n < *cap) return 0;
+    size_t more = *cap ? *cap * 2 : 64;
+    void *p = PyMem_Realloc(*items, more * size);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = p, *cap = more;
+    return 0;
+}
+
 /* The slot of a trace (made when ``make``); -1 absent, -2 error. */
 static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
     PyObject *at = PyDict_GetItemWithError(self->slots_of, tid);
@@ -1768,15 +1781,7 @@ static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
     int reused = self->nfree > 0;
     if (reused) slot = self->free_slots[--self->nfree];
     else {
-        if (self->nslots == self->capslots) {
-            size_t cap = self->capslots ? self->capslots * 2 : 64;
-            KeptTrace *slots = PyMem_Realloc(self->slots, cap * sizeof *slots);
-            if (!slots) {
-                PyErr_NoMemory();
-                return -2;
-            }
-            self->slots = slots, self->capslots = cap;
-        }
+        if (room((void **)&self->slots, &self->capslots, self->nslots, sizeof *self->slots) < 0) return -2;
         slot = self->nslots++;
     }
     memset(&self->slots[slot], 0, sizeof self->slots[slot]);
@@ -1796,15 +1801,7 @@ static int release_slot(TraceStates *self, PyObject *tid, size_t slot) {
     self->bytes -= (Py_ssize_t)t->bytes;
     self->spans -= (Py_ssize_t)t->n;
     trace_clear(t);
-    if (self->nfree == self->capfree) {
-        size_t cap = self->capfree ? self->capfree * 2 : 64;
-        size_t *f = PyMem_Realloc(self->free_slots, cap * sizeof *f);
-        if (!f) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        self->free_slots = f, self->capfree = cap;
-    }
+    if (room((void **)&self->free_slots, &self->capfree, self->nfree, sizeof *self->free_slots) < 0) return -1;
     self->free_slots[self->nfree++] = slot;
     return PyDict_DelItem(self->slots_of, tid);
 }
@@ -1826,11 +1823,6 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
     if (!(self->refs = PyTuple_Pack(7, enabled, deny, prefixes, users, sessions, scopes, marks))) return -1;
     self->kit = Py_NewRef(kit);
     if (!(self->slots_of = PyDict_New())) return -1;
-    if (!(self->free_slots = PyMem_Malloc(64 * sizeof *self->free_slots))) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->capfree = 64;
     return walk_setup(&self->config, enabled, deny, prefixes, users, sessions, scopes, marks);
 }
 

@@ -82,3 +82,20 @@ def to_otlp_json(message: ExportTraceServiceRequest | ExportLogsServiceRequest) 
 
 def to_otlp_json_bytes(message: Any) -> bytes:
     return json.dumps(to_otlp_json(message)).encode()
+
+
+def split_request(body: bytes, parts: int, rnd: Any) -> list[bytes]:
+    """A trace request's spans sent in ``parts`` requests instead, each span in one of them at random (``rnd``: a
+    random.Random), resource and scope envelopes kept: as a batch exporter sends a trace's spans as they end."""
+    whole = ExportTraceServiceRequest.FromString(body)
+    out = [ExportTraceServiceRequest() for _ in range(parts)]
+    for rs in whole.resource_spans:
+        for ss in rs.scope_spans:
+            homes = []
+            for req in out:
+                r = req.resource_spans.add()
+                r.resource.CopyFrom(rs.resource)
+                homes.append(r.scope_spans.add(scope=ss.scope))
+            for pb in ss.spans:
+                rnd.choice(homes).spans.add().CopyFrom(pb)
+    return [req.SerializeToString() for req in out]

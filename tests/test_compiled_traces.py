@@ -27,28 +27,13 @@ from agentfunnel.collector.session.assembly import (
 from agentfunnel.collector.session.held import prepare
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otlp_build import split_request
 from test_compiled_summaries import COMPILED, SCORER, genai_requests, request, span
 
 OTLP = Path(__file__).parent / "fixtures" / "otlp"
 
 
-def split(body: bytes, parts: int, rnd: random.Random) -> list[bytes]:
-    """The body's spans sent in ``parts`` requests instead, each span in one of them, envelopes kept."""
-    whole = ExportTraceServiceRequest.FromString(body)
-    out = [ExportTraceServiceRequest() for _ in range(parts)]
-    for rs in whole.resource_spans:
-        for ss in rs.scope_spans:
-            homes = []
-            for req in out:
-                r = req.resource_spans.add()
-                r.resource.CopyFrom(rs.resource)
-                s = r.scope_spans.add()
-                s.scope.CopyFrom(ss.scope)
-                homes.append(s)
-            for pb in ss.spans:
-                rnd.choice(homes).spans.add().CopyFrom(pb)
-    return [req.SerializeToString() for req in out]
+split = split_request
 
 
 def taken(bodies: list[bytes]) -> tuple[CompiledTraces, dict]:
