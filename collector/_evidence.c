@@ -516,7 +516,7 @@ typedef struct {
     Py_ssize_t n, cap;
 } Out;
 
-static int out_put(Out *o, const char *s, Py_ssize_t n) {
+static int out_room(Out *o, Py_ssize_t n) {
     if (o->n + n > o->cap) {
         Py_ssize_t cap = o->cap ? o->cap : 256;
         while (cap < o->n + n) cap *= 2;
@@ -524,6 +524,20 @@ static int out_put(Out *o, const char *s, Py_ssize_t n) {
         if (!p) return -1;
         o->p = p, o->cap = cap;
     }
+    return 0;
+}
+
+/* The bytes as they are. */
+static int out_raw(Out *o, const char *s, Py_ssize_t n) {
+    if (out_room(o, n) < 0) return -1;
+    memcpy(o->p + o->n, s, (size_t)n);
+    o->n += n;
+    return 0;
+}
+
+/* The bytes lowered (ASCII letters). */
+static int out_put(Out *o, const char *s, Py_ssize_t n) {
+    if (out_room(o, n) < 0) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t c = (uint8_t)s[i];
         o->p[o->n++] = c >= 'A' && c <= 'Z' ? (uint8_t)(c + 32) : c;
@@ -662,16 +676,14 @@ static int is_space(uint32_t cp) {
     return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x1C && cp <= 0x1F) || (cp >= 0x80 && Py_UNICODE_ISSPACE(cp));
 }
 
-/* The text's flags (its result read by find, when ``failed`` is 0) and whether it mentions payment as
- * payment_mentions reads a result (the failed call's error aside). 1 read, 0 declined, -1 error. */
-int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int failed, uint32_t *mask, int *payment) {
-    const Spec *sp = PyCapsule_GetPointer(capsule, SPEC_CAPSULE);
-    if (!sp) return -1;
+/* semconv's parse_json on valid UTF-8 text: [*s, *e) is the text stripped; 1 when parse_json would parse it
+ * as JSON, 0 when it stays the text it is, -1 when the text is not UTF-8 (declined). */
+static int parse_json_span(const uint8_t *text, Py_ssize_t n, const uint8_t **sp, const uint8_t **ep) {
     const uint8_t *end = text + n, *s = text, *e = end;
     for (const uint8_t *p = text; p < end;) { /* the whole text is valid UTF-8, or declined */
         uint32_t cp;
         int k = utf8_at(p, end, &cp);
-        if (!k) return 0;
+        if (!k) return -1;
         p += k;
     }
     while (s < e) { /* str.strip() */
@@ -688,10 +700,21 @@ int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int fail
         if (!is_space(cp)) break;
         e = q;
     }
-    const List *phrases = failed ? &sp->failed_phrases : &sp->ok_phrases;
+    *sp = s, *ep = e;
     Py_ssize_t sn = e - s;
-    int json = sn && (*s == '{' || *s == '[' || *s == '"' || (sn == 4 && !memcmp(s, "true", 4)) ||
-                      (sn == 5 && !memcmp(s, "false", 5)) || (sn == 4 && !memcmp(s, "null", 4)));
+    return sn && (*s == '{' || *s == '[' || *s == '"' || (sn == 4 && !memcmp(s, "true", 4)) ||
+                  (sn == 5 && !memcmp(s, "false", 5)) || (sn == 4 && !memcmp(s, "null", 4)));
+}
+
+/* The text's flags (its result read by find, when ``failed`` is 0) and whether it mentions payment as
+ * payment_mentions reads a result (the failed call's error aside). 1 read, 0 declined, -1 error. */
+int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int failed, uint32_t *mask, int *payment) {
+    const Spec *sp = PyCapsule_GetPointer(capsule, SPEC_CAPSULE);
+    if (!sp) return -1;
+    const uint8_t *s, *e;
+    int json = parse_json_span(text, n, &s, &e);
+    if (json < 0) return 0;
+    const List *phrases = failed ? &sp->failed_phrases : &sp->ok_phrases;
     Out o = {NULL, 0, 0};
     int r = 1;
     *mask = 0, *payment = 0;
@@ -719,6 +742,136 @@ int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int fail
     PyMem_Free(t.nodes);
     PyMem_Free(t.buf);
     return r;
+}
+
+/* ---- json.dumps of the parsed value ------------------------------------------------------------- */
+
+/* A string as json.dumps writes it: ``ascii`` escapes everything outside ' '..'~' (ensure_ascii). */
+static int dump_str(Out *o, const uint8_t *p, Py_ssize_t n, int ascii) {
+    static const char H[] = "0123456789abcdef";
+    const uint8_t *end = p + n;
+    if (out_raw(o, "\"", 1) < 0) return -1;
+    while (p < end) {
+        const uint8_t *run = p;
+        while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && (!ascii || *p < 0x7F)) p++;
+        if (p > run && out_raw(o, (const char *)run, p - run) < 0) return -1;
+        if (p >= end) break;
+        uint8_t c = *p;
+        const char *named = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (named) {
+            if (out_raw(o, named, 2) < 0) return -1;
+            p++;
+            continue;
+        }
+        uint32_t cp;
+        int k = c < 0x80 ? (cp = c, 1) : utf8_at(p, end, &cp);
+        if (!k) return -1;
+        p += k;
+        uint32_t units[2] = {cp, 0};
+        int nu = 1;
+        if (cp >= 0x10000) units[0] = 0xD800 + ((cp - 0x10000) >> 10), units[1] = 0xDC00 + ((cp - 0x10000) & 0x3FF), nu = 2;
+        for (int u = 0; u < nu; u++) {
+            char esc[6] = {'\\', 'u', H[units[u] >> 12 & 15], H[units[u] >> 8 & 15], H[units[u] >> 4 & 15], H[units[u] & 15]};
+            if (out_raw(o, esc, 6) < 0) return -1;
+        }
+    }
+    return out_raw(o, "\"", 1);
+}
+
+static int key_before(const Tree *t, int32_t a, int32_t b) {
+    const Node *x = &t->nodes[a], *y = &t->nodes[b];
+    Py_ssize_t n = x->klen < y->klen ? x->klen : y->klen;
+    int c = memcmp(t->buf + x->koff, t->buf + y->koff, (size_t)n);
+    return c < 0 || (c == 0 && x->klen < y->klen);
+}
+
+/* json.dumps(value, sort_keys=sort, ensure_ascii=ascii) of the value at x (nesting is at most MAX_NEST). */
+static int dump_value(Out *o, const Tree *t, int32_t x, int sort, int ascii) {
+    const Node *v = &t->nodes[x];
+    const char *s = (const char *)t->src + v->off;
+    switch (v->type) {
+    case J_NULL: return out_raw(o, "null", 4);
+    case J_TRUE: return out_raw(o, "true", 4);
+    case J_FALSE: return out_raw(o, "false", 5);
+    case J_NAN: return out_raw(o, "NaN", 3);
+    case J_INF: return out_raw(o, "Infinity", 8);
+    case J_NINF: return out_raw(o, "-Infinity", 9);
+    case J_INT: return v->len == 2 && s[0] == '-' && s[1] == '0' ? out_raw(o, "0", 1) : out_raw(o, s, v->len);
+    case J_FLOAT: {
+        char tmp[MAX_NUMBER + 1];
+        memcpy(tmp, s, (size_t)v->len);
+        tmp[v->len] = 0;
+        double d = PyOS_string_to_double(tmp, NULL, NULL);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        if (Py_IS_INFINITY(d)) return d > 0 ? out_raw(o, "Infinity", 8) : out_raw(o, "-Infinity", 9);
+        char *r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (!r) return -1;
+        int ok = out_raw(o, r, (Py_ssize_t)strlen(r));
+        PyMem_Free(r);
+        return ok;
+    }
+    case J_STR: return dump_str(o, t->buf + v->off, v->len, ascii);
+    default: break;
+    }
+    int32_t order[MAX_KEYS];
+    Py_ssize_t n = 0;
+    int obj = v->type == J_OBJ;
+    if (out_raw(o, obj ? "{" : "[", 1) < 0) return -1;
+    for (int32_t i = v->first; i >= 0; i = t->nodes[i].next) {
+        if (obj && sort) { /* insertion sort: an object has at most MAX_KEYS members */
+            Py_ssize_t j = n++;
+            while (j > 0 && key_before(t, i, order[j - 1])) order[j] = order[j - 1], j--;
+            order[j] = i;
+            continue;
+        }
+        if ((n++ && out_raw(o, ", ", 2) < 0) ||
+            (obj && (dump_str(o, t->buf + t->nodes[i].koff, t->nodes[i].klen, ascii) < 0 || out_raw(o, ": ", 2) < 0)) ||
+            dump_value(o, t, i, sort, ascii) < 0)
+            return -1;
+    }
+    for (Py_ssize_t j = 0; obj && sort && j < n; j++) {
+        const Node *m = &t->nodes[order[j]];
+        if ((j && out_raw(o, ", ", 2) < 0) || dump_str(o, t->buf + m->koff, m->klen, ascii) < 0 ||
+            out_raw(o, ": ", 2) < 0 || dump_value(o, t, order[j], sort, ascii) < 0)
+            return -1;
+    }
+    return out_raw(o, obj ? "}" : "]", 1);
+}
+
+/* json.dumps(parse_json(text), sort_keys=True) (the call identity's canonical arguments) as a new str in *out:
+ * 1 written, 0 declined (as evidence_scan declines), -1 error. */
+int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out) {
+    const uint8_t *s, *e;
+    int json = parse_json_span(text, n, &s, &e);
+    if (json < 0) return 0;
+    Out o = {NULL, 0, 0};
+    Tree t = {NULL, 0, 0, NULL, 0, 0, text};
+    int r = 1;
+    if (!json) r = dump_str(&o, text, n, 1) < 0 ? -1 : 1;
+    else if ((r = parse(&t, s, e)) == 1 && dump_value(&o, &t, 0, 1, 1) < 0) r = -1;
+    if (r == 1 && !(*out = PyUnicode_DecodeASCII((const char *)o.p, o.n, NULL))) r = -1;
+    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    PyMem_Free(o.p);
+    PyMem_Free(t.nodes);
+    PyMem_Free(t.buf);
+    return r;
+}
+
+const char *const json_canonical_doc_text =
+    "json_canonical(text) -> str | None\n\n"
+    "json.dumps(parse_json(text), sort_keys=True) written from the text without Python objects; None where\n"
+    "the reader declines the text.";
+
+PyObject *json_canonical_py(PyObject *self, PyObject *arg) {
+    Py_buffer text;
+    if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    int r = json_canonical(text.buf, text.len, &out);
+    PyBuffer_Release(&text);
+    if (r < 0) return NULL;
+    if (!r) Py_RETURN_NONE;
+    return out;
 }
 
 /* ---- the spec -------------------------------------------------------------------------------- */

@@ -820,6 +820,7 @@ enum {
 
 /* collector/_evidence.c */
 int evidence_scan(PyObject *spec, const uint8_t *text, Py_ssize_t n, int failed, uint32_t *mask, int *payment);
+int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out);
 
 typedef struct {
     PyObject **kit;
@@ -974,8 +975,14 @@ static PyObject *scanned_payload(Build *b, size_t i) {
     uint32_t mask = 0;
     int mentions = 0, r = s->result.n < 0 ? 1 : evidence_scan(spec, s->result.p, s->result.n, failed, &mask, &mentions);
     if (r <= 0) return r < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *a = text(s->arguments), *args = a ? PyObject_CallOneArg(b->kit[X_ARGUMENTS], a) : NULL, *out = NULL;
+    PyObject *canonical = NULL; /* the call's identity, written in C where the text allows (else Python's) */
+    if (s->arguments.n < 0) canonical = PyUnicode_FromString("null");
+    else if (json_canonical(s->arguments.p, s->arguments.n, &canonical) < 0) return NULL;
+    if (s->arguments.n < 0 && !canonical) return NULL;
+    PyObject *a = text(s->arguments), *out = NULL;
+    PyObject *args = a ? PyObject_CallFunctionObjArgs(b->kit[X_ARGUMENTS], a, canonical ? canonical : Py_None, NULL) : NULL;
     Py_XDECREF(a);
+    Py_XDECREF(canonical);
     if (!args) return NULL;
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 2) {
         Py_DECREF(args);

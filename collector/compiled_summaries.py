@@ -237,10 +237,11 @@ def _kit(scorer: SessionScorer) -> tuple[Any, ...]:
             answer = last_assistant_text(out)
         return reason, answer, asked, first_user_text(input_messages) if input_messages is not None else None
 
-    def arguments(text: str | None) -> tuple[Any, str]:
-        # a tool call's arguments as the GenAI dialect and the call facts read them (its result read in C)
+    def arguments(text: str | None, canonical: str | None) -> tuple[Any, str]:
+        # a tool call's arguments as the GenAI dialect and the call facts read them (its result read in C, and
+        # the canonical text written there too unless the compiled writer declined it)
         parsed = parse_json(text)
-        return parsed, json.dumps(parsed, sort_keys=True, default=str)
+        return parsed, canonical if canonical is not None else json.dumps(parsed, sort_keys=True, default=str)
 
     def offers(pairs: list[tuple[Any, str]]) -> tuple[Catalog, frozenset[str]]:
         # the catalog and offered names of the spans offering tools, as the catalog and refused facts read them

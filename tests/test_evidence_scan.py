@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
+from agentfunnel.collector import _wire
 from agentfunnel.collector.compiled_summaries import (
     FLAG_BITS,
     evidence_spec,
@@ -24,7 +25,8 @@ from agentfunnel.collector.compiled_summaries import (
 )
 from agentfunnel.scoring import evidence as ev
 from agentfunnel.scoring.evidence_settings import EvidenceSettings
-from agentfunnel.semconv.attributes import GEN_AI_TOOL_CALL_RESULT
+from agentfunnel.semconv.attributes import GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT
+from agentfunnel.semconv.dialects.base import parse_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -52,7 +54,7 @@ def assert_same(text: str, settings_: EvidenceSettings = DEFAULTS, spec: object 
     return read
 
 
-def fixture_results() -> list[str]:
+def fixture_results(keys: tuple[str, ...] = (GEN_AI_TOOL_CALL_RESULT,)) -> list[str]:
     """Every tool result the recordings hold: the GenAI attribute's text as sent, and every other dialect's
     result as JSON text."""
     results = []
@@ -62,7 +64,7 @@ def fixture_results() -> list[str]:
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     results += [kv.value.string_value for kv in span.attributes
-                                if kv.key == GEN_AI_TOOL_CALL_RESULT and kv.value.HasField("string_value")]
+                                if kv.key in keys and kv.value.HasField("string_value")]
         results += [json.dumps(r.result) for records in records_by_trace(path.read_bytes()).values()
                     for r in records if r.result is not None and not isinstance(r.result, str)]
     return results
@@ -243,3 +245,46 @@ def test_hostile_text_never_crashes_and_reads_as_the_reference_or_is_declined():
     assert scanned_result(SPEC, "[" * 100_000, False) is None  # deep: declined at once, no recursion
     assert scanned_result(SPEC, '{"a":' * 50_000, False) is None
 
+
+
+# ---- the canonical arguments: json.dumps(parse_json(text), sort_keys=True) ----------------------------
+
+def assert_canonical(text: str) -> bool:
+    """The compiled writer gives the reference's canonical JSON, or declines; False where it declined."""
+    got = _wire.json_canonical(text.encode("utf-8", "surrogatepass"))
+    if got is None:
+        return False
+    assert got == json.dumps(parse_json(text), sort_keys=True, default=str), text
+    return True
+
+
+def test_every_recorded_tool_payload_writes_as_the_reference_and_none_is_declined():
+    texts = fixture_results((GEN_AI_TOOL_CALL_ARGUMENTS, GEN_AI_TOOL_CALL_RESULT))
+    assert len(texts) > 100
+    assert [t for t in texts if not assert_canonical(t)] == []
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values, st.randoms(use_true_random=False))
+def test_generated_arguments_write_as_the_reference(value: object, rnd: random.Random):
+    assert_canonical(written(value, rnd))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=60))
+def test_any_text_writes_as_the_reference_or_is_declined(text: str):
+    assert_canonical(text)
+    assert_canonical("[" + text + "]")
+
+
+@pytest.mark.parametrize("text", ['{"b": 1, "a": 2, "ab": 3, "B": 4, "é": 5, "\\u0000": 6}', '[-0, -0.0, 1E2, 1e400, -1e400]',
+                                  '["\\u007f\\u0080\\u2028", "\\ud83d\\ude00", "\\/", "\\b\\f"]', "plain 'text' é",
+                                  '"a string"', "true", "  null  ", "42", "", " "])
+def test_known_texts_write_as_the_reference(text: str):
+    assert assert_canonical(text)
+
+
+def test_what_the_writer_declines_is_what_the_reader_declines():
+    for text in ('{"a": 1, "a": 2}', '{"a": "\\ud800"}', '[1, 2,]', '{"n": ' + '1' * 80 + '}'):
+        assert _wire.json_canonical(text.encode()) is None
+    assert _wire.json_canonical(b"\xff") is None
