@@ -6,7 +6,7 @@
  * with the same limits, and looks for the phrases in the same text str() would give (a dict's or a
  * list's repr, a string itself, the raw text when it is not JSON), lowered as str.lower lowers it
  * for ASCII phrases. Whatever it cannot read exactly (text that is not well-formed JSON but starts
- * like it, invalid UTF-8, lone surrogates, a key given twice, nesting past MAX_NEST, a long number,
+ * like it, invalid UTF-8, lone surrogates, a key given twice, nesting past MAX_NEST, a long number or text,
  * a status with non-ASCII letters) it declines, and the caller reads the result the reference's
  * way: declining is never a different answer, only a slower one.
  *
@@ -23,6 +23,7 @@
 #define OPTIONS_DEPTH 6  /* scoring.evidence.OPTIONS_DEPTH */
 #define MAX_KEYS 64      /* an object with more members is declined (its keys are checked pairwise) */
 #define MAX_NUMBER 64    /* a longer number is declined (int() and float() of it are not redone here) */
+#define MAX_TEXT (1 << 20) /* a longer text is declined: a tree costs about 50 bytes a value, so this bounds it */
 
 enum { J_NULL, J_FALSE, J_TRUE, J_INT, J_FLOAT, J_NAN, J_INF, J_NINF, J_STR, J_ARR, J_OBJ };
 
@@ -677,9 +678,10 @@ static int is_space(uint32_t cp) {
 }
 
 /* semconv's parse_json on valid UTF-8 text: [*s, *e) is the text stripped; 1 when parse_json would parse it
- * as JSON, 0 when it stays the text it is, -1 when the text is not UTF-8 (declined). */
+ * as JSON, 0 when it stays the text it is, -1 when the text is declined (not UTF-8, or longer than MAX_TEXT). */
 static int parse_json_span(const uint8_t *text, Py_ssize_t n, const uint8_t **sp, const uint8_t **ep) {
     const uint8_t *end = text + n, *s = text, *e = end;
+    if (n > MAX_TEXT) return -1;
     for (const uint8_t *p = text; p < end;) { /* the whole text is valid UTF-8, or declined */
         uint32_t cp;
         int k = utf8_at(p, end, &cp);
@@ -723,6 +725,7 @@ int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int fail
             if (lower_text(&o, text, n) < 0) r = -1;
             else *payment = has_phrase(&o, phrases);
         }
+        if (r < 0) PyErr_NoMemory();
         PyMem_Free(o.p);
         return r;
     }

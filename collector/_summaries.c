@@ -355,12 +355,23 @@ static int resource(Walk *w, const uint8_t *p, const uint8_t *end, Str *service,
 
 /* ---- traces ---------------------------------------------------------------------------------- */
 
+#define MAX_PROBES 64 /* trace ids colliding past this in the walk's table: the body goes back (bounded work) */
+
+static uint64_t fmix64(uint64_t h) {
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+/* Every bit of both halves reaches the low bits the table uses (ids that differ in their last bytes, such
+ * as counters, spread as random ones do); the seed differs from process to process. */
 static uint64_t id_hash(const uint8_t *t) {
+    static uint64_t seed;
+    if (!seed) seed = fmix64((uint64_t)(uintptr_t)&seed ^ (uint64_t)(uintptr_t)t ^ 0x9e3779b97f4a7c15ull) | 1;
     uint64_t a, b;
     memcpy(&a, t, 8);
     memcpy(&b, t + 8, 8);
-    uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull);
-    return h ^ (h >> 29);
+    return fmix64(a ^ fmix64(b ^ seed));
 }
 
 static int grow_table(Walk *w) {
@@ -380,11 +391,15 @@ static int grow_table(Walk *w) {
 
 static long trace_of(Walk *w, const uint8_t *tid) {
     if ((w->ntraces + 1) * 2 > w->tablecap && grow_table(w) < 0) return -1;
-    size_t h = id_hash(tid) & (w->tablecap - 1);
+    size_t h = id_hash(tid) & (w->tablecap - 1), probes = 0;
     while (w->table[h]) {
         uint32_t i = w->table[h] - 1;
         if (memcmp(w->traces[i].tid, tid, 16) == 0) return i;
         h = (h + 1) & (w->tablecap - 1);
+        if (++probes > MAX_PROBES) {
+            w->why = "trace ids colliding in the walk's table";
+            return -2;
+        }
     }
     if (w->ntraces == w->captraces) {
         size_t cap = w->captraces ? w->captraces * 2 : 16;
@@ -1504,6 +1519,7 @@ static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
         const char *s = o && PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, &out[i].n) : NULL;
         if (!s) {
             PyMem_Free(out);
+            *n = 0;
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "keys, prefixes and marks are strings");
             return NULL;
         }
@@ -1534,8 +1550,9 @@ static int walk_setup(Walk *w, PyObject *enabled, PyObject *deny, PyObject *pref
         return -1;
     w->nstrong = w->nsession_keys;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sessions); i++) { /* (key, weak): the weak ones last */
-        PyObject *weak = PyTuple_GET_ITEM(PyTuple_GET_ITEM(sessions, i), 1);
-        if (PyObject_IsTrue(weak) == 1 && w->nstrong == w->nsession_keys) w->nstrong = i;
+        int weak = PyObject_IsTrue(PyTuple_GET_ITEM(PyTuple_GET_ITEM(sessions, i), 1));
+        if (weak < 0) return -1;
+        if (weak && w->nstrong == w->nsession_keys) w->nstrong = i;
     }
     w->scopes = scopes;
     return 0;
@@ -1713,7 +1730,29 @@ typedef struct {
     size_t *free_slots;
     size_t nfree, capfree;
     Py_ssize_t bytes, spans, handed_back;
+    int ready; /* __init__ went through */
+    int busy;  /* a method is running (it may call Python: the kit's readers): no other may start meanwhile */
 } TraceStates;
+
+/* Enter a method: the object is made and no other method is running on it (from a reader the kit calls, or
+ * from another thread while one runs Python). 0 entered, -1 refused (an exception set). */
+static int enter(TraceStates *self) {
+    if (!self->ready) {
+        PyErr_SetString(PyExc_TypeError, "TraceStates is not made");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "TraceStates is in use (one caller at a time)");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static PyObject *leave(TraceStates *self, PyObject *result) {
+    self->busy = 0;
+    return result;
+}
 
 static const size_t SPAN_STRS[] = {
     offsetof(SpanS, name), offsetof(SpanS, model), offsetof(SpanS, tool), offsetof(SpanS, agent),
@@ -1725,34 +1764,46 @@ static const size_t SPAN_STRS[] = {
 #define NSPAN_STRS (sizeof SPAN_STRS / sizeof *SPAN_STRS)
 #define KEPT_SPAN_OVERHEAD (sizeof(KeptSpan) + 16) /* the struct and the allocator's header, roughly */
 
+/* Room for one more item in *items (*cap of them, each ``size`` bytes, ``n`` used; ``first`` at first): 0, or -1
+ * out of memory. */
+static int room(void **items, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return 0;
+    size_t more = *cap ? *cap * 2 : first;
+    void *p = PyMem_Realloc(*items, more * size);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = p, *cap = more;
+    return 0;
+}
+
 static int keep_span(KeptTrace *t, const SpanS *src) {
     size_t size = 32;
     for (size_t k = 0; k < NSPAN_STRS; k++) {
         const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
         if (x->n > 0) size += (size_t)x->n;
     }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 8;
-        KeptSpan *spans = PyMem_Realloc(t->spans, cap * sizeof *spans);
-        if (!spans) return -1;
-        t->spans = spans, t->cap = cap;
-    }
+    if (room((void **)&t->spans, &t->cap, t->n, sizeof *t->spans, 8) < 0) return -1;
     uint8_t *block = PyMem_Malloc(size);
-    if (!block) return -1;
+    if (!block) {
+        PyErr_NoMemory();
+        return -1;
+    }
     KeptSpan *k = &t->spans[t->n];
     k->s = *src, k->block = block, k->size = size + KEPT_SPAN_OVERHEAD;
     memcpy(block, src->tid, 16), memcpy(block + 16, src->sid, 8);
     k->s.tid = block, k->s.sid = block + 16, k->s.pid = NULL;
     if (src->pid) memcpy(block + 24, src->pid, 8), k->s.pid = block + 24;
     uint8_t *p = block + 32;
-    for (size_t i = 0; i < NSPAN_STRS; i++) {
+    for (size_t i = 0; i < NSPAN_STRS; i++) { /* nothing kept points into the request */
         Str *x = (Str *)((char *)&k->s + SPAN_STRS[i]);
         if (x->n > 0) {
             memcpy(p, x->p, (size_t)x->n);
             x->p = p;
             p += x->n;
-        } else if (x->n == 0)
-            x->p = p; /* an empty string: any address */
+        } else
+            x->p = x->n == 0 ? p : NULL; /* an empty string: any address; an absent one: none */
     }
     t->n++;
     t->bytes += k->size;
@@ -1765,19 +1816,6 @@ static void trace_clear(KeptTrace *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Room for one more item in *items (*cap of them, each ``size`` bytes, ``n`` used): 0, or -1 out of memory. */
-static int room(void **items, size_t *cap, size_t n, size_t size) {
-    if (n < *cap) return 0;
-    size_t more = *cap ? *cap * 2 : 64;
-    void *p = PyMem_Realloc(*items, more * size);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *items = p, *cap = more;
-    return 0;
-}
-
 /* The slot of a trace (made when ``make``); -1 absent, -2 error. */
 static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
     PyObject *at = PyDict_GetItemWithError(self->slots_of, tid);
@@ -1788,7 +1826,7 @@ static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
     int reused = self->nfree > 0;
     if (reused) slot = self->free_slots[--self->nfree];
     else {
-        if (room((void **)&self->slots, &self->capslots, self->nslots, sizeof *self->slots) < 0) return -2;
+        if (room((void **)&self->slots, &self->capslots, self->nslots, sizeof *self->slots, 64) < 0) return -2;
         slot = self->nslots++;
     }
     memset(&self->slots[slot], 0, sizeof self->slots[slot]);
@@ -1803,14 +1841,17 @@ static Py_ssize_t slot_of(TraceStates *self, PyObject *tid, int make) {
     return (Py_ssize_t)slot;
 }
 
-static int release_slot(TraceStates *self, PyObject *tid, size_t slot) {
-    KeptTrace *t = &self->slots[slot];
-    self->bytes -= (Py_ssize_t)t->bytes;
-    self->spans -= (Py_ssize_t)t->n;
-    trace_clear(t);
-    if (room((void **)&self->free_slots, &self->capfree, self->nfree, sizeof *self->free_slots) < 0) return -1;
+/* Take the trace's slot out (its entry deleted first, then the slot freed for reuse); what it kept moves to
+ * *out, the caller's to clear. 0, or -1 error (nothing changed). */
+static int detach(TraceStates *self, PyObject *tid, size_t slot, KeptTrace *out) {
+    if (room((void **)&self->free_slots, &self->capfree, self->nfree, sizeof *self->free_slots, 64) < 0) return -1;
+    if (PyDict_DelItem(self->slots_of, tid) < 0) return -1;
+    *out = self->slots[slot];
+    memset(&self->slots[slot], 0, sizeof self->slots[slot]);
     self->free_slots[self->nfree++] = slot;
-    return PyDict_DelItem(self->slots_of, tid);
+    self->bytes -= (Py_ssize_t)out->bytes;
+    self->spans -= (Py_ssize_t)out->n;
+    return 0;
 }
 
 static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
@@ -1819,7 +1860,7 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
                           &prefixes, &PyTuple_Type, &users, &PyTuple_Type, &sessions, &PyFrozenSet_Type, &scopes,
                           &PyTuple_Type, &marks, &PyTuple_Type, &kit))
         return -1;
-    if (self->refs) {
+    if (self->refs || self->ready) {
         PyErr_SetString(PyExc_TypeError, "TraceStates is made once");
         return -1;
     }
@@ -1830,7 +1871,9 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
     if (!(self->refs = PyTuple_Pack(7, enabled, deny, prefixes, users, sessions, scopes, marks))) return -1;
     self->kit = Py_NewRef(kit);
     if (!(self->slots_of = PyDict_New())) return -1;
-    return walk_setup(&self->config, enabled, deny, prefixes, users, sessions, scopes, marks);
+    if (walk_setup(&self->config, enabled, deny, prefixes, users, sessions, scopes, marks) < 0) return -1;
+    self->ready = 1;
+    return 0;
 }
 
 static void TraceStates_dealloc(TraceStates *self) {
@@ -1857,160 +1900,179 @@ static int hand_back(TraceStates *self, PyObject *tid) {
     return 0;
 }
 
-static PyObject *TraceStates_add(TraceStates *self, PyObject *arg) {
-    Py_buffer body;
-    if (!self->refs) {
-        PyErr_SetString(PyExc_TypeError, "TraceStates is not made");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(arg, &body, PyBUF_SIMPLE) < 0) return NULL;
-    Walk w = self->config;
-    w.spans = NULL, w.traces = NULL, w.table = NULL;
-    w.nspans = w.capspans = w.ntraces = w.captraces = w.tablecap = 0;
-    w.why = NULL;
-    PyObject *result = NULL, *back = NULL, *why = NULL;
-    const SpanS **order = NULL;
-    size_t *at = NULL;
-    int walked = walk_body(&w, body.buf, body.len, &why);
-    if (walked) {
-        if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
-        goto done;
-    }
-    if (group(&w, &order, &at) < 0 || !(back = PyList_New(0))) goto done;
+static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, const size_t *at) {
+    PyObject *back = PyList_New(0);
+    if (!back) return NULL;
     Py_ssize_t read = 0, handed = 0;
-    for (size_t t = 0; t < w.ntraces; t++) {
-        TraceS *tr = &w.traces[t];
+    for (size_t t = 0; t < w->ntraces; t++) {
+        TraceS *tr = &w->traces[t];
         PyObject *tid = hex(tr->tid, 16);
-        if (!tid) goto done;
-        Py_ssize_t slot = slot_of(self, tid, 1);
+        Py_ssize_t slot = tid ? slot_of(self, tid, 1) : -2;
         int err = slot < 0;
         if (!err && (tr->bad || self->slots[slot].back)) {
             err = hand_back(self, tid) < 0 || PyList_Append(back, tid) < 0;
             handed += (Py_ssize_t)tr->nspans;
         } else if (!err) {
             KeptTrace *kept = &self->slots[slot];
-            size_t before = kept->bytes;
+            size_t bytes = kept->bytes, n = kept->n;
             for (size_t i = at[t]; i < at[t + 1] && !err; i++) err = keep_span(kept, order[i]) < 0;
-            if (err) PyErr_NoMemory();
-            self->bytes += (Py_ssize_t)(kept->bytes - before);
-            self->spans += (Py_ssize_t)(at[t + 1] - at[t]);
+            self->bytes += (Py_ssize_t)(kept->bytes - bytes);
+            self->spans += (Py_ssize_t)(kept->n - n);
+            if (err) { /* out of memory part way: the records path reads the whole trace, nothing half kept */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                hand_back(self, tid);
+                PyErr_Restore(type, value, tb);
+            }
             read += (Py_ssize_t)tr->nspans;
         }
-        Py_DECREF(tid);
-        if (err) goto done;
+        Py_XDECREF(tid);
+        if (err) {
+            Py_DECREF(back);
+            return NULL;
+        }
     }
-    result = Py_BuildValue("(Onn)", back, read, handed);
-done:
-    Py_XDECREF(back);
+    PyObject *result = Py_BuildValue("(Onn)", back, read, handed);
+    Py_DECREF(back);
+    return result;
+}
+
+static PyObject *TraceStates_add(TraceStates *self, PyObject *arg) {
+    if (enter(self) < 0) return NULL;
+    Py_buffer body;
+    if (PyObject_GetBuffer(arg, &body, PyBUF_SIMPLE) < 0) return leave(self, NULL);
+    Walk w = self->config;
+    w.spans = NULL, w.traces = NULL, w.table = NULL;
+    w.nspans = w.capspans = w.ntraces = w.captraces = w.tablecap = 0;
+    w.why = NULL;
+    PyObject *result = NULL, *why = NULL;
+    const SpanS **order = NULL;
+    size_t *at = NULL;
+    int walked = walk_body(&w, body.buf, body.len, &why);
+    if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
+    else if (!walked && group(&w, &order, &at) == 0) result = add_walked(self, &w, order, at);
     Py_XDECREF(why);
     free(order);
     free(at);
     walk_free(&w);
     PyBuffer_Release(&body);
-    return result;
+    return leave(self, result);
 }
 
 static PyObject *TraceStates_hand_back(TraceStates *self, PyObject *tid) {
+    if (enter(self) < 0) return NULL;
     if (!PyUnicode_Check(tid)) {
         PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return NULL;
+        return leave(self, NULL);
     }
-    if (hand_back(self, tid) < 0) return NULL;
-    Py_RETURN_NONE;
+    return leave(self, hand_back(self, tid) < 0 ? NULL : Py_NewRef(Py_None));
 }
 
 static PyObject *opt_text(Str s) { return s.n >= 0 ? text(s) : Py_NewRef(Py_None); }
 
-/* What the rows of a trace read of each span, in session order: (span id, parent id or None, kind, tool name,
- * call id, arguments text, result text, error, status code, start, end, GenAI-semconv, provider, session key,
- * weak session key). Kinds: 0 other, 1 llm, 2 tool, 3 agent. */
-static PyObject *span_facts(const SpanS *const *s, size_t n) {
-    PyObject *out = PyTuple_New((Py_ssize_t)n);
-    if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        const SpanS *x = s[i];
-        int tool = x->kind == K_TOOL;
-        PyObject *f = Py_BuildValue(
-            "(NNiNNNNNiKKONNO)", hex(x->sid, 8), x->pid ? hex(x->pid, 8) : Py_NewRef(Py_None), x->kind,
-            tool ? opt_text(x->tool) : Py_NewRef(Py_None), tool ? opt_text(x->call_id) : Py_NewRef(Py_None),
-            tool ? opt_text(x->arguments) : Py_NewRef(Py_None), tool ? opt_text(x->result) : Py_NewRef(Py_None),
-            error_of(x), x->status_code, (unsigned long long)x->start, (unsigned long long)x->end,
-            x->genai ? Py_True : Py_False, x->provider.n > 0 ? text(x->provider) : Py_NewRef(Py_None),
-            opt_text(x->session), x->weak_session ? Py_True : Py_False);
-        if (!f) {
-            Py_DECREF(out);
+/* What the rows of a trace read of one span: (span id, parent id or None, kind, tool name, call id, arguments
+ * text, result text, error, status code, start, end, GenAI-semconv, provider, session key, weak session key).
+ * Kinds: 0 other, 1 llm, 2 tool, 3 agent. */
+static PyObject *span_fact(const SpanS *x) {
+    int tool = x->kind == K_TOOL;
+    PyObject *items[15] = {NULL};
+    items[0] = hex(x->sid, 8);
+    items[1] = x->pid ? hex(x->pid, 8) : Py_NewRef(Py_None);
+    items[2] = PyLong_FromLong(x->kind);
+    items[3] = tool ? opt_text(x->tool) : Py_NewRef(Py_None);
+    items[4] = tool ? opt_text(x->call_id) : Py_NewRef(Py_None);
+    items[5] = tool ? opt_text(x->arguments) : Py_NewRef(Py_None);
+    items[6] = tool ? opt_text(x->result) : Py_NewRef(Py_None);
+    items[7] = error_of(x);
+    items[8] = PyLong_FromLong(x->status_code);
+    items[9] = PyLong_FromUnsignedLongLong(x->start);
+    items[10] = PyLong_FromUnsignedLongLong(x->end);
+    items[11] = Py_NewRef(x->genai ? Py_True : Py_False);
+    items[12] = x->provider.n > 0 ? text(x->provider) : Py_NewRef(Py_None);
+    items[13] = opt_text(x->session);
+    items[14] = Py_NewRef(x->weak_session ? Py_True : Py_False);
+    PyObject *out = PyTuple_New(15);
+    for (int i = 0; i < 15; i++) {
+        if (!items[i] || !out) {
+            for (int j = 0; j < 15; j++) Py_XDECREF(items[j]);
+            Py_XDECREF(out);
+            if (!PyErr_Occurred()) PyErr_NoMemory();
             return NULL;
         }
-        PyTuple_SET_ITEM(out, (Py_ssize_t)i, f);
     }
+    for (int i = 0; i < 15; i++) PyTuple_SET_ITEM(out, i, items[i]);
     return out;
 }
 
-/* A trace's states made once from every span kept of it, which are let go: None when it goes back (handed
- * back, never seen, a span id twice); ``keep`` leaves it kept (a preview of an open trace). */
+/* The trace's states, each span's facts for its rows in session order, and the first service.version its
+ * resources name in arrival order: a new (states, facts, version), Py_None when it goes back, NULL on error. */
+static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
+    if (t->back) Py_RETURN_NONE;
+    const SpanS **s = PyMem_Malloc((t->n ? t->n : 1) * sizeof *s);
+    if (!s) return PyErr_NoMemory();
+    for (size_t i = 0; i < t->n; i++) s[i] = &t->spans[i].s;
+    PyObject *states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid), *out = NULL;
+    if (states && states != Py_None) {
+        PyObject *facts = PyTuple_New((Py_ssize_t)t->n), *version = NULL;
+        for (size_t i = 0; facts && i < t->n; i++) { /* s is in session order now (trace_states sorts it) */
+            PyObject *f = span_fact(s[i]);
+            if (!f) {
+                Py_CLEAR(facts);
+                break;
+            }
+            PyTuple_SET_ITEM(facts, (Py_ssize_t)i, f);
+        }
+        for (size_t i = 0; facts && i < t->n && !version; i++)
+            if (t->spans[i].s.version.n > 0 && !(version = text(t->spans[i].s.version))) Py_CLEAR(facts);
+        if (facts) out = PyTuple_Pack(3, states, facts, version ? version : Py_None);
+        Py_XDECREF(facts);
+        Py_XDECREF(version);
+        Py_DECREF(states);
+    } else
+        out = states;
+    PyMem_Free(s);
+    return out;
+}
+
+/* A trace's states made once from every span kept of it: None when it goes back (handed back, never seen, a
+ * span id twice, a trace rule); let go either way, unless ``keep`` (a preview of an open trace). The readers
+ * the kit calls run Python: what they read is detached from the object first (take) or the object refuses
+ * every other call meanwhile (enter). */
 static PyObject *take_or_peek(TraceStates *self, PyObject *tid, int keep) {
+    if (enter(self) < 0) return NULL;
     if (!PyUnicode_Check(tid)) {
         PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return NULL;
+        return leave(self, NULL);
     }
     Py_ssize_t slot = slot_of(self, tid, 0);
-    if (slot == -2) return NULL;
-    if (slot < 0) Py_RETURN_NONE;
-    KeptTrace *t = &self->slots[slot];
-    PyObject *states = NULL;
-    if (t->back) states = Py_NewRef(Py_None);
-    else {
-        const SpanS **s = PyMem_Malloc((t->n ? t->n : 1) * sizeof *s);
-        if (!s) return PyErr_NoMemory();
-        for (size_t i = 0; i < t->n; i++) s[i] = &t->spans[i].s;
-        states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid);
-        if (states && states != Py_None) { /* with what its rows read, the spans in session order (sorted) */
-            PyObject *facts = span_facts(s, t->n), *version = NULL;
-            for (size_t i = 0; i < t->n && !version; i++) /* the first resource naming a version, in arrival order */
-                if (t->spans[i].s.version.n > 0) version = text(t->spans[i].s.version);
-            if (!version && !PyErr_Occurred()) version = Py_NewRef(Py_None);
-            PyObject *all = facts && version ? PyTuple_Pack(3, states, facts, version) : NULL;
-            Py_XDECREF(facts);
-            Py_XDECREF(version);
-            Py_SETREF(states, all);
-        }
-        PyMem_Free(s);
-        if (!states) { /* a reader refused a value: the records path reads the trace, and nothing stays kept */
-            if (!keep) {
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                int err = release_slot(self, tid, (size_t)slot);
-                if (err < 0) {
-                    Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
-                    return NULL;
-                }
-                PyErr_Restore(type, value, tb);
-            }
-            return NULL;
-        }
-    }
-    if (!keep && release_slot(self, tid, (size_t)slot) < 0) {
-        Py_DECREF(states);
-        return NULL;
-    }
-    return states;
+    if (slot == -2) return leave(self, NULL);
+    if (slot < 0) return leave(self, Py_NewRef(Py_None));
+    if (keep) return leave(self, taken(self, &self->slots[slot], tid));
+    KeptTrace t;
+    if (detach(self, tid, (size_t)slot, &t) < 0) return leave(self, NULL);
+    PyObject *out = taken(self, &t, tid);
+    trace_clear(&t);
+    return leave(self, out);
 }
 
 static PyObject *TraceStates_take(TraceStates *self, PyObject *tid) { return take_or_peek(self, tid, 0); }
 static PyObject *TraceStates_peek(TraceStates *self, PyObject *tid) { return take_or_peek(self, tid, 1); }
 
 static PyObject *TraceStates_drop(TraceStates *self, PyObject *tid) {
+    if (enter(self) < 0) return NULL;
     if (!PyUnicode_Check(tid)) {
         PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return NULL;
+        return leave(self, NULL);
     }
     Py_ssize_t slot = slot_of(self, tid, 0);
-    if (slot == -2) return NULL;
-    if (slot >= 0 && release_slot(self, tid, (size_t)slot) < 0) return NULL;
-    return PyBool_FromLong(slot >= 0);
+    if (slot == -2) return leave(self, NULL);
+    KeptTrace t;
+    if (slot >= 0 && detach(self, tid, (size_t)slot, &t) < 0) return leave(self, NULL);
+    if (slot >= 0) trace_clear(&t);
+    return leave(self, PyBool_FromLong(slot >= 0));
 }
 
-static Py_ssize_t TraceStates_len(TraceStates *self) { return self->slots_of ? PyDict_GET_SIZE(self->slots_of) : 0; }
+static Py_ssize_t TraceStates_len(TraceStates *self) { return self->ready ? PyDict_GET_SIZE(self->slots_of) : 0; }
 
 static PyObject *TraceStates_counts(TraceStates *self, PyObject *unused) {
     return Py_BuildValue("{snsnsn}", "bytes", self->bytes, "spans", self->spans, "handed_back", self->handed_back);

@@ -13,6 +13,7 @@ import random
 from datetime import datetime, timezone
 from pathlib import Path
 
+from agentfunnel.collector import _wire
 from agentfunnel.collector.compiled_summaries import CompiledTraces, records_by_trace, reference_summaries
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
@@ -25,6 +26,7 @@ from agentfunnel.collector.session.assembly import (
     tool_call_rows,
 )
 from agentfunnel.collector.session.held import prepare
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otlp_build import split_request
@@ -261,3 +263,57 @@ def test_a_kept_trace_names_its_session_and_its_agents_version():
     assert [s.session_key for s in found.spans] == ["conv-9", None, None]
     trace = assemble_kept(found.spans[0].trace_id, found.spans, found.resource_version)
     assert trace.session_ids == {"conv-9"} and set(trace.sessions.values()) == {"conv-9"}
+
+
+# -- hostile use ------------------------------------------------------------------------------------
+
+def test_trace_ids_that_count_up_are_read_as_random_ones_are():
+    """Ids differing only in their last bytes (a counter) once fell into a few buckets of the walk's table, so a
+    request of them cost time quadratic in its traces; now they spread, and all are read."""
+    spans = [span(t, 1, op="chat", attrs={"gen_ai.request.model": "gpt-4o"}) for t in range(1, 20_001)]
+    body = request([spans])
+    got = COMPILED.compiled(body)
+    assert got[4] is None and len(got[0]) == 20_000
+    kept = CompiledTraces(SCORER)
+    assert kept.add(body).spans_kept == 20_000 and len(kept) == 20_000
+
+
+def test_an_object_not_made_refuses_every_call():
+    states = _wire.TraceStates.__new__(_wire.TraceStates)
+    for call in (states.take, states.peek, states.drop, states.hand_back, states.add):
+        with pytest.raises(TypeError, match="not made"):
+            call("00" * 16)
+    half = _wire.TraceStates.__new__(_wire.TraceStates)
+    m = COMPILED.marks
+    with pytest.raises(TypeError):  # a deny list holding a number: refused while being made
+        half.__init__(m.keys, (1,), m.deny_prefixes, m.user_keys, m.session_keys, m.scopes, m.values, COMPILED._kit)
+    with pytest.raises(TypeError, match="not made"):
+        half.add(request([agent_turn(1, 1)]))
+
+
+def test_a_reader_that_calls_back_in_is_refused_and_nothing_is_lost():
+    """The readers the kit calls run Python; one that calls the same object (or another thread meanwhile) is
+    refused, and what the outer call took is whole."""
+    kept = CompiledTraces(SCORER)
+    inner: list[BaseException] = []
+    kit = list(kept.compiled._kit)
+    arguments = kit[-1]
+
+    def calls_back(text: str | None, canonical: str | None) -> tuple:
+        try:
+            kept._states.take((2).to_bytes(16, "big").hex())
+        except RuntimeError as exc:
+            inner.append(exc)
+        return arguments(text, canonical)
+
+    kit[-1] = calls_back
+    m = kept.compiled.marks
+    kept._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes, m.values,
+                                     tuple(kit))
+    kept.add(request([agent_turn(1, 1), agent_turn(2, 1)]))
+    first = kept.take((1).to_bytes(16, "big").hex())
+    assert inner and "in use" in str(inner[0])
+    assert first is not None and len(first.spans) == 3
+    second = kept.take((2).to_bytes(16, "big").hex())  # untouched by the refused call
+    assert second is not None and len(second.spans) == 3
+    assert len(kept) == 0 and kept.counts()["spans"] == 0
