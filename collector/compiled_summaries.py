@@ -18,6 +18,7 @@ completion keys, structured (not JSON text) payloads, MCP and every other dialec
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -371,7 +372,7 @@ class CompiledTraces:
 
     Costs what it keeps: each span's fields the summary reads, its JSON text included, copied once
     (``counts()["bytes"]``); a trace is let go when taken or dropped, and a handed-back one is remembered until
-    then."""
+    then. Threads take turns (a lock); the C object refuses a call made while another runs."""
 
     def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
                  session_keys: Iterable[str] = ()) -> None:
@@ -380,12 +381,14 @@ class CompiledTraces:
         m = self.compiled.marks
         self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
                                          m.values, self.compiled._kit) if self.available else None
+        self._lock = threading.RLock()
 
     def add(self, body: bytes) -> Kept:
         """Keep every span of the body's traces the walk reads."""
         if self._states is None:
             return Kept(whole_body_reason="the compiled path is not available")
-        found = self._states.add(body)
+        with self._lock:
+            found = self._states.add(body)
         if found[0] is None:
             return Kept(whole_body_reason=found[1])
         back, kept, handed = found
@@ -394,8 +397,9 @@ class CompiledTraces:
     def hand_back(self, trace_ids: Iterable[str]) -> None:
         """The records path reads these traces (their body could not be walked)."""
         if self._states is not None:
-            for trace_id in trace_ids:
-                self._states.hand_back(trace_id)
+            with self._lock:
+                for trace_id in trace_ids:
+                    self._states.hand_back(trace_id)
 
     def take(self, trace_id: str, keep: bool = False) -> KeptTrace | None:
         """The trace from every span kept of it, and let it go (``keep``: a preview; it stays kept); None where
@@ -404,7 +408,8 @@ class CompiledTraces:
         if self._states is None:
             return None
         try:
-            found = self._states.peek(trace_id) if keep else self._states.take(trace_id)
+            with self._lock:
+                found = self._states.peek(trace_id) if keep else self._states.take(trace_id)
         except READ_ERRORS:
             return None
         if found is None:
@@ -414,7 +419,10 @@ class CompiledTraces:
                          version)
 
     def drop(self, trace_id: str) -> bool:
-        return bool(self._states is not None and self._states.drop(trace_id))
+        if self._states is None:
+            return False
+        with self._lock:
+            return bool(self._states.drop(trace_id))
 
     def counts(self) -> dict[str, int]:
         """What is kept: bytes (as allocated, roughly), spans, and traces handed back so far."""

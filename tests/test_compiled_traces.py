@@ -10,6 +10,8 @@ bytes: no server.
 from __future__ import annotations
 
 import random
+import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -317,3 +319,28 @@ def test_a_reader_that_calls_back_in_is_refused_and_nothing_is_lost():
     second = kept.take((2).to_bytes(16, "big").hex())  # untouched by the refused call
     assert second is not None and len(second.spans) == 3
     assert len(kept) == 0 and kept.counts()["spans"] == 0
+
+
+def test_threads_take_turns():
+    kept = CompiledTraces(SCORER)
+    errors: list[BaseException] = []
+
+    def turns(first: int) -> None:
+        try:
+            for t in range(first, first + 300):
+                kept.add(request([agent_turn(t, 1)]))
+                assert kept.take(t.to_bytes(16, "big").hex()) is not None
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=turns, args=(1 + 1000 * i,)) for i in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside every call's Python readers
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and len(kept) == 0 and kept.counts()["spans"] == 0
