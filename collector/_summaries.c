@@ -82,6 +82,7 @@ typedef struct {
     PyObject *scopes;
     Str *deny, *deny_prefixes, *mark_keys, *mark_values, *user_keys, *session_keys; /* the caller's tuples of str */
     Py_ssize_t ndeny, ndeny_prefixes, nmarks, nuser_keys, nsession_keys, nstrong;
+    Py_ssize_t max_value; /* a string value longer than this (bytes) is cut by the pipeline: its span goes back; 0: none */
 } Walk;
 
 /* ---- reading the wire ------------------------------------------------------------------------ */
@@ -548,6 +549,9 @@ static int span(Walk *w, const uint8_t *p, const uint8_t *end, SpanS *sp) {
                 }
             }
             int role = key ? role_of(key, keyn) : -1;
+            if (w->max_value > 0 && ((val.type == V_STR && val.s.n > w->max_value) ||
+                                     (val.type == V_ARRAY && val.last.n > w->max_value)))
+                usable = 0; /* the stage reads it cut (receivers.max_attribute_value_bytes) */
             Py_ssize_t u = key ? user_key(w, key, keyn) : -1, k = key ? session_key(w, key, keyn) : -1;
             if (k >= 0) { /* normalize's session key: the first with a value, in the keys' order (and read as
                            * whatever else the key is, below) */
@@ -1495,7 +1499,8 @@ static void walk_free(Walk *w) {
 }
 
 PyDoc_STRVAR(genai_summaries_doc,
-"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit)\n"
+"genai_summaries(body, enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit[,\n"
+"                max_value_bytes])\n"
 "-> (summaries, handed_back, spans_read, spans_handed_back), or (None, why) when the whole body goes to Python.\n\n"
 "summaries maps a trace id (hex) to its facts' states in FACTS order; handed_back lists the trace ids\n"
 "Python summarizes. enabled: the keys read here; deny and deny_prefixes: keys that send their span's\n"
@@ -1503,7 +1508,8 @@ PyDoc_STRVAR(genai_summaries_doc,
 "keys normalize reads the user from, in its order; session_keys: (key, weak) pairs, the keys normalize reads\n"
 "the session key from, in its order (the weak ones last); scopes: scope\n"
 "names that mark another dialect; value_marks: (key, value) pairs that do; kit: scoring.facts' classes\n"
-"and helpers (agentfunnel.collector.compiled_summaries builds it).");
+"and helpers (agentfunnel.collector.compiled_summaries builds it); max_value_bytes: a string value longer than this\n"
+"is cut by the pipeline, so its span goes back (0: no limit).");
 
 /* A tuple of str as UTF-8 slices (borrowed from the str objects, which the caller's tuple holds). */
 static Str *slices(PyObject *tuple, Py_ssize_t *n, Py_ssize_t item) {
@@ -1643,9 +1649,10 @@ static PyObject *trace_states(PyObject **kit, const SpanS **s, size_t n, PyObjec
 PyObject *genai_summaries(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *enabled, *deny, *prefixes, *users, *sessions, *scopes, *marks, *kit;
-    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!O!", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
+    Py_ssize_t max_value = 0;
+    if (!PyArg_ParseTuple(args, "y*O!O!O!O!O!O!O!O!|n", &body, &PyTuple_Type, &enabled, &PyTuple_Type, &deny,
                           &PyTuple_Type, &prefixes, &PyTuple_Type, &users, &PyTuple_Type, &sessions, &PyFrozenSet_Type,
-                          &scopes, &PyTuple_Type, &marks, &PyTuple_Type, &kit))
+                          &scopes, &PyTuple_Type, &marks, &PyTuple_Type, &kit, &max_value))
         return NULL;
     PyObject *result = NULL, *summaries = NULL, *back = NULL, *why = NULL;
     const SpanS **order = NULL;
@@ -1657,6 +1664,7 @@ PyObject *genai_summaries(PyObject *self, PyObject *args) {
         goto done;
     }
     if (walk_setup(&w, enabled, deny, prefixes, users, sessions, scopes, marks) < 0) goto done;
+    w.max_value = max_value;
     int walked = walk_body(&w, body.buf, body.len, &why);
     if (walked) {
         if (walked > 0) result = PyTuple_Pack(2, Py_None, why);
@@ -1856,9 +1864,10 @@ static int detach(TraceStates *self, PyObject *tid, size_t slot, KeptTrace *out)
 
 static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
     PyObject *enabled, *deny, *prefixes, *users, *sessions, *scopes, *marks, *kit;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!", &PyTuple_Type, &enabled, &PyTuple_Type, &deny, &PyTuple_Type,
+    Py_ssize_t max_value = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!|n", &PyTuple_Type, &enabled, &PyTuple_Type, &deny, &PyTuple_Type,
                           &prefixes, &PyTuple_Type, &users, &PyTuple_Type, &sessions, &PyFrozenSet_Type, &scopes,
-                          &PyTuple_Type, &marks, &PyTuple_Type, &kit))
+                          &PyTuple_Type, &marks, &PyTuple_Type, &kit, &max_value))
         return -1;
     if (self->refs || self->ready) {
         PyErr_SetString(PyExc_TypeError, "TraceStates is made once");
@@ -1872,6 +1881,7 @@ static int TraceStates_init(TraceStates *self, PyObject *args, PyObject *kwds) {
     self->kit = Py_NewRef(kit);
     if (!(self->slots_of = PyDict_New())) return -1;
     if (walk_setup(&self->config, enabled, deny, prefixes, users, sessions, scopes, marks) < 0) return -1;
+    self->config.max_value = max_value;
     self->ready = 1;
     return 0;
 }
@@ -2102,7 +2112,7 @@ static PyTypeObject TraceStatesType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agentfunnel.collector._wire.TraceStates",
     .tp_basicsize = sizeof(TraceStates),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "TraceStates(enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit): GenAI-semconv traces'\n"
+    .tp_doc = "TraceStates(enabled, deny, deny_prefixes, user_keys, session_keys, scopes, value_marks, kit[, max_value_bytes]): GenAI-semconv traces'\n"
               "spans kept across requests (as genai_summaries reads them), each trace's states made once when taken.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)TraceStates_init,

@@ -272,9 +272,11 @@ class CompiledSummaries:
     """The compiled path for one scorer (its settings and configuration)."""
 
     def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
-                 session_keys: Iterable[str] = ()) -> None:
+                 session_keys: Iterable[str] = (), max_value_bytes: int = 0) -> None:
         self.scorer = scorer
         self.marks = registry_marks(dialects, session_keys)
+        # the pipeline cuts a longer string value (receivers.max_attribute_value_bytes): its span goes to Python
+        self.max_value_bytes = max_value_bytes
         self.available = _wire is not None and tuple(f.name for f in FACTS) == COMPILED_FACTS
         self._kit = _kit(scorer) if self.available else ()
 
@@ -283,7 +285,7 @@ class CompiledSummaries:
         back, why the whole body was handed back)."""
         m = self.marks
         found = _wire.genai_summaries(body, m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
-                                      m.values, self._kit)
+                                      m.values, self._kit, self.max_value_bytes)
         if found[0] is None:
             return None, [], 0, 0, found[1]
         states, back, read, handed = found
@@ -375,12 +377,12 @@ class CompiledTraces:
     then. Threads take turns (a lock); the C object refuses a call made while another runs."""
 
     def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
-                 session_keys: Iterable[str] = ()) -> None:
-        self.compiled = CompiledSummaries(scorer, dialects, session_keys)
+                 session_keys: Iterable[str] = (), max_value_bytes: int = 0) -> None:
+        self.compiled = CompiledSummaries(scorer, dialects, session_keys, max_value_bytes)
         self.available = self.compiled.available
         m = self.compiled.marks
         self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
-                                         m.values, self.compiled._kit) if self.available else None
+                                         m.values, self.compiled._kit, max_value_bytes) if self.available else None
         self._lock = threading.RLock()
 
     def add(self, body: bytes) -> Kept:

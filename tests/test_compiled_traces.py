@@ -16,7 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from agentfunnel.collector import _wire
-from agentfunnel.collector.compiled_summaries import CompiledTraces, records_by_trace, reference_summaries
+from agentfunnel.collector.compiled_summaries import (
+    CompiledSummaries,
+    CompiledTraces,
+    records_by_trace,
+    reference_summaries,
+)
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.collector.session.assembly import (
@@ -344,3 +349,17 @@ def test_threads_take_turns():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and len(kept) == 0 and kept.counts()["spans"] == 0
+
+
+def test_a_value_the_pipeline_would_cut_sends_its_span_back():
+    """The pipeline cuts a string value longer than receivers.max_attribute_value_bytes before the stage reads it:
+    the walk, reading the request as sent, hands such a span's trace to the records path."""
+    turn = agent_turn(1, 1)
+    turn[2]["attributes"]["gen_ai.tool.call.result"] = '{"products": [' + '{"id": "p1"}, ' * 100 + '{"id": "p2"}]}'
+    body = request([turn, agent_turn(2, 1)])
+    long = len(turn[2]["attributes"]["gen_ai.tool.call.result"])
+    for limit, back in ((long, []), (long - 1, [(1).to_bytes(16, "big").hex()])):
+        kept = CompiledTraces(SCORER, max_value_bytes=limit)
+        added = kept.add(body)
+        assert added.handed_back == back and added.spans_kept == 6 - 3 * len(back)
+        assert CompiledSummaries(SCORER, max_value_bytes=limit).compiled(body)[1] == back
