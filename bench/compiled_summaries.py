@@ -183,6 +183,12 @@ def measure_across_requests(label: str, bodies: list[bytes], reps: int, compiled
     spans = sum(len(r) for b in bodies for r in records_by_trace(b).values())
     per_trace = sum(len(compiled.compiled(b)[0] or ()) for b in bodies) / max(len(want), 1)
     print(f"{label}: {len(bodies)} bodies, {spans} spans, {len(want)} traces, {per_trace:.2f} requests a trace")
+    traces = CompiledTraces(scorer)
+    for body in bodies:
+        traces.add(body)
+    held = traces.counts()
+    print(f"  kept in C before the first take: {held['bytes'] / max(len(traces), 1):,.0f} bytes a trace as counted "
+          f"({held['spans']} spans, {len(traces)} traces)")
     for name, run in (("reference (decode, normalize, summarize once a trace)", reference),
                       ("compiled parts of each body, merged a trace", merged),
                       ("kept in C across requests, taken once a trace", kept)):
