@@ -677,6 +677,15 @@ static int is_space(uint32_t cp) {
     return cp == ' ' || (cp >= 9 && cp <= 13) || (cp >= 0x1C && cp <= 0x1F) || (cp >= 0x80 && Py_UNICODE_ISSPACE(cp));
 }
 
+/* The end of a reading: its buffers freed, and an error (r < 0) raised if nothing has raised it yet. */
+static int finish(int r, Out *o, Tree *t) {
+    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    PyMem_Free(o->p);
+    PyMem_Free(t->nodes);
+    PyMem_Free(t->buf);
+    return r;
+}
+
 /* semconv's parse_json on valid UTF-8 text: [*s, *e) is the text stripped; 1 when parse_json would parse it
  * as JSON, 0 when it stays the text it is, -1 when the text is declined (not UTF-8, or longer than MAX_TEXT). */
 static int parse_json_span(const uint8_t *text, Py_ssize_t n, const uint8_t **sp, const uint8_t **ep) {
@@ -740,11 +749,7 @@ int evidence_scan(PyObject *capsule, const uint8_t *text, Py_ssize_t n, int fail
             else *payment = has_phrase(&o, phrases);
         }
     }
-    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
-    PyMem_Free(o.p);
-    PyMem_Free(t.nodes);
-    PyMem_Free(t.buf);
-    return r;
+    return finish(r, &o, &t);
 }
 
 /* ---- json.dumps of the parsed value ------------------------------------------------------------- */
@@ -854,11 +859,7 @@ int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out) {
     if (!json) r = dump_str(&o, text, n, 1) < 0 ? -1 : 1;
     else if ((r = parse(&t, s, e)) == 1 && dump_value(&o, &t, 0, 1, 1) < 0) r = -1;
     if (r == 1 && !(*out = PyUnicode_DecodeASCII((const char *)o.p, o.n, NULL))) r = -1;
-    if (r < 0 && !PyErr_Occurred()) PyErr_NoMemory();
-    PyMem_Free(o.p);
-    PyMem_Free(t.nodes);
-    PyMem_Free(t.buf);
-    return r;
+    return finish(r, &o, &t);
 }
 
 const char *const json_canonical_doc_text =

@@ -1762,6 +1762,15 @@ static PyObject *leave(TraceStates *self, PyObject *result) {
     return result;
 }
 
+/* Enter a method called with a trace id (hex). */
+static int enter_trace(TraceStates *self, PyObject *tid) {
+    if (enter(self) < 0) return -1;
+    if (PyUnicode_Check(tid)) return 0;
+    PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
+    self->busy = 0;
+    return -1;
+}
+
 static const size_t SPAN_STRS[] = {
     offsetof(SpanS, name), offsetof(SpanS, model), offsetof(SpanS, tool), offsetof(SpanS, agent),
     offsetof(SpanS, workflow), offsetof(SpanS, error_type), offsetof(SpanS, status_msg), offsetof(SpanS, finish),
@@ -1970,11 +1979,7 @@ static PyObject *TraceStates_add(TraceStates *self, PyObject *arg) {
 }
 
 static PyObject *TraceStates_hand_back(TraceStates *self, PyObject *tid) {
-    if (enter(self) < 0) return NULL;
-    if (!PyUnicode_Check(tid)) {
-        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return leave(self, NULL);
-    }
+    if (enter_trace(self, tid) < 0) return NULL;
     return leave(self, hand_back(self, tid) < 0 ? NULL : Py_NewRef(Py_None));
 }
 
@@ -2049,11 +2054,7 @@ static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
  * the kit calls run Python: what they read is detached from the object first (take) or the object refuses
  * every other call meanwhile (enter). */
 static PyObject *take_or_peek(TraceStates *self, PyObject *tid, int keep) {
-    if (enter(self) < 0) return NULL;
-    if (!PyUnicode_Check(tid)) {
-        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return leave(self, NULL);
-    }
+    if (enter_trace(self, tid) < 0) return NULL;
     Py_ssize_t slot = slot_of(self, tid, 0);
     if (slot == -2) return leave(self, NULL);
     if (slot < 0) return leave(self, Py_NewRef(Py_None));
@@ -2069,11 +2070,7 @@ static PyObject *TraceStates_take(TraceStates *self, PyObject *tid) { return tak
 static PyObject *TraceStates_peek(TraceStates *self, PyObject *tid) { return take_or_peek(self, tid, 1); }
 
 static PyObject *TraceStates_drop(TraceStates *self, PyObject *tid) {
-    if (enter(self) < 0) return NULL;
-    if (!PyUnicode_Check(tid)) {
-        PyErr_SetString(PyExc_TypeError, "a trace id (hex)");
-        return leave(self, NULL);
-    }
+    if (enter_trace(self, tid) < 0) return NULL;
     Py_ssize_t slot = slot_of(self, tid, 0);
     if (slot == -2) return leave(self, NULL);
     KeptTrace t;

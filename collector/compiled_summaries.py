@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,7 @@ from ..semconv.dialects.otel_genai import (
 from ..semconv.dialects.user_input import first_user_text
 from ..semconv.records import builder
 from ..semconv.trace_rules import JUDGE_CALL_SCOPE, apply_trace_rules
+from .batches import STATUS_CODES
 from .decode import decode_traces_protobuf
 from .session.held import prepare
 from .wire import _wire
@@ -312,7 +313,6 @@ class CompiledSummaries:
 
 
 _KINDS = ("other", "llm", "tool", "agent")  # collector/_summaries.c K_*
-_STATUS_CODES = ("UNSET", "OK", "ERROR")  # OTLP's status codes, named as the decoder names them
 
 
 class KeptSpan:
@@ -327,7 +327,7 @@ class KeptSpan:
         (self.span_id, self.parent_span_id, kind, self.tool_name, self.call_id, self.arguments_text, self.result_text,
          self.error, self.status_code, self.start_ns, self.end_ns, genai, self.provider, self.session_key,
          self.weak_session_key) = facts
-        self.trace_id, self.kind, self.status_code = trace_id, _KINDS[kind], _STATUS_CODES[self.status_code]
+        self.trace_id, self.kind, self.status_code = trace_id, _KINDS[kind], STATUS_CODES[self.status_code]
         self.dialect = OWN_DIALECT if genai else "unknown"
 
     @property
@@ -434,16 +434,24 @@ class CompiledTraces:
         return len(self._states) if self._states is not None else 0
 
 
+def prepared_by_trace(bodies: Iterable[bytes],
+                      session_keys: Sequence[str] = ()) -> dict[str, tuple[list[SpanRecord], list[SpanView]]]:
+    """Each trace's records and views, in arrival order across the bodies: decoded and normalized as the collector
+    does (the trace rules not yet applied)."""
+    out: dict[str, tuple[list[SpanRecord], list[SpanView]]] = {}
+    for body in bodies:
+        prepared = prepare(decode_traces_protobuf(body), session_keys)
+        for record, view in zip(prepared.records, prepared.views, strict=True):
+            records, views = out.setdefault(record.trace_id, ([], []))
+            records.append(record)
+            views.append(view)
+    return out
+
+
 def records_by_trace(body: bytes) -> dict[str, list[SpanRecord]]:
-    """The reference's records of a body, by trace: decoded and normalized as the collector does, with the trace
-    rules applied as assembly applies them (what the session stage scores)."""
-    prepared = prepare(decode_traces_protobuf(body))
-    records: dict[str, list[SpanRecord]] = {}
-    views: dict[str, list[SpanView]] = {}
-    for record, view in zip(prepared.records, prepared.views, strict=True):
-        records.setdefault(record.trace_id, []).append(record)
-        views.setdefault(record.trace_id, []).append(view)
-    return {trace_id: apply_trace_rules(found, views[trace_id]) for trace_id, found in records.items()}
+    """The reference's records of a body, by trace, with the trace rules applied as assembly applies them (what
+    the session stage scores)."""
+    return {trace_id: apply_trace_rules(records, views) for trace_id, (records, views) in prepared_by_trace([body]).items()}
 
 
 def reference_summaries(body: bytes, scorer: SessionScorer, only: frozenset[str] | None = None) -> Summaries:

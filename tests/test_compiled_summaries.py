@@ -22,13 +22,12 @@ from agentfunnel.collector.compiled_summaries import (
     PYTHON_KEYS,
     PYTHON_PREFIXES,
     CompiledSummaries,
+    prepared_by_trace,
     records_by_trace,
     reference_summaries,
     registry_marks,
 )
-from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
-from agentfunnel.collector.session.held import prepare
 from agentfunnel.scoring import ScoringConfig, SessionScorer
 from agentfunnel.scoring.facts import FACTS
 from agentfunnel.semconv.dialects import REGISTRY
@@ -288,12 +287,7 @@ def test_summaries_of_two_requests_merge_into_the_reference_of_both(first: bytes
 
 def ruled_traces(body: bytes) -> set[str]:
     """The traces of a body whose records a trace rule changes."""
-    prepared = prepare(decode_traces_protobuf(body))
-    by_trace: dict[str, list] = {}
-    for record, view in zip(prepared.records, prepared.views):
-        by_trace.setdefault(record.trace_id, []).append((record, view))
-    return {t for t, pairs in by_trace.items()
-            if apply_trace_rules([r for r, _ in pairs], [v for _, v in pairs]) != [r for r, _ in pairs]}
+    return {t for t, (records, views) in prepared_by_trace([body]).items() if apply_trace_rules(records, views) != records}
 
 
 def test_a_trace_a_rule_reads_whole_is_the_records_paths():

@@ -19,10 +19,10 @@ from agentfunnel.collector import _wire
 from agentfunnel.collector.compiled_summaries import (
     CompiledSummaries,
     CompiledTraces,
+    prepared_by_trace,
     records_by_trace,
     reference_summaries,
 )
-from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.errors import PermanentError
 from agentfunnel.collector.session.assembly import (
     AssembledTrace,
@@ -32,7 +32,6 @@ from agentfunnel.collector.session.assembly import (
     span_stamps,
     tool_call_rows,
 )
-from agentfunnel.collector.session.held import prepare
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,14 +166,7 @@ def test_many_traces_come_and_go_without_keeping_anything():
 def records_path(bodies: list[bytes], session_keys: tuple[str, ...] = ()) -> dict[str, AssembledTrace]:
     """Each trace as the stage assembles what it held: every body's records (normalized with the session keys),
     by trace in arrival order, with the trace rules and sessions."""
-    records: dict[str, list] = {}
-    views: dict[str, list] = {}
-    for body in bodies:
-        prepared = prepare(decode_traces_protobuf(body), session_keys)
-        for record, view in zip(prepared.records, prepared.views):
-            records.setdefault(record.trace_id, []).append(record)
-            views.setdefault(record.trace_id, []).append(view)
-    return {t: assemble_records(found, views[t]) for t, found in records.items()}
+    return {t: assemble_records(records, views) for t, (records, views) in prepared_by_trace(bodies, session_keys).items()}
 
 
 def by_span(rows: list[dict]) -> list[dict]:
