@@ -39,7 +39,7 @@ for folder in (HERE, ROOT / "tests"):  # bench/'s helpers, and the tests' reques
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from agentfunnel.collector.compiled_summaries import (  # noqa: E402
+from agentfunnel.collector.session.compiled import (  # noqa: E402
     CompiledSummaries,
     CompiledTraces,
     records_by_trace,

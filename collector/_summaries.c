@@ -1508,7 +1508,7 @@ PyDoc_STRVAR(genai_summaries_doc,
 "keys normalize reads the user from, in its order; session_keys: (key, weak) pairs, the keys normalize reads\n"
 "the session key from, in its order (the weak ones last); scopes: scope\n"
 "names that mark another dialect; value_marks: (key, value) pairs that do; kit: scoring.facts' classes\n"
-"and helpers (agentfunnel.collector.compiled_summaries builds it); max_value_bytes: a string value longer than this\n"
+"and helpers (agentfunnel.collector.session.compiled builds it); max_value_bytes: a string value longer than this\n"
 "is cut by the pipeline, so its span goes back (0: no limit).");
 
 /* A tuple of str as UTF-8 slices (borrowed from the str objects, which the caller's tuple holds). */
@@ -1919,9 +1919,25 @@ static int hand_back(TraceStates *self, PyObject *tid) {
     return 0;
 }
 
+/* The session key the trace's spans of this body name (a strong one first), or NULL with no error: a hint of
+ * which traces belong together, before they are taken. */
+static PyObject *session_hint(const SpanS **order, size_t from, size_t to) {
+    const SpanS *weak = NULL;
+    for (size_t i = from; i < to; i++) {
+        if (order[i]->session.n <= 0) continue;
+        if (!order[i]->weak_session) return text(order[i]->session);
+        if (!weak) weak = order[i];
+    }
+    return weak ? text(weak->session) : NULL;
+}
+
 static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, const size_t *at) {
-    PyObject *back = PyList_New(0);
-    if (!back) return NULL;
+    PyObject *back = PyList_New(0), *hints = PyDict_New();
+    if (!back || !hints) {
+        Py_XDECREF(back);
+        Py_XDECREF(hints);
+        return NULL;
+    }
     Py_ssize_t read = 0, handed = 0;
     for (size_t t = 0; t < w->ntraces; t++) {
         TraceS *tr = &w->traces[t];
@@ -1942,17 +1958,24 @@ static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, con
                 PyErr_Fetch(&type, &value, &tb);
                 hand_back(self, tid);
                 PyErr_Restore(type, value, tb);
+            } else {
+                PyObject *hint = session_hint(order, at[t], at[t + 1]);
+                if (hint) err = PyDict_SetItem(hints, tid, hint) < 0;
+                else PyErr_Clear(); /* none, or not text: only a hint */
+                Py_XDECREF(hint);
             }
             read += (Py_ssize_t)tr->nspans;
         }
         Py_XDECREF(tid);
         if (err) {
             Py_DECREF(back);
+            Py_DECREF(hints);
             return NULL;
         }
     }
-    PyObject *result = Py_BuildValue("(Onn)", back, read, handed);
+    PyObject *result = Py_BuildValue("(OnnO)", back, read, handed, hints);
     Py_DECREF(back);
+    Py_DECREF(hints);
     return result;
 }
 
@@ -2087,7 +2110,8 @@ static PyObject *TraceStates_counts(TraceStates *self, PyObject *unused) {
 
 static PyMethodDef TraceStates_methods[] = {
     {"add", (PyCFunction)TraceStates_add, METH_O,
-     "add(body) -> (handed back, spans kept, spans handed back), or (None, why) when the whole body goes to Python.\n"
+     "add(body) -> (handed back, spans kept, spans handed back, {trace id: session key}), or (None, why) when the\n"
+     "whole body goes to Python. The session keys: of the traces kept whose spans in the body name one (a hint).\n"
      "Keeps every span of each trace it reads; a trace with a span it cannot read (now or in an earlier body) is\n"
      "handed back whole, and what was kept of it let go."},
     {"hand_back", (PyCFunction)TraceStates_hand_back, METH_O,

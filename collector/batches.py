@@ -51,6 +51,9 @@ class SpanBatch:
     rejected: Rejections = field(default_factory=Rejections)
     payload_bytes: int = 0
     bytes_values: int | None = None  # AnyValues that were bytes (base64 text now); None: not counted, maybe some
+    # the OTLP/protobuf request these spans were decoded from, as sent, when the pipeline keeps it for the session
+    # stage's compiled path (which reads it instead of the columns); None otherwise
+    wire: bytes | None = field(default=None, repr=False, compare=False)
     # Python views for the semconv stage (not stored as such): kept by ``add``, which has the
     # values at hand, or None until first read when the rows came as JSON columns.
     _attrs: list[dict[str, Any]] | None = field(default_factory=list, repr=False, compare=False)

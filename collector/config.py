@@ -285,6 +285,11 @@ class SessionSettings(_Model):
     session_keys: list[str] = Field(
         default_factory=list, description="Extra attribute keys that carry a session id, after the built-in ones."
     )
+    compiled_path: bool = Field(
+        True, description="GenAI-semconv traces are read straight from the request bytes by compiled code and kept "
+        "as the few facts sessions need, instead of normalized records (docs/sessions.md); every other trace, and "
+        "every trace when privacy redaction, forwarding or a lake is configured, takes the Python path. false: every "
+        "trace takes the Python path (the reference; same sessions, slower).")
 
 
 def parse_headers(value: Any) -> Any:

@@ -195,8 +195,12 @@ class Pipeline:
     def __init__(self, store: Store, metrics: Metrics, admission: Admission,
                  on_committed: Callable[[SpanBatch | LogBatch], None] | None = None,
                  max_value_bytes: int | None = None, max_value_depth: int | None = None,
-                 redactor: Redactor | None = None, metric_limits: MetricLimits | None = None) -> None:
+                 redactor: Redactor | None = None, metric_limits: MetricLimits | None = None,
+                 keep_wire: bool = False) -> None:
         self.store = store
+        # the session stage's compiled path reads span requests as sent: each protobuf one is kept on its batch
+        # (``SpanBatch.wire``) unless something changed its spans on the way (redaction, a span refused)
+        self.keep_wire = keep_wire and redactor is None
         self.metric_limits = metric_limits  # what a metrics request's points may hold, checked before they decode
         self.redactor = redactor  # privacy: applied to every batch before it is stored (and so judged, forwarded)
         self.max_value_bytes = max_value_bytes
@@ -228,6 +232,8 @@ class Pipeline:
             batch = DECODERS[(signal, encoding)](body)
         if self.redactor is not None:
             self.redactor.redact(batch)
+        elif self.keep_wire and encoding == "protobuf" and isinstance(batch, SpanBatch) and not batch.rejected.count:
+            batch.wire = bytes(body)
         if self.max_value_bytes is not None:
             bound = bound_metric_values if isinstance(batch, MetricBatch) else bound_values
             if cut := bound(batch, self.max_value_bytes):  # type: ignore[arg-type]

@@ -56,6 +56,9 @@ DESCRIPTIONS = {
                            "the session summary it judged, linked to it).",
     "forward_summaries": "Session summary spans emitted (one per closed session version).",
     "traces_read_back": "Traces assembled from the store rather than from memory (reopened, evicted or recovered).",
+    "spans_compiled": "Committed spans the compiled path read and kept from their request (GenAI-semconv traces).",
+    "spans_handed_back": "Committed spans the compiled path left to the records path: label trace (their trace has a "
+    "span it cannot read exactly) or body (it could not read the request).",
     "prepare_skipped": "Committed spans not normalized ahead because the prepare queue was full (read back at assembly).",
     "assembled_cache_evicted": "Assembled traces dropped from memory (sessions.max_assembled_cache_bytes); read back when needed.",
     "held_traces_evicted": "Open traces dropped from memory to stay within sessions.max_held_bytes (read back at assembly).",
@@ -160,6 +163,7 @@ GAUGES = {
     "uptime_seconds": "Seconds since the process started.",
     "prepare_queue_bytes": "Committed batches waiting to be normalized and held, at what they hold decoded (sessions.max_prepare_queue_bytes).",
     "assembled_cache_bytes": "Estimated bytes of recently assembled traces kept for scoring later turns.",
+    "compiled_kept_bytes": "Bytes the compiled path keeps of open traces' spans (counted in held_bytes too).",
     "held_bytes": "Estimated bytes of open traces' spans held in memory (bounded by sessions.max_held_bytes).",
     "held_traces": "Open traces whose spans are held in memory.",
     "bytes_in_flight": "Admission control: request bytes read or being read and not yet committed.",

@@ -73,10 +73,15 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
                               barrier=lambda: store.submit_job(lambda con: None))
     evaluator = Evaluator(settings.cases, settings.judge, store, tables, rescore=rescore, metrics=metrics,
                           schema_limits=settings.scoring.schema_limits)
+    # the compiled path's traces give the scorer summaries, not records: not for what labels or ships records (the
+    # forwarder, a lake's trace texts), nor where redaction changes spans after the request (it reads the request)
+    compiled = (settings.sessions.compiled_path and forwarder is None and settings.store.lake is None
+                and not settings.privacy.enabled)
     sessions = SessionService(
         settings.sessions, store, tables, metrics, settings.scoring, evaluator,
         session_listeners=[forwarder.on_sessions] if forwarder else (),
-        batch_listeners=[forwarder.on_committed] if forwarder else ())  # after normalizing: its records are reused
+        batch_listeners=[forwarder.on_committed] if forwarder else (),  # after normalizing: its records are reused
+        compiled=compiled, compiled_value_bytes=settings.receivers.max_attribute_value_bytes)
     return SessionStage(metrics, store, tables, evaluator, sessions, forwarder)
 
 
@@ -93,5 +98,6 @@ def build_ingest_path(settings: Settings, metrics: Metrics, admission: Admission
         feedback.observe(batch)
 
     pipeline = Pipeline(stage.store, metrics, admission, committed,
-                        receivers.max_attribute_value_bytes, receivers.max_value_depth, redactor, limits)
+                        receivers.max_attribute_value_bytes, receivers.max_value_depth, redactor, limits,
+                        keep_wire=stage.sessions.compiled is not None)
     return IngestPath(stage, pipeline, feedback)

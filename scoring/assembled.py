@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..semconv import SpanRecord
+from .engine import TraceSummary
 
 
 @dataclass(frozen=True, eq=False)
@@ -18,6 +19,14 @@ class TraceShare:
 
     trace_id: str
     records: tuple[SpanRecord, ...]
+    # the share's summary where the trace was read by the compiled path (the whole trace, one session's): its
+    # records are then only what rows read of each span, and the full records are read from the store when needed
+    summary: TraceSummary | None = None
+
+    @property
+    def full(self) -> bool:
+        """Whether ``records`` are full records (the evaluator, the forwarder and the UI read those)."""
+        return self.summary is None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ class SessionScorer:
         return self.combine(session.session_id, [self._summary_of(share) for share in session.traces.values()])
 
     def _summary_of(self, share: TraceShare) -> TraceSummary:
+        if share.summary is not None:  # read by the compiled path
+            return share.summary
         with self._lock:
             found = self._summaries.get(share)
         if found is None:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from agentfunnel.collector import _wire
-from agentfunnel.collector.compiled_summaries import (
+from agentfunnel.collector.session.compiled import (
     CompiledSummaries,
     CompiledTraces,
     prepared_by_trace,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from agentfunnel.collector import _wire
-from agentfunnel.collector.compiled_summaries import (
+from agentfunnel.collector.session.compiled import (
     FLAG_BITS,
     evidence_spec,
     records_by_trace,

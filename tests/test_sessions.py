@@ -340,9 +340,11 @@ def test_a_trace_closes_as_its_last_committed_preview_showed_it_when_nothing_arr
     from stage_support import commit, session_stage
 
     assembled: list[str] = []
-    real = sessions_module.assemble_held
-    monkeypatch.setattr(sessions_module, "assemble_held",
+    real, real_kept = sessions_module.assemble_held, sessions_module.assemble_kept
+    monkeypatch.setattr(sessions_module, "assemble_held",  # the records path's held traces
                         lambda views, records: assembled.append(records[0].trace_id) or real(views, records))
+    monkeypatch.setattr(sessions_module, "assemble_kept",  # and the compiled path's
+                        lambda trace_id, *rest: assembled.append(trace_id) or real_kept(trace_id, *rest))
     turn = _two_turns("conv-as-shown")[0]
     rows = ("SELECT * EXCLUDE (updated_at, version) FROM sessions", "SELECT * EXCLUDE (first_received) FROM tool_calls ORDER BY span_id",
             "SELECT span_id, session_id, dialect FROM spans ORDER BY span_id",

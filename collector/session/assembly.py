@@ -25,11 +25,13 @@ from functools import cached_property
 from typing import Any, Protocol, cast, runtime_checkable
 
 from ...scoring.assembled import Session, TraceShare
+from ...scoring.engine import TraceSummary
 from ...semconv import SpanRecord, SpanView, normalize
 from ...semconv.attributes import GEN_AI_AGENT_VERSION
 from ...semconv.trace_rules import apply_trace_rules
 
 SERVICE_VERSION = "service.version"  # the OTel resource convention
+KEPT_SPAN_BYTES = 300  # a span the compiled path kept, as rows read it (``compiled.KeptSpan``), beside its JSON text
 
 
 def resolve_sessions(records: Sequence[SpanRecord]) -> dict[str, str | None]:
@@ -75,6 +77,9 @@ class AssembledTrace:
     # what keeping its records in memory costs, as whoever made it could tell cheaply (``held.assemble_held``);
     # None: measured from the records when they are kept
     records_bytes: int | None = field(default=None, compare=False, repr=False)
+    # the compiled path's summary of the whole trace (``assemble_kept``): its records are then the spans as rows read
+    # them, not full records, and its one session's share comes with the summary scoring reads instead
+    summary: TraceSummary | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_ids(self) -> set[str]:
@@ -88,7 +93,8 @@ class AssembledTrace:
             sid = self.sessions.get(r.span_id)
             if sid is not None:
                 by_session.setdefault(sid, []).append(r)
-        return {sid: TraceShare(self.trace_id, tuple(recs)) for sid, recs in by_session.items()}
+        summary = self.summary if len(by_session) == 1 else None  # one session: its share is the whole trace
+        return {sid: TraceShare(self.trace_id, tuple(recs), summary) for sid, recs in by_session.items()}
 
 
 def assemble(views: Sequence[SpanView], session_keys: Sequence[str] = ()) -> AssembledTrace:
@@ -101,12 +107,14 @@ def assemble_records(records: Sequence[SpanRecord], views: Sequence[SpanView]) -
     return AssembledTrace(records[0].trace_id, ruled, resolve_sessions(ruled), _agent_version(views))
 
 
-def assemble_kept(trace_id: str, spans: Sequence[Any], agent_version: str | None) -> AssembledTrace:
-    """A trace kept in C (``compiled_summaries.KeptTrace``: its ``KeptSpan``s, which read as records for every
-    field the sessions and rows read; tests/test_compiled_traces.py holds both equal). No trace rule applies to
-    it: the walk hands back every trace one would change."""
+def assemble_kept(trace_id: str, spans: Sequence[Any], agent_version: str | None,
+                  summary: TraceSummary | None = None) -> AssembledTrace:
+    """A trace kept in C (``compiled.KeptTrace``: its ``KeptSpan``s, which read as records for every
+    field the sessions and rows read; tests/test_compiled_traces.py holds both equal), with its summary. No trace
+    rule applies to it: the walk hands back every trace one would change."""
     records = cast(list[SpanRecord], list(spans))
-    return AssembledTrace(trace_id, records, resolve_sessions(records), agent_version)
+    kept = sum(KEPT_SPAN_BYTES + len(s.arguments_text or "") + len(s.result_text or "") for s in spans)
+    return AssembledTrace(trace_id, records, resolve_sessions(records), agent_version, kept, summary)
 
 
 @runtime_checkable
@@ -133,14 +141,22 @@ def _agent_version(views: Sequence[SpanView]) -> str | None:
 
 
 def sessions_of(traces: Iterable[AssembledTrace], wanted: Collection[str], open_traces: Container[str]) -> dict[str, Session]:
-    """The ``wanted`` sessions from every trace they own (a session with no span in them is left out)."""
+    """The ``wanted`` sessions from every trace they own (a session with no span in them is left out), each with its
+    traces in the order they started (whichever way each was assembled: what reads a session's records in order,
+    such as the judge's input, reads the same)."""
     shares: dict[str, dict[str, TraceShare]] = {}
     for t in traces:
         for sid, share in t.shares.items():
             if sid in wanted:
                 shares.setdefault(sid, {})[t.trace_id] = share
-    return {sid: Session(sid, by_trace, open=any(tid in open_traces for tid in by_trace))
+    return {sid: Session(sid, _in_start_order(by_trace) if len(by_trace) > 1 else by_trace,
+                         open=any(tid in open_traces for tid in by_trace))
             for sid, by_trace in shares.items()}
+
+
+def _in_start_order(by_trace: dict[str, TraceShare]) -> dict[str, TraceShare]:
+    started = {tid: min((r.start_ns for r in share.records), default=0) for tid, share in by_trace.items()}
+    return {tid: by_trace[tid] for tid in sorted(by_trace, key=lambda tid: (started[tid], tid))}
 
 
 def tool_call_rows(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:

@@ -25,9 +25,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from ...semconv import SpanRecord, SpanView, normalize
 from ...semconv.normalize import ResourceReadings
@@ -133,24 +133,40 @@ class Committed:
     prepared: Prepared | None = None
 
 
-def prepare(batch: SpanBatch, session_keys: Sequence[str] = ()) -> Prepared:
-    """Views and normalized records of every span in the batch (pure; the prepare worker runs it after the commit)."""
-
+def prepare(batch: SpanBatch, session_keys: Sequence[str] = (), only: Collection[str] | None = None) -> Prepared:
+    """Views and normalized records of every span in the batch (pure; the prepare worker runs it after the commit);
+    ``only``: of the spans of these traces alone (the others' JSON is not parsed)."""
+    attributes, events = batch.attributes, batch.events
+    if only is None:
+        attrs, resource_attrs, event_list = batch.attrs, batch.resource_attrs, batch.event_list
+        columns: Sequence[Sequence[Any]] = (batch.trace_id, batch.span_id, batch.parent_span_id, batch.name,
+                                            batch.kind, batch.status_code, batch.status_message, batch.scope_name,
+                                            batch.start_ns, batch.end_ns)
+    else:
+        pick = [i for i, tid in enumerate(batch.trace_id) if tid in only]
+        attributes, events = [attributes[i] for i in pick], [events[i] for i in pick]
+        attrs, event_list = [json.loads(a) for a in attributes], [json.loads(e) if e else [] for e in events]
+        resources: dict[str, dict[str, Any]] = {}  # rows of one resource share one dict, as the batch's do
+        resource_attrs = [resources[r] if r in resources else resources.setdefault(r, json.loads(r))
+                          for r in (batch.resource_attributes[i] for i in pick)]
+        columns = [[column[i] for i in pick] for column in (
+            batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.kind, batch.status_code,
+            batch.status_message, batch.scope_name, batch.start_ns, batch.end_ns)]
+    trace_ids, span_ids, parents, names, kinds, statuses, messages, scopes, starts, ends = columns
     # columns zipped rather than indexed: this runs once per span the server takes
     views = [new_view(tid, sid, parent, name or "", a, r, e, kind or "INTERNAL", status or "UNSET", message, scope,
                       start or 0, end or 0)
              for tid, sid, parent, name, a, r, e, kind, status, message, scope, start, end in zip(
-                 batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.attrs, batch.resource_attrs,
-                 batch.event_list, batch.kind, batch.status_code, batch.status_message, batch.scope_name,
-                 batch.start_ns, batch.end_ns)]
-    resources = ResourceReadings()  # the batch's spans share their resources' dicts: each is read once
-    records = [normalize(v, session_keys=session_keys, resources=resources) for v in views]
-    texts = [len(a) + len(e or "") for a, e in zip(batch.attributes, batch.events)]
+                 trace_ids, span_ids, parents, names, attrs, resource_attrs, event_list, kinds, statuses, messages,
+                 scopes, starts, ends)]
+    readings = ResourceReadings()  # the batch's spans share their resources' dicts: each is read once
+    records = [normalize(v, session_keys=session_keys, resources=readings) for v in views]
+    texts = [len(a) + len(e or "") for a, e in zip(attributes, events)]
     record_costs = [record_cost(n, r) for n, r in zip(texts, records)]
     costs = list(map(held_span_bytes, texts, record_costs))
     rows = [(v.trace_id, v.span_id, v.parent_span_id, v.name, a, v.resource_attributes, e, v.span_kind,
              v.status_code, v.status_message, v.scope_name, v.start_ns, v.end_ns)
-            for v, a, e in zip(views, batch.attributes, batch.events)]
+            for v, a, e in zip(views, attributes, events)]
     return Prepared(views, records, costs, rows, record_costs)
 
 
@@ -173,9 +189,28 @@ def log_events(batch: LogBatch) -> dict[tuple[str, str], tuple[list[dict], int]]
     return out
 
 
+class KeptTraces(Protocol):
+    """Where the compiled path keeps the spans it read (``compiled.CompiledTraces``), as the held traces use it."""
+
+    def keep(self, batch: SpanBatch) -> tuple[dict[str, int], dict[str, str]]:
+        """Keep the spans of the batch's traces it can read from the batch's request: those traces with their cost,
+        and the session key each names (a hint for ``session_hints``)."""
+
+    def take(self, trace_id: str, keep: bool = False) -> Any:
+        """The trace (a ``compiled.KeptTrace``), let go unless ``keep``; None where the records path reads it."""
+
+    def drop(self, trace_id: str) -> bool:
+        """Let the trace go (what was kept of it, or that it was handed back)."""
+
+
+# What holding a trace the compiled path keeps costs beside its spans' bytes there: its entry here and there.
+KEPT_TRACE_OVERHEAD_BYTES = 400
+
+
 @dataclass
 class _Trace:
     spans: dict[str, tuple[HeldRow, SpanRecord, int]] = field(default_factory=dict)  # row, record, record_cost
+    kept: bool = False  # its spans are kept by the compiled path (``KeptTraces``), none here
     logs: dict[str, list[dict]] = field(default_factory=dict)
     cost: int = 0
     session_key: str | None = None  # the first one its spans name: which traces belong together, before assembly
@@ -192,10 +227,14 @@ class _Trace:
 class HeldTraces:
     """The spans of open traces, bounded by ``max_bytes``; thread-safe (commits and jobs both use it)."""
 
-    def __init__(self, max_bytes: int, metrics: Metrics, session_keys: Sequence[str] = ()) -> None:
+    def __init__(self, max_bytes: int, metrics: Metrics, session_keys: Sequence[str] = (),
+                 kept: KeptTraces | None = None) -> None:
         self.max_bytes = max_bytes
         self.metrics = metrics
         self.session_keys = tuple(session_keys)
+        # the compiled path's kept traces: a trace is held here as records or kept there, never both; whatever lets a
+        # trace go here lets it go there too (``_drop``)
+        self.kept = kept
         self._traces: OrderedDict[str, _Trace] = OrderedDict()  # least recently added first
         self._partial: OrderedDict[str, None] = OrderedDict()  # open traces not held whole: read back at assembly
         self._pending: dict[str, int] = {}  # committed batches per trace that the worker has not prepared yet
@@ -235,10 +274,19 @@ class HeldTraces:
             else:
                 self._pending.pop(tid, None)
 
-    def add(self, prepared: Prepared, trace_ids: Iterable[str]) -> None:
-        """Hold the committed spans of a batch that ``expect`` announced for ``trace_ids``."""
+    def add(self, prepared: Prepared | None, trace_ids: Iterable[str], kept: Mapping[str, int] = {},
+            hints: Mapping[str, str] = {}) -> None:
+        """Hold the committed spans of a batch that ``expect`` announced for ``trace_ids``: ``prepared``'s records,
+        and ``kept``, the traces whose spans of the batch the compiled path kept (what they cost there; ``hints``:
+        a session key each names)."""
         with self._lock:
+            trace_ids = list(trace_ids)
             self._arrived(trace_ids)
+            if self.kept is not None:
+                self._note_kept(trace_ids, kept, hints)
+            if prepared is None:
+                self._evict()
+                return
             for i, (row, record, size) in enumerate(zip(prepared.rows, prepared.records, prepared.record_costs)):
                 tid, sid = row[0], row[1]
                 if tid in self._partial:
@@ -258,6 +306,39 @@ class HeldTraces:
                 self._bytes += prepared.costs[i]
             self._evict()
 
+    def _note_kept(self, trace_ids: list[str], kept: Mapping[str, int], hints: Mapping[str, str]) -> None:
+        """A trace is whole while every span of it is kept there, or every span held here: one that would mix the
+        two (handed back after spans of it were kept, kept after spans of it were held or joined by a log record)
+        is read back at assembly."""
+        for tid in trace_ids:
+            trace = self._traces.get(tid)
+            cost = kept.get(tid)
+            if cost is None:  # held here: spans kept there before are not all of it
+                if trace is not None and trace.kept:
+                    self._drop(tid)
+                    self._mark_partial(tid)
+                continue
+            if tid in self._partial or (trace is not None and (not trace.kept or trace.logs)):
+                self._drop(tid)
+                self._mark_partial(tid)
+                self._let_go(tid)
+                continue
+            if trace is None:
+                trace = self._traces[tid] = _Trace(kept=True)
+                cost += KEPT_TRACE_OVERHEAD_BYTES
+            else:
+                self._traces.move_to_end(tid)
+            trace.version += 1
+            trace.cost += cost
+            self._bytes += cost
+            if trace.session_key is None:
+                trace.session_key = hints.get(tid)
+
+    def _let_go(self, tid: str) -> None:
+        """What the compiled path keeps of a trace (its spans, or that it handed it back) goes."""
+        if self.kept is not None:
+            self.kept.drop(tid)
+
     def add_logs(self, events: dict[tuple[str, str], tuple[list[dict], int]], already_open: Iterable[str]) -> None:
         """Hold log records tied to spans (before or after their spans arrive); ``already_open`` as in ``expect``."""
         with self._lock:
@@ -268,6 +349,10 @@ class HeldTraces:
                 trace = self._traces.get(tid)
                 if trace is None:
                     trace = self._traces[tid] = _Trace()
+                elif trace.kept:  # the compiled path's spans do not read log records: the records path reads it
+                    self._drop(tid)
+                    self._mark_partial(tid)
+                    continue
                 else:
                     self._traces.move_to_end(tid)
                 trace.logs.setdefault(sid, []).extend(evs)
@@ -282,14 +367,16 @@ class HeldTraces:
             tid, trace = self._traces.popitem(last=False)
             self._bytes -= trace.cost
             self._mark_partial(tid)
+            self._let_go(tid)
             evicted += 1
         if evicted:
             self.metrics.inc("held_traces_evicted", evicted)
 
-    def take(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | None:
+    def take(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | Any | None:
         """The held trace's views (parsed when read) and records, in the store's order, released; None when it is
         not held whole. ``shown_only``: the store has rows of the trace already, and only a trace held whole
-        since a preview assembled it will do (spans of a trace reopened after it closed are not all of it)."""
+        since a preview assembled it will do (spans of a trace reopened after it closed are not all of it).
+        A trace the compiled path keeps comes as it gives it (a ``compiled.KeptTrace``), not a tuple."""
         with self._lock:
             if self._pending.get(trace_id):  # the worker is behind: what is held is not all of it
                 self._drop(trace_id)
@@ -301,13 +388,25 @@ class HeldTraces:
                 return None
             trace = self._traces.pop(trace_id, None)
             if trace is None:
+                self._let_go(trace_id)  # that it handed the trace back, if it did
                 return None
             self._bytes -= trace.cost
             if shown_only and not trace.shown:
+                self._let_go(trace_id)
                 return None
+        if trace.kept:
+            return self._take_kept(trace_id)
+        self._let_go(trace_id)
         return self._read(list(trace.spans.values()), trace.logs)
 
-    def peek(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | None:
+    def _take_kept(self, trace_id: str, keep: bool = False) -> Any:
+        assert self.kept is not None  # a trace is only marked kept when there is a compiled path
+        found = self.kept.take(trace_id, keep)
+        if found is None and keep:  # a reader refused a value: the records path reads it, at its closing too
+            self._release([trace_id], partial=True)
+        return found
+
+    def peek(self, trace_id: str, shown_only: bool = False) -> tuple[LazyViews, list[SpanRecord]] | Any | None:
         """Like ``take``, for a trace still open (a preview): it stays held, and its closing assembly may use it."""
         with self._lock:
             trace = self._traces.get(trace_id)
@@ -315,7 +414,12 @@ class HeldTraces:
                     or (shown_only and not trace.shown)):
                 return None
             trace.peeked = trace.version
-            spans, logs = list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
+            if trace.kept:
+                kept = True
+            else:
+                kept, spans, logs = False, list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
+        if kept:
+            return self._take_kept(trace_id, keep=True)
         return self._read(spans, logs)
 
     def shown_committed(self, trace_ids: Iterable[str]) -> None:
@@ -336,6 +440,7 @@ class HeldTraces:
                 return False
             del self._traces[trace_id]
             self._bytes -= trace.cost
+            self._let_go(trace_id)
             return True
 
     def _read(self, spans: list[tuple[HeldRow, SpanRecord, int]], logs: dict[str, list[dict]]
@@ -381,6 +486,7 @@ class HeldTraces:
         trace = self._traces.pop(tid, None)
         if trace is not None:
             self._bytes -= trace.cost
+        self._let_go(tid)
 
     def _release(self, trace_ids: Iterable[str], partial: bool) -> None:
         with self._lock:
@@ -512,6 +618,7 @@ class Preparer:
     def __init__(self, held: HeldTraces, session_keys: Sequence[str], max_queue_bytes: int, metrics: Metrics,
                  ingest_waiting: Callable[[], bool] = lambda: False,
                  listeners: Sequence[Callable[[Committed], None]] = (), skip_when_full: bool = True) -> None:
+        """The compiled path, when ``held`` has one, keeps what it reads of a batch; only the rest is prepared."""
         self.ingest_waiting = ingest_waiting
         # False: the server's admission bounds what is queued (sessions.push_back_when_held_full): every batch is held
         self.skip_when_full = skip_when_full
@@ -544,7 +651,7 @@ class Preparer:
     def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
         """A committed batch (on the writer thread, right after its commit): queue it and return."""
         trace_ids = list(dict.fromkeys(batch.trace_id))
-        size = max(decoded_cost(batch), 1)
+        size = max(decoded_cost(batch) + len(batch.wire or b""), 1)  # and its request, kept for the compiled path
         with self._cond:
             fits = not self._stopping and (not self._queue or not self.skip_when_full
                                            or self._queue_bytes + size <= self.max_queue_bytes)
@@ -575,10 +682,14 @@ class Preparer:
                 self._busy = True
             prepared: Prepared | None = None
             try:
-                made = prepare(batch, self.session_keys)
-                self.held.add(made, trace_ids)
-                prepared = made
-                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * sum(made.costs) / size
+                kept, hints = self.held.kept.keep(batch) if self.held.kept is not None else ({}, {})
+                made = (None if len(kept) == len(trace_ids) else
+                        prepare(batch, self.session_keys, {t for t in trace_ids if t not in kept} if kept else None))
+                self.held.add(made, trace_ids, kept, hints)
+                prepared = None if kept else made  # listeners get every span's records, or none
+                held = sum(made.costs) if made is not None else 0
+                decoded = max(size - len(batch.wire or b""), 1)  # the ratio is to what a batch holds decoded
+                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * (held + sum(kept.values())) / decoded
             except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
                 log.exception("preparing a committed batch failed; its traces are read back at assembly")
                 self.held.not_held(trace_ids, announced=True)

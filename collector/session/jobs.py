@@ -17,6 +17,7 @@ import duckdb
 
 from ...scoring import SessionScore
 from ...scoring.assembled import Session
+from ...semconv import SpanRecord
 from ...scoring.judge import Judgment
 from ...scoring.schema_check import take_refusals
 from ..config import SessionSettings
@@ -24,13 +25,16 @@ from ..store.clock import utcnow
 from ..store.tables import SessionIndex, SessionTables, traces_in
 from ..telemetry import Metrics
 from . import trace_text
-from .assembly import AssembledTrace, assemble, index_rows, sessions_of, span_stamps, tool_call_rows
+from .assembly import AssembledTrace, assemble, assemble_kept, index_rows, sessions_of, span_stamps, tool_call_rows
+from .compiled import KeptTrace
 from .held import AssembledTraces, HeldTraces, assemble_held
 from .rows import FailedSession, ScoredSession, pass_rows, score_sessions
 from .tracker import TraceTracker
 
 if TYPE_CHECKING:
     from ..evaluation import Evaluator
+
+EARLIEST = datetime(1970, 1, 1)  # read from the first span stored on: a trace not yet indexed
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,12 @@ def assemble_traces(parts: StageParts, con: duckdb.DuckDBPyConnection, traces: M
         found = held(tid, shown_only=tid in known)
         if found is None:
             read_back.append(tid)
+        elif isinstance(found, KeptTrace):
+            trace = assemble_kept(tid, found.spans, found.resource_version, found.summary)
+            if len(trace.session_ids) > 1:  # a summary per session's share: the records path reads it
+                read_back.append(tid)
+            else:
+                assembled.append(trace)
         elif found[0]:
             assembled.append(assemble_held(*found))
     if read_back:
@@ -168,9 +178,11 @@ def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Col
     sessions = gather_sessions(con, tables, ids, fresh, tuple(parts.settings.session_keys),
                                OpenTraces(parts.tracker, still_open), parts.assembled, stored.index)
     versions = stored.versions
+    keys = tuple(parts.settings.session_keys)
     scoring = score_sessions(
         sessions, ids, parts.score_one, versions, parts.evaluator,
-        lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in tables.latest_judgments(con, cased).items()})
+        lambda cased: {sid: Judgment.model_validate_json(j) for sid, j in tables.latest_judgments(con, cased).items()},
+        lambda session: full_records(con, tables, session, keys, stored.index))
     rows = pass_rows(scoring, utcnow(), parts.settings.max_input_bytes)
     if rows.inputs_truncated:
         parts.metrics.inc("session_inputs_truncated", rows.inputs_truncated)
@@ -180,6 +192,26 @@ def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Col
                             stored=[s for s in rows.replaced if s in versions], index=stored.index)
     out.written.extend(scoring.written)
     out.failed.extend(scoring.failed)
+
+
+def full_records(con: duckdb.DuckDBPyConnection, tables: SessionTables, session: Session,
+                 session_keys: Sequence[str] = (), index: SessionIndex | None = None) -> tuple[SpanRecord, ...]:
+    """The session's full records (the evaluator reads them): its shares the compiled path read are read back from
+    the store and normalized, the others are as they are."""
+    compiled = [tid for tid, share in session.traces.items() if not share.full]
+    if not compiled:
+        return session.records
+    known = traces_in(index) if index is not None else {}
+    since = min((known[tid] for tid in compiled if tid in known), default=EARLIEST)
+    read = {tid: assemble(views, session_keys) for tid, views in tables.read_traces(con, compiled, since).items() if views}
+    records: list[SpanRecord] = []
+    for tid, share in session.traces.items():
+        if share.full:
+            records.extend(share.records)
+        elif tid in read:
+            trace = read[tid]
+            records.extend(r for r in trace.records if trace.sessions.get(r.span_id) == session.session_id)
+    return tuple(records)
 
 
 def gather_sessions(con: duckdb.DuckDBPyConnection, tables: SessionTables, session_ids: Collection[str],

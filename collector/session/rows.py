@@ -77,8 +77,11 @@ Score = Callable[[Session], SessionScore]
 
 def score_sessions(sessions: Mapping[str, Session], asked: Collection[str], score: Score,
                    versions: Mapping[str, int], evaluator: CaseEvaluator | None = None,
-                   judgments_of: Callable[[Collection[str]], Mapping[str, Judgment]] = lambda ids: {}) -> ScoringPass:
-    """Score the ``asked`` sessions found in ``sessions``; an asked one not found there has lost its spans."""
+                   judgments_of: Callable[[Collection[str]], Mapping[str, Judgment]] = lambda ids: {},
+                   records_of: Callable[[Session], Sequence[SpanRecord]] = lambda session: session.records,
+                   ) -> ScoringPass:
+    """Score the ``asked`` sessions found in ``sessions``; an asked one not found there has lost its spans. The
+    evaluator reads a case run's full records (``records_of``: a share the compiled path read has none)."""
     scored: list[ScoredSession] = []
     failed: list[FailedSession] = []
     for sid in sorted(sessions):
@@ -95,7 +98,8 @@ def score_sessions(sessions: Mapping[str, Session], asked: Collection[str], scor
         for x in scored:
             if x.score.session_id in cased:
                 try:
-                    found = evaluator.evaluate(x.score, x.records, x.status, judgments.get(x.score.session_id))
+                    found = evaluator.evaluate(x.score, records_of(x.session), x.status,
+                                               judgments.get(x.score.session_id))
                 except Exception as exc:  # noqa: BLE001 - as above: the case run fails alone
                     failed.append(FailedSession(x.score.session_id, exc))
                     continue

@@ -30,6 +30,7 @@ from ..store.tables import SessionTables
 from ..store.writer import Store, handed_over
 from . import jobs
 from .assembly import AssembledTrace
+from .compiled import CompiledTraces
 from .held import AssembledTraces, Committed, HeldTraces, Preparer, log_events
 from .jobs import JobPlan, JobResult, StageParts
 from .rows import FailedSession, ScoredSession, funnel_step_rows
@@ -49,7 +50,10 @@ class SessionService:
     def __init__(self, settings: SessionSettings, store: Store, tables: SessionTables, metrics: Metrics,
                  scoring: ScoringConfig | None = None, evaluator: "Evaluator | None" = None,
                  session_listeners: Sequence[SessionListener] = (),
-                 batch_listeners: Sequence[Callable[[Committed], None]] = ()) -> None:
+                 batch_listeners: Sequence[Callable[[Committed], None]] = (), compiled: bool = False,
+                 compiled_value_bytes: int | None = None) -> None:
+        """``compiled``: GenAI-semconv traces take the compiled path (``compiled.CompiledTraces``) when their batches
+        carry their request (``SpanBatch.wire``), told the pipeline's cut (``compiled_value_bytes``)."""
         self.settings = settings
         self.store = store
         self.tables = tables
@@ -57,7 +61,12 @@ class SessionService:
         self.scorer = SessionScorer(scoring)
         self.evaluator = evaluator
         self.tracker = TraceTracker(settings.idle_timeout_seconds, settings.max_open_traces, metrics)
-        self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys)
+        self.compiled = (CompiledTraces(self.scorer, session_keys=settings.session_keys,
+                                        max_value_bytes=compiled_value_bytes or 0, metrics=metrics)
+                         if compiled else None)
+        if self.compiled is not None and not self.compiled.available:
+            self.compiled = None
+        self.held = HeldTraces(settings.max_held_bytes, metrics, settings.session_keys, self.compiled)
         self.assembled = AssembledTraces(settings.max_assembled_cache_bytes, metrics)
         self.preparer = Preparer(self.held, settings.session_keys, settings.max_prepare_queue_bytes, metrics,
                                  ingest_waiting=lambda: store.queue_bytes > 0, listeners=batch_listeners)

@@ -19,32 +19,33 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scoring import SessionScorer
-from ..scoring import evidence as ev
-from ..scoring.dropoff import PAYMENT_STATUSES, payment_mentions
-from ..scoring.evidence_settings import EvidenceSettings
-from ..scoring.engine import TraceSummary, from_states
-from ..scoring.evidence import find
-from ..scoring.facts import FACTS
-from ..scoring.facts.activity import Activity
-from ..scoring.facts.answers import Answers
-from ..scoring.facts.base import NOTHING
-from ..scoring.facts.calls import CallFacts, flag_set, reads_as_invalid
-from ..scoring.facts.catalog import Catalog, catalog_of
-from ..scoring.facts.cycles import Starts
-from ..scoring.facts.extent import Extent
-from ..scoring.facts.models import Models
-from ..scoring.facts.refused import Requests, bare_and_named
-from ..scoring.facts.roots import RootFacts, Roots
-from ..scoring.facts.services import Services
-from ..scoring.facts.tokens import Tokens
-from ..scoring.funnel import ServerFacts, split_tool_name
-from ..semconv import SpanRecord, SpanView
-from ..semconv.attributes import (
+from ...scoring import SessionScorer
+from ...scoring import evidence as ev
+from ...scoring.dropoff import PAYMENT_STATUSES, payment_mentions
+from ...scoring.evidence_settings import EvidenceSettings
+from ...scoring.engine import TraceSummary, from_states
+from ...scoring.evidence import find
+from ...scoring.facts import FACTS
+from ...scoring.facts.activity import Activity
+from ...scoring.facts.answers import Answers
+from ...scoring.facts.base import NOTHING
+from ...scoring.facts.calls import CallFacts, flag_set, reads_as_invalid
+from ...scoring.facts.catalog import Catalog, catalog_of
+from ...scoring.facts.cycles import Starts
+from ...scoring.facts.extent import Extent
+from ...scoring.facts.models import Models
+from ...scoring.facts.refused import Requests, bare_and_named
+from ...scoring.facts.roots import RootFacts, Roots
+from ...scoring.facts.services import Services
+from ...scoring.facts.tokens import Tokens
+from ...scoring.funnel import ServerFacts, split_tool_name
+from ...semconv import SpanRecord, SpanView
+from ...semconv.attributes import (
     GEN_AI_AGENT_VERSION,
     GEN_AI_AGGREGATED_INPUT_TOKENS,
     GEN_AI_AGGREGATED_OUTPUT_TOKENS,
@@ -64,8 +65,8 @@ from ..semconv.attributes import (
     USER_KEYS,
     WEAK_SESSION_KEYS,
 )
-from ..semconv.dialects import READ_ERRORS, REGISTRY, Dialect
-from ..semconv.dialects.base import (
+from ...semconv.dialects import READ_ERRORS, REGISTRY, Dialect
+from ...semconv.dialects.base import (
     FINISH_REASONS,
     finish_reason,
     last_assistant_text,
@@ -74,18 +75,19 @@ from ..semconv.dialects.base import (
     tool_definitions,
     unknown_tool_name,
 )
-from ..semconv.dialects.otel_genai import (
+from ...semconv.dialects.otel_genai import (
     output_finish,
     requested_tool_names,
     tool_call_finish,
 )
-from ..semconv.dialects.user_input import first_user_text
-from ..semconv.records import builder
-from ..semconv.trace_rules import JUDGE_CALL_SCOPE, apply_trace_rules
-from .batches import STATUS_CODES
-from .decode import decode_traces_protobuf
-from .session.held import prepare
-from .wire import _wire
+from ...semconv.dialects.user_input import first_user_text
+from ...semconv.records import builder
+from ...semconv.trace_rules import JUDGE_CALL_SCOPE, apply_trace_rules
+from ..batches import STATUS_CODES, SpanBatch
+from ..decode import decode_traces_protobuf
+from ..telemetry import Metrics
+from .held import prepare
+from ..wire import _wire
 
 # The facts the compiled path makes states for, in the order it gives them: a new fact (or a renamed
 # one) turns it off until it learns the fact too.
@@ -365,6 +367,7 @@ class Kept:
     spans_python: int = 0
     handed_back: list[str] = field(default_factory=list)
     whole_body_reason: str | None = None  # the walk could not read the body: the caller hands its traces back
+    session_hints: dict[str, str] = field(default_factory=dict)  # a session key the kept traces' spans name
 
 
 class CompiledTraces:
@@ -377,13 +380,46 @@ class CompiledTraces:
     then. Threads take turns (a lock); the C object refuses a call made while another runs."""
 
     def __init__(self, scorer: SessionScorer, dialects: Iterable[Dialect] = REGISTRY,
-                 session_keys: Iterable[str] = (), max_value_bytes: int = 0) -> None:
+                 session_keys: Iterable[str] = (), max_value_bytes: int = 0, metrics: Metrics | None = None) -> None:
         self.compiled = CompiledSummaries(scorer, dialects, session_keys, max_value_bytes)
         self.available = self.compiled.available
         m = self.compiled.marks
         self._states = _wire.TraceStates(m.keys, m.deny, m.deny_prefixes, m.user_keys, m.session_keys, m.scopes,
                                          m.values, self.compiled._kit, max_value_bytes) if self.available else None
         self._lock = threading.RLock()
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.gauge("compiled_kept_bytes", lambda: self.counts()["bytes"])
+
+    def keep(self, batch: SpanBatch) -> tuple[dict[str, int], dict[str, str]]:
+        """Keep what the walk reads of the batch's request (``SpanBatch.wire``): the traces whose spans it kept,
+        each with what they cost (the bytes kept, shared by their spans), and a session key each names; the batch's
+        other traces are the records path's (handed back, or a batch without its request). Counted in
+        spans_compiled and spans_handed_back."""
+        if batch.wire is None or self._states is None:
+            return {}, {}
+        with self._lock:
+            before = self._states.counts()["bytes"]
+            found = self._states.add(batch.wire)
+            grown = self._states.counts()["bytes"] - before
+        if found[0] is None:
+            self._count(0, len(batch), found[1])
+            return {}, {}
+        back, read, handed, hints = found
+        self._count(read, handed)
+        if not read:
+            return {}, {}
+        handed_back = set(back)
+        spans = Counter(tid for tid in batch.trace_id if tid not in handed_back)
+        return {tid: max(grown, 0) * n // read for tid, n in spans.items()}, hints
+
+    def _count(self, read: int, handed: int, whole_body: str | None = None) -> None:
+        if self.metrics is None:
+            return
+        if read:
+            self.metrics.inc("spans_compiled", read)
+        if handed:
+            self.metrics.inc("spans_handed_back", handed, label="body" if whole_body else "trace")
 
     def add(self, body: bytes) -> Kept:
         """Keep every span of the body's traces the walk reads."""
@@ -393,8 +429,8 @@ class CompiledTraces:
             found = self._states.add(body)
         if found[0] is None:
             return Kept(whole_body_reason=found[1])
-        back, kept, handed = found
-        return Kept(kept, handed, back)
+        back, kept, handed, hints = found
+        return Kept(kept, handed, back, session_hints=hints)
 
     def hand_back(self, trace_ids: Iterable[str]) -> None:
         """The records path reads these traces (their body could not be walked)."""
