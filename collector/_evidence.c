@@ -847,19 +847,32 @@ static int dump_value(Out *o, const Tree *t, int32_t x, int sort, int ascii) {
     return out_raw(o, obj ? "}" : "]", 1);
 }
 
-/* json.dumps(parse_json(text), sort_keys=True) (the call identity's canonical arguments) as a new str in *out:
- * 1 written, 0 declined (as evidence_scan declines), -1 error. */
-int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out) {
+/* json.dumps(parse_json(text), sort_keys=sort, ensure_ascii=ascii) as a new str in *out: 1 written, 0 declined (as
+ * evidence_scan declines, or text that is not UTF-8 where it is written as it is), -1 error. */
+static int json_dumped(const uint8_t *text, Py_ssize_t n, int sort, int ascii, PyObject **out) {
     const uint8_t *s, *e;
     int json = parse_json_span(text, n, &s, &e);
     if (json < 0) return 0;
     Out o = {NULL, 0, 0};
     Tree t = {NULL, 0, 0, NULL, 0, 0, text};
     int r = 1;
-    if (!json) r = dump_str(&o, text, n, 1) < 0 ? -1 : 1;
-    else if ((r = parse(&t, s, e)) == 1 && dump_value(&o, &t, 0, 1, 1) < 0) r = -1;
-    if (r == 1 && !(*out = PyUnicode_DecodeASCII((const char *)o.p, o.n, NULL))) r = -1;
+    if (!json) r = dump_str(&o, text, n, ascii) < 0 ? -1 : 1;
+    else if ((r = parse(&t, s, e)) == 1 && dump_value(&o, &t, 0, sort, ascii) < 0) r = -1;
+    if (r == 1) {
+        *out = ascii ? PyUnicode_DecodeASCII((const char *)o.p, o.n, NULL)
+                     : PyUnicode_DecodeUTF8((const char *)o.p, o.n, NULL);
+        if (!*out) {
+            r = -1;
+            if (!ascii && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear(), r = 0;
+        }
+    }
     return finish(r, &o, &t);
+}
+
+/* json.dumps(parse_json(text), sort_keys=True) (the call identity's canonical arguments) as a new str in *out:
+ * 1 written, 0 declined (as evidence_scan declines), -1 error. */
+int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out) {
+    return json_dumped(text, n, 1, 1, out);
 }
 
 const char *const json_canonical_doc_text =
@@ -867,15 +880,28 @@ const char *const json_canonical_doc_text =
     "json.dumps(parse_json(text), sort_keys=True) written from the text without Python objects; None where\n"
     "the reader declines the text.";
 
-PyObject *json_canonical_py(PyObject *self, PyObject *arg) {
+const char *const json_text_doc_text =
+    "json_text(text) -> str | None\n\n"
+    "json.dumps(parse_json(text), ensure_ascii=False) (a tool call's row) written from the text without Python\n"
+    "objects; None where the reader declines the text.";
+
+static PyObject *dumped_py(PyObject *arg, int sort, int ascii) {
     Py_buffer text;
     if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = NULL;
-    int r = json_canonical(text.buf, text.len, &out);
+    int r = json_dumped(text.buf, text.len, sort, ascii, &out);
     PyBuffer_Release(&text);
     if (r < 0) return NULL;
     if (!r) Py_RETURN_NONE;
     return out;
+}
+
+PyObject *json_canonical_py(PyObject *self, PyObject *arg) {
+    return dumped_py(arg, 1, 1);
+}
+
+PyObject *json_text_py(PyObject *self, PyObject *arg) {
+    return dumped_py(arg, 0, 0);
 }
 
 /* ---- the spec -------------------------------------------------------------------------------- */

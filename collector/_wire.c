@@ -1755,13 +1755,16 @@ int add_trace_states(PyObject *module);
 PyObject *evidence_spec(PyObject *self, PyObject *args);
 PyObject *evidence_scan_py(PyObject *self, PyObject *args);
 PyObject *json_canonical_py(PyObject *self, PyObject *arg);
-extern const char *const evidence_spec_doc_text, *const evidence_scan_doc_text, *const json_canonical_doc_text;
+PyObject *json_text_py(PyObject *self, PyObject *arg);
+extern const char *const evidence_spec_doc_text, *const evidence_scan_doc_text, *const json_canonical_doc_text,
+    *const json_text_doc_text;
 
 static PyMethodDef methods[] = {
     {"genai_summaries", genai_summaries, METH_VARARGS, NULL},
     {"evidence_spec", evidence_spec, METH_VARARGS, NULL},
     {"evidence_scan", evidence_scan_py, METH_VARARGS, NULL},
     {"json_canonical", json_canonical_py, METH_O, NULL},
+    {"json_text", json_text_py, METH_O, NULL},
     {"decode_traces", decode_traces, METH_VARARGS, decode_traces_doc},
     {"string_buffers", string_buffers, METH_O, string_buffers_doc},
     {"int64_buffer", int64_buffer, METH_O, int64_buffer_doc},
@@ -1782,6 +1785,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     methods[1].ml_doc = evidence_spec_doc_text;
     methods[2].ml_doc = evidence_scan_doc_text;
     methods[3].ml_doc = json_canonical_doc_text;
+    methods[4].ml_doc = json_text_doc_text;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     DecodeError = PyErr_NewExceptionWithDoc("agentfunnel.collector._wire.DecodeError",

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from agentfunnel.collector import _wire
+from agentfunnel.collector.session.assembly import row_json
 from agentfunnel.collector.session.compiled import (
     FLAG_BITS,
     evidence_spec,
+    json_text,
     records_by_trace,
     reference_result,
     scanned_result,
@@ -248,13 +250,20 @@ def test_hostile_text_never_crashes_and_reads_as_the_reference_or_is_declined():
 
 
 # ---- the canonical arguments: json.dumps(parse_json(text), sort_keys=True) ----------------------------
+# ---- and the row's text: json.dumps(parse_json(text), ensure_ascii=False) ------------------------------
 
 def assert_canonical(text: str) -> bool:
-    """The compiled writer gives the reference's canonical JSON, or declines; False where it declined."""
-    got = _wire.json_canonical(text.encode("utf-8", "surrogatepass"))
+    """The compiled writers give the reference's canonical JSON and a tool call row's JSON, or both decline; False
+    where they declined."""
+    sent = text.encode("utf-8", "surrogatepass")
+    got, row = _wire.json_canonical(sent), _wire.json_text(sent)
+    assert (got is None) == (row is None), text
     if got is None:
+        assert json_text(text) == row_json(parse_json(text))  # the reference writes what C declines
         return False
     assert got == json.dumps(parse_json(text), sort_keys=True, default=str), text
+    assert json_text(text) == row_json(parse_json(text)), text
+    assert row == json.dumps(parse_json(text), ensure_ascii=False), text
     return True
 
 
@@ -286,5 +295,6 @@ def test_known_texts_write_as_the_reference(text: str):
 
 def test_what_the_writer_declines_is_what_the_reader_declines():
     for text in ('{"a": 1, "a": 2}', '{"a": "\\ud800"}', '[1, 2,]', '{"n": ' + '1' * 80 + '}'):
-        assert _wire.json_canonical(text.encode()) is None
-    assert _wire.json_canonical(b"\xff") is None
+        assert _wire.json_canonical(text.encode()) is None and _wire.json_text(text.encode()) is None
+    assert _wire.json_canonical(b"\xff") is None and _wire.json_text(b"\xff") is None
+    assert _wire.json_text(b"not json \xff") is None  # written as it is, and not UTF-8

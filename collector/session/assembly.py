@@ -163,12 +163,15 @@ def tool_call_rows(traces: Iterable[AssembledTrace]) -> list[dict[str, Any]]:
     """A ``tool_calls`` row for every tool call of these traces (steps come later, with the session's score)."""
     rows = []
     for t in traces:
+        compiled = t.summary is not None  # its records are ``KeptSpan``s, which write their JSON text in C
         for r in t.records:
             if r.is_tool_call:
                 rows.append({
                     "session_id": t.sessions.get(r.span_id), "trace_id": r.trace_id, "span_id": r.span_id,
-                    "tool_name": r.tool_name, "call_id": r.call_id, "arguments": _json(r.arguments),
-                    "result": _json(r.result), "error": r.error, "status_code": r.status_code,
+                    "tool_name": r.tool_name, "call_id": r.call_id,
+                    "arguments": r.arguments_json if compiled else row_json(r.arguments),  # type: ignore[attr-defined]
+                    "result": r.result_json if compiled else row_json(r.result),  # type: ignore[attr-defined]
+                    "error": r.error, "status_code": r.status_code,
                     "start_time": r.start_ns, "duration_ms": (r.end_ns - r.start_ns) / 1e6 if r.end_ns else None,
                     "dialect": r.dialect, "server": _server_of(r.tool_name or "")})
     return rows
@@ -193,7 +196,8 @@ def index_rows(traces: Iterable[AssembledTrace], first_received: datetime, now: 
             for t in traces]
 
 
-def _json(value: Any) -> str | None:
+def row_json(value: Any) -> str | None:
+    """A tool call's arguments or result as its row holds them."""
     if value is None:
         return None
     return json.dumps(value, ensure_ascii=False)

@@ -86,6 +86,7 @@ from ...semconv.trace_rules import JUDGE_CALL_SCOPE, apply_trace_rules
 from ..batches import STATUS_CODES, SpanBatch
 from ..decode import decode_traces_protobuf
 from ..telemetry import Metrics
+from .assembly import row_json
 from .held import prepare
 from ..wire import _wire
 
@@ -347,6 +348,26 @@ class KeptSpan:
     @property
     def result(self) -> Any:
         return parse_json(self.result_text)
+
+    @property
+    def arguments_json(self) -> str | None:
+        """``row_json(self.arguments)``, written in C from the text."""
+        return json_text(self.arguments_text)
+
+    @property
+    def result_json(self) -> str | None:
+        return json_text(self.result_text)
+
+
+def json_text(text: str | None) -> str | None:
+    """A tool call's JSON text as its row holds it (``assembly.row_json`` of what ``parse_json`` reads): written in C
+    from the text, by the reference where the compiled reader declines it."""
+    if text is None:
+        return None
+    written = _wire.json_text(text.encode("utf-8", "surrogatepass"))
+    if written is None:
+        return row_json(parse_json(text))
+    return None if written == "null" else written  # JSON null is no value: the row's NULL
 
 
 @dataclass(frozen=True)
