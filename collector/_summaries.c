@@ -1714,9 +1714,9 @@ const char *const genai_summaries_doc_text = genai_summaries_doc;
 
 /* ---- states kept across requests --------------------------------------------------------------- */
 
-/* A span kept with its trace: the walk's fields, its ids and strings copied into one block of its own. */
+/* A span kept with its trace: the walk's fields packed into one block of its own (``keep_span``), made a SpanS
+ * again when its trace is taken (``unpack_span``). */
 typedef struct {
-    SpanS s;
     uint8_t *block;
     size_t size;
 } KeptSpan;
@@ -1795,10 +1795,28 @@ static int room(void **items, size_t *cap, size_t n, size_t size, size_t first) 
     return 0;
 }
 
+/* A kept span's block: its trace id, span id and parent id (zeros when none), then these fields, then its strings'
+ * bytes one after another (a third of what a SpanS and its strings take, for a span of short strings). */
+typedef struct {
+    uint64_t start, end;
+    int64_t in, out;
+    int32_t has_pid, weak_session, status_code, genai, kind, extract_kind, status_error, has_in, has_out, setup;
+    int32_t len[NSPAN_STRS]; /* each string's length, -1 absent */
+} Packed;
+#define PACKED_AT 32
+
 static int keep_span(KeptTrace *t, const SpanS *src) {
-    size_t size = 32;
+    Packed pk = {src->start, src->end, src->in, src->out, src->pid != NULL, src->weak_session, src->status_code,
+                 src->genai, src->kind, src->extract_kind, src->status_error, src->has_in, src->has_out, src->setup,
+                 {0}};
+    size_t size = PACKED_AT + sizeof pk;
     for (size_t k = 0; k < NSPAN_STRS; k++) {
         const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
+        if (x->n > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a string of a kept span is longer than 2 GiB");
+            return -1;
+        }
+        pk.len[k] = x->n < 0 ? -1 : (int32_t)x->n;
         if (x->n > 0) size += (size_t)x->n;
     }
     if (room((void **)&t->spans, &t->cap, t->n, sizeof *t->spans, 8) < 0) return -1;
@@ -1807,24 +1825,40 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
         PyErr_NoMemory();
         return -1;
     }
-    KeptSpan *k = &t->spans[t->n];
-    k->s = *src, k->block = block, k->size = size + KEPT_SPAN_OVERHEAD;
     memcpy(block, src->tid, 16), memcpy(block + 16, src->sid, 8);
-    k->s.tid = block, k->s.sid = block + 16, k->s.pid = NULL;
-    if (src->pid) memcpy(block + 24, src->pid, 8), k->s.pid = block + 24;
-    uint8_t *p = block + 32;
+    if (src->pid) memcpy(block + 24, src->pid, 8);
+    else memset(block + 24, 0, 8);
+    memcpy(block + PACKED_AT, &pk, sizeof pk);
+    uint8_t *p = block + PACKED_AT + sizeof pk;
     for (size_t i = 0; i < NSPAN_STRS; i++) { /* nothing kept points into the request */
-        Str *x = (Str *)((char *)&k->s + SPAN_STRS[i]);
-        if (x->n > 0) {
-            memcpy(p, x->p, (size_t)x->n);
-            x->p = p;
-            p += x->n;
-        } else
-            x->p = x->n == 0 ? p : NULL; /* an empty string: any address; an absent one: none */
+        const Str *x = (const Str *)((const char *)src + SPAN_STRS[i]);
+        if (x->n > 0) memcpy(p, x->p, (size_t)x->n), p += x->n;
     }
+    KeptSpan *k = &t->spans[t->n];
+    k->block = block, k->size = size + KEPT_SPAN_OVERHEAD;
     t->n++;
     t->bytes += k->size;
     return 0;
+}
+
+/* The kept span as the walk read it, its ids and strings pointing into its block. */
+static void unpack_span(const KeptSpan *k, SpanS *s) {
+    const uint8_t *b = k->block;
+    Packed pk;
+    memcpy(&pk, b + PACKED_AT, sizeof pk);
+    memset(s, 0, sizeof *s);
+    s->tid = b, s->sid = b + 16, s->pid = pk.has_pid ? b + 24 : NULL;
+    s->start = pk.start, s->end = pk.end, s->in = pk.in, s->out = pk.out;
+    s->weak_session = pk.weak_session, s->status_code = pk.status_code, s->genai = pk.genai, s->kind = pk.kind;
+    s->extract_kind = pk.extract_kind, s->status_error = pk.status_error, s->has_in = pk.has_in;
+    s->has_out = pk.has_out, s->setup = pk.setup;
+    const uint8_t *p = b + PACKED_AT + sizeof pk;
+    for (size_t i = 0; i < NSPAN_STRS; i++) {
+        Str *x = (Str *)((char *)s + SPAN_STRS[i]);
+        x->n = pk.len[i];
+        x->p = pk.len[i] < 0 ? NULL : p; /* an empty string: any address; an absent one: none */
+        if (pk.len[i] > 0) p += pk.len[i];
+    }
 }
 
 static void trace_clear(KeptTrace *t) {
@@ -2047,8 +2081,13 @@ static PyObject *span_fact(const SpanS *x) {
 static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
     if (t->back) Py_RETURN_NONE;
     const SpanS **s = PyMem_Malloc((t->n ? t->n : 1) * sizeof *s);
-    if (!s) return PyErr_NoMemory();
-    for (size_t i = 0; i < t->n; i++) s[i] = &t->spans[i].s;
+    SpanS *spans = PyMem_Malloc((t->n ? t->n : 1) * sizeof *spans); /* in arrival order; s is sorted */
+    if (!s || !spans) {
+        PyMem_Free(s);
+        PyMem_Free(spans);
+        return PyErr_NoMemory();
+    }
+    for (size_t i = 0; i < t->n; i++) unpack_span(&t->spans[i], &spans[i]), s[i] = &spans[i];
     PyObject *states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid), *out = NULL;
     if (states && states != Py_None) {
         PyObject *facts = PyTuple_New((Py_ssize_t)t->n), *version = NULL;
@@ -2061,7 +2100,7 @@ static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
             PyTuple_SET_ITEM(facts, (Py_ssize_t)i, f);
         }
         for (size_t i = 0; facts && i < t->n && !version; i++)
-            if (t->spans[i].s.version.n > 0 && !(version = text(t->spans[i].s.version))) Py_CLEAR(facts);
+            if (spans[i].version.n > 0 && !(version = text(spans[i].version))) Py_CLEAR(facts);
         if (facts) out = PyTuple_Pack(3, states, facts, version ? version : Py_None);
         Py_XDECREF(facts);
         Py_XDECREF(version);
@@ -2069,6 +2108,7 @@ static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
     } else
         out = states;
     PyMem_Free(s);
+    PyMem_Free(spans);
     return out;
 }
 
