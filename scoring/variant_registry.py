@@ -5,6 +5,7 @@ a configured variant has a drop-off diagnosis, a display name and outcome proofs
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 from itertools import chain
 
 from . import labels
@@ -49,6 +50,9 @@ class Registry(Mapping[str, Variant]):
 
     def __getitem__(self, key: str) -> Variant:
         return self._by_key[key]
+
+    def get(self, key: str, default: Any = None) -> Any:  # the dict's: Mapping.get raises and catches a KeyError
+        return self._by_key.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)
