@@ -1966,10 +1966,11 @@ static PyObject *session_hint(const SpanS **order, size_t from, size_t to) {
 }
 
 static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, const size_t *at) {
-    PyObject *back = PyList_New(0), *hints = PyDict_New();
-    if (!back || !hints) {
+    PyObject *back = PyList_New(0), *hints = PyDict_New(), *costs = PyDict_New();
+    if (!back || !hints || !costs) {
         Py_XDECREF(back);
         Py_XDECREF(hints);
+        Py_XDECREF(costs);
         return NULL;
     }
     Py_ssize_t read = 0, handed = 0;
@@ -1993,9 +1994,11 @@ static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, con
                 hand_back(self, tid);
                 PyErr_Restore(type, value, tb);
             } else {
-                PyObject *hint = session_hint(order, at[t], at[t + 1]);
-                if (hint) err = PyDict_SetItem(hints, tid, hint) < 0;
-                else PyErr_Clear(); /* none, or not text: only a hint */
+                PyObject *cost = PyLong_FromSize_t(kept->bytes - bytes), *hint = session_hint(order, at[t], at[t + 1]);
+                err = !cost || PyDict_SetItem(costs, tid, cost) < 0;
+                if (hint) err = err || PyDict_SetItem(hints, tid, hint) < 0;
+                else if (!err) PyErr_Clear(); /* none, or not text: only a hint */
+                Py_XDECREF(cost);
                 Py_XDECREF(hint);
             }
             read += (Py_ssize_t)tr->nspans;
@@ -2004,12 +2007,14 @@ static PyObject *add_walked(TraceStates *self, Walk *w, const SpanS **order, con
         if (err) {
             Py_DECREF(back);
             Py_DECREF(hints);
+            Py_DECREF(costs);
             return NULL;
         }
     }
-    PyObject *result = Py_BuildValue("(OnnO)", back, read, handed, hints);
+    PyObject *result = Py_BuildValue("(OnnOO)", back, read, handed, hints, costs);
     Py_DECREF(back);
     Py_DECREF(hints);
+    Py_DECREF(costs);
     return result;
 }
 
@@ -2076,8 +2081,9 @@ static PyObject *span_fact(const SpanS *x) {
     return out;
 }
 
-/* The trace's states, each span's facts for its rows in session order, and the first service.version its
- * resources name in arrival order: a new (states, facts, version), Py_None when it goes back, NULL on error. */
+/* The trace's states, each span's facts for its rows in session order, and the service.version of the first span
+ * (by start, then span id: the store's order) whose resource names one: a new (states, facts, version), Py_None
+ * when it goes back, NULL on error. */
 static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
     if (t->back) Py_RETURN_NONE;
     const SpanS **s = PyMem_Malloc((t->n ? t->n : 1) * sizeof *s);
@@ -2099,8 +2105,12 @@ static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
             }
             PyTuple_SET_ITEM(facts, (Py_ssize_t)i, f);
         }
-        for (size_t i = 0; facts && i < t->n && !version; i++)
-            if (spans[i].version.n > 0 && !(version = text(spans[i].version))) Py_CLEAR(facts);
+        const SpanS *first = NULL; /* the resource version of the first span in (start, span id) order naming one */
+        for (size_t i = 0; i < t->n; i++)
+            if (spans[i].version.n > 0 && (!first || spans[i].start < first->start ||
+                                           (spans[i].start == first->start && memcmp(spans[i].sid, first->sid, 8) < 0)))
+                first = &spans[i];
+        if (facts && first && !(version = text(first->version))) Py_CLEAR(facts);
         if (facts) out = PyTuple_Pack(3, states, facts, version ? version : Py_None);
         Py_XDECREF(facts);
         Py_XDECREF(version);
@@ -2150,15 +2160,16 @@ static PyObject *TraceStates_counts(TraceStates *self, PyObject *unused) {
 
 static PyMethodDef TraceStates_methods[] = {
     {"add", (PyCFunction)TraceStates_add, METH_O,
-     "add(body) -> (handed back, spans kept, spans handed back, {trace id: session key}), or (None, why) when the\n"
-     "whole body goes to Python. The session keys: of the traces kept whose spans in the body name one (a hint).\n"
+     "add(body) -> (handed back, spans kept, spans handed back, {trace id: session key}, {trace id: bytes}), or\n"
+     "(None, why) when the whole body goes to Python. The session keys: of the traces kept whose spans in the body\n"
+     "name one (a hint); the bytes: what keeping each trace's spans of the body took (as counts() counts them).\n"
      "Keeps every span of each trace it reads; a trace with a span it cannot read (now or in an earlier body) is\n"
      "handed back whole, and what was kept of it let go."},
     {"hand_back", (PyCFunction)TraceStates_hand_back, METH_O,
      "hand_back(trace_id): the records path reads this trace (e.g. a body the walk could not read)."},
     {"take", (PyCFunction)TraceStates_take, METH_O,
-     "take(trace_id) -> (the trace's states in FACTS order, each span's facts for its rows in session order, the first\n"
-     "service.version its spans' resources name, in arrival order), or\n"
+     "take(trace_id) -> (the trace's states in FACTS order, each span's facts for its rows in session order, the\n"
+     "service.version of the first span by start and span id whose resource names one), or\n"
      "None (the records path reads it); let go either way."},
     {"peek", (PyCFunction)TraceStates_peek, METH_O, "peek(trace_id): take, keeping the trace."},
     {"drop", (PyCFunction)TraceStates_drop, METH_O, "drop(trace_id) -> whether anything was kept of it."},

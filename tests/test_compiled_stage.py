@@ -71,7 +71,8 @@ def run(tmp_path: Path, name: str, compiled: bool, steps: list[tuple[str, Any]],
         service.flush()
         rows = {k: store.submit_job(lambda con, q=q: con.execute(q).fetchall()).result() for k, q in QUERIES.items()}
         counts = {k: metrics.get(k) for k in ("spans_compiled", "spans_handed_back", "traces_read_back")}
-        assert service.held.bytes == 0 and (service.compiled is None or service.compiled.counts()["spans"] == 0)
+        # nothing left held or kept, not even that a trace was handed back
+        assert service.held.bytes == 0 and (service.compiled is None or len(service.compiled) == 0)
     return rows, counts
 
 
@@ -206,3 +207,82 @@ def test_a_production_session_the_compiled_path_read_is_judged_from_its_full_rec
         api.close()
     # as sets: two sessions asking the same at once may each send it (the judge's cache answers the later ones)
     assert set(asked[True]) == set(asked[False]) and len(set(asked[True])) >= 3
+
+
+T0 = 1_700_000_000_000_000_000
+
+
+def test_a_traces_agent_version_is_its_first_spans_by_start_whatever_arrives_first(tmp_path):
+    """Assembly reads the resource's ``service.version`` of the first span by start (the store's order)."""
+    tid, root, child = b"\x01" * 16, b"\x02" * 8, b"\x03" * 8
+    keyed = {"gen_ai.conversation.id": "conv-versions"}
+    child_first = trace_request([{"trace_id": tid, "span_id": child, "parent_span_id": root, "name": "chat m",
+                                  "start": T0 + 5_000_000, "end": T0 + 6_000_000,
+                                  "attributes": {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", **keyed}}],
+                                resource={"service.name": "llm", "service.version": "2.0"}).SerializeToString()
+    root_last = trace_request([{"trace_id": tid, "span_id": root, "name": "invoke_agent a", "start": T0,
+                                "end": T0 + 9_000_000,
+                                "attributes": {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a", **keyed}}],
+                              resource={"service.name": "agent", "service.version": "1.0"}).SerializeToString()
+    compiled, _ = assert_equal(tmp_path, "versions", [("traces", child_first), ("traces", root_last)])
+    assert compiled["spans_compiled"] == 2
+
+
+def test_sessions_whose_traces_tie_read_the_same_slices_with_every_request_resent(tmp_path):
+    """Resent spans send a trace to the records path (its span ids twice); a session's provider, where its traces
+    name two as often, is then still read in one order (first received, then trace id)."""
+    bodies = agent_traffic(3, 2, seed=21)
+    compiled, _ = assert_equal(tmp_path, "resent", [step for b in bodies for step in (("traces", b), ("traces", b))])
+    assert compiled["traces_read_back"]
+
+
+def tool_spans(trace_id: bytes, count: int, result_bytes: int, failing: bool = False) -> list[dict[str, Any]]:
+    rnd = random.Random(trace_id + bytes([count]))
+    return [{"trace_id": trace_id, "span_id": rnd.randbytes(8), "name": "execute_tool search", "start": T0 + i,
+             "end": T0 + i + 10, "events": [{"name": "exception"}] if failing else [],
+             "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                            "gen_ai.conversation.id": trace_id.hex(),
+                            "gen_ai.tool.call.result": '{"x": "%s"}' % ("y" * result_bytes)}} for i in range(count)]
+
+
+def test_what_the_compiled_path_keeps_counts_in_held_bytes_trace_by_trace(tmp_path):
+    """A request that hands back one trace kept before (freeing its bytes) and keeps another charges the other
+    what it keeps: the session stage's bound sees it."""
+    a, b = b"\xaa" * 16, b"\xbb" * 16
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "bytes.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600}})
+    with session_stage(settings) as (store, service, _):
+        assert service.compiled is not None
+        commit(store, service, trace_request(tool_spans(a, 10, 50_000)).SerializeToString())
+        service.preparer.drain(None)
+        assert service.held.bytes >= service.compiled.counts()["bytes"] > 500_000
+        commit(store, service, trace_request(tool_spans(a, 1, 10, failing=True) + tool_spans(b, 10, 40_000))
+               .SerializeToString())
+        service.preparer.drain(None)
+        kept = service.compiled.counts()["bytes"]
+        assert 400_000 < kept <= service.held.bytes < kept + 10_000  # b's, and what a's records hold
+        service.flush()
+        assert service.held.bytes == 0 and len(service.compiled) == 0
+
+
+def test_a_trace_assembled_while_a_batch_of_it_waits_leaves_nothing_kept(tmp_path):
+    """The trace's job finds a batch of it not yet prepared: it is read back whole, and when the worker reaches the
+    batch (which the walk hands back) nothing of the trace stays in the compiled path."""
+    import threading
+
+    tid = b"\x42" * 16
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "pending.duckdb")},
+                                        "sessions": {"idle_timeout_seconds": 3600}})
+    with session_stage(settings) as (store, service, metrics):
+        assert service.compiled is not None
+        commit(store, service, trace_request(tool_spans(tid, 1, 10)).SerializeToString())
+        service.preparer.drain(None)
+        gate, keep = threading.Event(), service.compiled.keep
+        service.compiled.keep = lambda batch: gate.wait() and keep(batch)  # type: ignore[method-assign]
+        commit(store, service, trace_request(tool_spans(tid, 2, 10, failing=True)[1:]).SerializeToString())
+        service._assemble(service.tracker.take()).result()  # its job, with the batch still waiting
+        gate.set()
+        service.preparer.drain(None)
+        service.flush()
+        assert metrics.get("traces_read_back") == 1
+        assert len(service.compiled) == 0 and service.compiled.counts()["bytes"] == 0 and service.held.bytes == 0

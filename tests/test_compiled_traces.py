@@ -165,8 +165,12 @@ def test_many_traces_come_and_go_without_keeping_anything():
 
 def records_path(bodies: list[bytes], session_keys: tuple[str, ...] = ()) -> dict[str, AssembledTrace]:
     """Each trace as the stage assembles what it held: every body's records (normalized with the session keys),
-    by trace in arrival order, with the trace rules and sessions."""
-    return {t: assemble_records(records, views) for t, (records, views) in prepared_by_trace(bodies, session_keys).items()}
+    by trace in the store's order (start, then span id: ``held`` reads them so), with the trace rules and sessions."""
+    out = {}
+    for t, (records, views) in prepared_by_trace(bodies, session_keys).items():
+        order = sorted(range(len(views)), key=lambda i: (views[i].start_ns, views[i].span_id))
+        out[t] = assemble_records([records[i] for i in order], [views[i] for i in order])
+    return out
 
 
 def by_span(rows: list[dict]) -> list[dict]:

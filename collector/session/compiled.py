@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -373,7 +372,8 @@ def json_text(text: str | None) -> str | None:
 @dataclass(frozen=True)
 class KeptTrace:
     """A trace taken from the C-kept spans: its summary, its spans in session order, and the version of the agent
-    its resources name (``service.version``, the first in arrival order)."""
+    its resources name (``service.version``, of the first span by start and span id that names one, as assembly reads
+    it from the store's order)."""
 
     summary: TraceSummary
     spans: list[KeptSpan]
@@ -414,25 +414,19 @@ class CompiledTraces:
 
     def keep(self, batch: SpanBatch) -> tuple[dict[str, int], dict[str, str]]:
         """Keep what the walk reads of the batch's request (``SpanBatch.wire``): the traces whose spans it kept,
-        each with what they cost (the bytes kept, shared by their spans), and a session key each names; the batch's
+        each with what keeping its spans of the batch took (as ``counts()`` counts it), and a session key each names; the batch's
         other traces are the records path's (handed back, or a batch without its request). Counted in
         spans_compiled and spans_handed_back."""
         if batch.wire is None or self._states is None:
             return {}, {}
         with self._lock:
-            before = self._states.counts()["bytes"]
             found = self._states.add(batch.wire)
-            grown = self._states.counts()["bytes"] - before
         if found[0] is None:
             self._count(0, len(batch), found[1])
             return {}, {}
-        back, read, handed, hints = found
+        _, read, handed, hints, costs = found
         self._count(read, handed)
-        if not read:
-            return {}, {}
-        handed_back = set(back)
-        spans = Counter(tid for tid in batch.trace_id if tid not in handed_back)
-        return {tid: max(grown, 0) * n // read for tid, n in spans.items()}, hints
+        return costs, hints
 
     def _count(self, read: int, handed: int, whole_body: str | None = None) -> None:
         if self.metrics is None:
@@ -450,7 +444,7 @@ class CompiledTraces:
             found = self._states.add(body)
         if found[0] is None:
             return Kept(whole_body_reason=found[1])
-        back, kept, handed, hints = found
+        back, kept, handed, hints, _ = found
         return Kept(kept, handed, back, session_hints=hints)
 
     def hand_back(self, trace_ids: Iterable[str]) -> None:

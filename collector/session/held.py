@@ -317,11 +317,12 @@ class HeldTraces:
                 if trace is not None and trace.kept:
                     self._drop(tid)
                     self._mark_partial(tid)
+                elif tid in self._partial:  # read back at assembly: that the compiled path handed it back goes too
+                    self._let_go(tid)
                 continue
             if tid in self._partial or (trace is not None and (not trace.kept or trace.logs)):
-                self._drop(tid)
+                self._drop(tid)  # and what the compiled path kept of it
                 self._mark_partial(tid)
-                self._let_go(tid)
                 continue
             if trace is None:
                 trace = self._traces[tid] = _Trace(kept=True)

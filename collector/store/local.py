@@ -306,7 +306,8 @@ class LocalSessionTables:
         found = self._index_of(con, [r["session_id"] for r in sessions]) if index is None else index
         out: list[Row] = []
         for row in sessions:
-            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1]))
+            # by first received, then trace id: the same order however the traces were assembled and read
+            traces = sorted(found.get(row["session_id"], ()), key=lambda t: (t[1] is None, t[1], t[0]))
             versions = [version for _, _, version, _, _ in traces if version]
             providers = Counter(p for _, _, _, ps, _ in traces for p in ps or ())
             servers = sorted({sv for _, _, _, _, svs in traces for sv in svs or ()})
