@@ -114,6 +114,9 @@ def decoded_cost(batch: Decoded) -> int:
     A request is admitted again at this size once decoded (a small protobuf body of many spans
     costs several times its bytes as Python objects, and admission by body bytes alone let a
     flood of such bodies grow the process without ever pushing back), and a committed batch
-    waits to be prepared at this size. A metric point's buckets count too (``MetricBatch.buckets``).
+    waits to be prepared at this size. A metric point's buckets count too (``MetricBatch.buckets``), and the request
+    a span batch keeps for the session stage's compiled path (``SpanBatch.wire``).
     """
-    return batch.payload_bytes + DECODED_ROW_BYTES * len(batch) + BUCKET_BYTES * getattr(batch, "buckets", 0)
+    wire = getattr(batch, "wire", None)
+    return (batch.payload_bytes + DECODED_ROW_BYTES * len(batch) + BUCKET_BYTES * getattr(batch, "buckets", 0)
+            + (len(wire) if wire is not None else 0))

@@ -652,7 +652,7 @@ class Preparer:
     def submit(self, batch: SpanBatch, already_open: Sequence[str]) -> None:
         """A committed batch (on the writer thread, right after its commit): queue it and return."""
         trace_ids = list(dict.fromkeys(batch.trace_id))
-        size = max(decoded_cost(batch) + len(batch.wire or b""), 1)  # and its request, kept for the compiled path
+        size = max(decoded_cost(batch), 1)  # its request too, when kept for the compiled path
         with self._cond:
             fits = not self._stopping and (not self._queue or not self.skip_when_full
                                            or self._queue_bytes + size <= self.max_queue_bytes)
@@ -689,8 +689,7 @@ class Preparer:
                 self.held.add(made, trace_ids, kept, hints)
                 prepared = None if kept else made  # listeners get every span's records, or none
                 held = sum(made.costs) if made is not None else 0
-                decoded = max(size - len(batch.wire or b""), 1)  # the ratio is to what a batch holds decoded
-                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * (held + sum(kept.values())) / decoded
+                self.held_per_decoded = 0.8 * self.held_per_decoded + 0.2 * (held + sum(kept.values())) / size
             except Exception:  # noqa: BLE001 - never lose the batch's traces: they are read back instead
                 log.exception("preparing a committed batch failed; its traces are read back at assembly")
                 self.held.not_held(trace_ids, announced=True)
