@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -245,20 +247,29 @@ def tool_spans(trace_id: bytes, count: int, result_bytes: int, failing: bool = F
                             "gen_ai.tool.call.result": '{"x": "%s"}' % ("y" * result_bytes)}} for i in range(count)]
 
 
+@contextmanager
+def compiled_stage(path: Path) -> Iterator[tuple[Any, Any, Any]]:
+    """A stage with the compiled path on its own store file, traces open until flushed."""
+    settings = Settings.model_validate({"store": {"path": str(path)}, "sessions": {"idle_timeout_seconds": 3600}})
+    with session_stage(settings) as (store, service, metrics):
+        assert service.compiled is not None
+        yield store, service, metrics
+
+
+def prepared(store: Any, service: Any, spans: list[dict[str, Any]]) -> None:
+    """The spans sent in one request, committed and prepared."""
+    commit(store, service, trace_request(spans).SerializeToString())
+    service.preparer.drain(None)
+
+
 def test_what_the_compiled_path_keeps_counts_in_held_bytes_trace_by_trace(tmp_path):
     """A request that hands back one trace kept before (freeing its bytes) and keeps another charges the other
     what it keeps: the session stage's bound sees it."""
     a, b = b"\xaa" * 16, b"\xbb" * 16
-    settings = Settings.model_validate({"store": {"path": str(tmp_path / "bytes.duckdb")},
-                                        "sessions": {"idle_timeout_seconds": 3600}})
-    with session_stage(settings) as (store, service, _):
-        assert service.compiled is not None
-        commit(store, service, trace_request(tool_spans(a, 10, 50_000)).SerializeToString())
-        service.preparer.drain(None)
+    with compiled_stage(tmp_path / "bytes.duckdb") as (store, service, _):
+        prepared(store, service, tool_spans(a, 10, 50_000))
         assert service.held.bytes >= service.compiled.counts()["bytes"] > 500_000
-        commit(store, service, trace_request(tool_spans(a, 1, 10, failing=True) + tool_spans(b, 10, 40_000))
-               .SerializeToString())
-        service.preparer.drain(None)
+        prepared(store, service, tool_spans(a, 1, 10, failing=True) + tool_spans(b, 10, 40_000))
         kept = service.compiled.counts()["bytes"]
         assert 400_000 < kept <= service.held.bytes < kept + 10_000  # b's, and what a's records hold
         service.flush()
@@ -271,12 +282,8 @@ def test_a_trace_assembled_while_a_batch_of_it_waits_leaves_nothing_kept(tmp_pat
     import threading
 
     tid = b"\x42" * 16
-    settings = Settings.model_validate({"store": {"path": str(tmp_path / "pending.duckdb")},
-                                        "sessions": {"idle_timeout_seconds": 3600}})
-    with session_stage(settings) as (store, service, metrics):
-        assert service.compiled is not None
-        commit(store, service, trace_request(tool_spans(tid, 1, 10)).SerializeToString())
-        service.preparer.drain(None)
+    with compiled_stage(tmp_path / "pending.duckdb") as (store, service, metrics):
+        prepared(store, service, tool_spans(tid, 1, 10))
         gate, keep = threading.Event(), service.compiled.keep
         service.compiled.keep = lambda batch: gate.wait() and keep(batch)  # type: ignore[method-assign]
         commit(store, service, trace_request(tool_spans(tid, 2, 10, failing=True)[1:]).SerializeToString())
