@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -24,6 +25,12 @@ SEVERITIES = (
     "ERROR", "ERROR2", "ERROR3", "ERROR4", "FATAL", "FATAL2", "FATAL3", "FATAL4",
 )
 
+
+
+def shared_dicts(texts: Iterable[str]) -> list[dict[str, Any]]:
+    """JSON objects parsed from their texts, one dict for each distinct text (the rows of one resource share it)."""
+    parsed: dict[str, dict[str, Any]] = {}
+    return [parsed[t] if t in parsed else parsed.setdefault(t, json.loads(t)) for t in texts]
 
 
 @dataclass(slots=True)
@@ -79,9 +86,7 @@ class SpanBatch:
     def resource_attrs(self) -> list[dict[str, Any]]:
         """Resource attributes as dicts; rows of one resource share one dict, as ``add`` makes them."""
         if self._resource_attrs is None:
-            parsed: dict[str, dict[str, Any]] = {}
-            self._resource_attrs = [parsed[r] if r in parsed else parsed.setdefault(r, json.loads(r))
-                                    for r in self.resource_attributes]
+            self._resource_attrs = shared_dicts(self.resource_attributes)
         return self._resource_attrs
 
     @property

@@ -389,6 +389,7 @@ class Kept:
     handed_back: list[str] = field(default_factory=list)
     whole_body_reason: str | None = None  # the walk could not read the body: the caller hands its traces back
     session_hints: dict[str, str] = field(default_factory=dict)  # a session key the kept traces' spans name
+    costs: dict[str, int] = field(default_factory=dict)  # what keeping each kept trace's spans took (as counted)
 
 
 class CompiledTraces:
@@ -414,27 +415,20 @@ class CompiledTraces:
 
     def keep(self, batch: SpanBatch) -> tuple[dict[str, int], dict[str, str]]:
         """Keep what the walk reads of the batch's request (``SpanBatch.wire``): the traces whose spans it kept,
-        each with what keeping its spans of the batch took (as ``counts()`` counts it), and a session key each names; the batch's
-        other traces are the records path's (handed back, or a batch without its request). Counted in
-        spans_compiled and spans_handed_back."""
+        each with what keeping its spans of the batch took (as ``counts()`` counts it), and a session key each
+        names; the batch's other traces are the records path's (handed back, or a batch without its request).
+        Counted in spans_compiled and spans_handed_back."""
         if batch.wire is None or self._states is None:
             return {}, {}
-        with self._lock:
-            found = self._states.add(batch.wire)
-        if found[0] is None:
-            self._count(0, len(batch), found[1])
-            return {}, {}
-        _, read, handed, hints, costs = found
-        self._count(read, handed)
-        return costs, hints
-
-    def _count(self, read: int, handed: int, whole_body: str | None = None) -> None:
-        if self.metrics is None:
-            return
-        if read:
-            self.metrics.inc("spans_compiled", read)
-        if handed:
-            self.metrics.inc("spans_handed_back", handed, label="body" if whole_body else "trace")
+        kept = self.add(batch.wire)
+        if self.metrics is not None:
+            if kept.spans_kept:
+                self.metrics.inc("spans_compiled", kept.spans_kept)
+            handed = len(batch) if kept.whole_body_reason is not None else kept.spans_python
+            if handed:
+                self.metrics.inc("spans_handed_back", handed,
+                                 label="body" if kept.whole_body_reason is not None else "trace")
+        return kept.costs, kept.session_hints
 
     def add(self, body: bytes) -> Kept:
         """Keep every span of the body's traces the walk reads."""
@@ -444,8 +438,8 @@ class CompiledTraces:
             found = self._states.add(body)
         if found[0] is None:
             return Kept(whole_body_reason=found[1])
-        back, kept, handed, hints, _ = found
-        return Kept(kept, handed, back, session_hints=hints)
+        back, kept, handed, hints, costs = found
+        return Kept(kept, handed, back, session_hints=hints, costs=costs)
 
     def hand_back(self, trace_ids: Iterable[str]) -> None:
         """The records path reads these traces (their body could not be walked)."""

@@ -33,7 +33,7 @@ from ...semconv import SpanRecord, SpanView, normalize
 from ...semconv.normalize import ResourceReadings
 from ...semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 from .assembly import AssembledTrace, assemble_records
-from ..batches import LogBatch, SpanBatch
+from ..batches import LogBatch, SpanBatch, shared_dicts
 from ..decoded import decoded_cost
 from ..telemetry import Metrics
 
@@ -146,9 +146,7 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = (), only: Collection
         pick = [i for i, tid in enumerate(batch.trace_id) if tid in only]
         attributes, events = [attributes[i] for i in pick], [events[i] for i in pick]
         attrs, event_list = [json.loads(a) for a in attributes], [json.loads(e) if e else [] for e in events]
-        resources: dict[str, dict[str, Any]] = {}  # rows of one resource share one dict, as the batch's do
-        resource_attrs = [resources[r] if r in resources else resources.setdefault(r, json.loads(r))
-                          for r in (batch.resource_attributes[i] for i in pick)]
+        resource_attrs = shared_dicts(batch.resource_attributes[i] for i in pick)
         columns = [[column[i] for i in pick] for column in (
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.kind, batch.status_code,
             batch.status_message, batch.scope_name, batch.start_ns, batch.end_ns)]
@@ -415,11 +413,9 @@ class HeldTraces:
                     or (shown_only and not trace.shown)):
                 return None
             trace.peeked = trace.version
-            if trace.kept:
-                kept = True
-            else:
-                kept, spans, logs = False, list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
-        if kept:
+            if not trace.kept:  # (a trace is made kept or not, and stays so)
+                spans, logs = list(trace.spans.values()), {sid: list(evs) for sid, evs in trace.logs.items()}
+        if trace.kept:
             return self._take_kept(trace_id, keep=True)
         return self._read(spans, logs)
 

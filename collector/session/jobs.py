@@ -208,9 +208,8 @@ def full_records(con: duckdb.DuckDBPyConnection, tables: SessionTables, session:
     for tid, share in session.traces.items():
         if share.full:
             records.extend(share.records)
-        elif tid in read:
-            trace = read[tid]
-            records.extend(r for r in trace.records if trace.sessions.get(r.span_id) == session.session_id)
+        elif tid in read and (read_share := read[tid].shares.get(session.session_id)) is not None:
+            records.extend(read_share.records)
     return tuple(records)
 
 
