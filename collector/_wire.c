@@ -1751,6 +1751,8 @@ static PyObject *int64_buffer(PyObject *self, PyObject *arg) {
 PyObject *genai_summaries(PyObject *self, PyObject *args);
 extern const char *const genai_summaries_doc_text;
 int add_trace_states(PyObject *module);
+/* collector/_keywindow.c: the store's window of recent keys. */
+int add_key_window(PyObject *module);
 /* collector/_evidence.c: evidence in a tool result's text. */
 PyObject *evidence_spec(PyObject *self, PyObject *args);
 PyObject *evidence_scan_py(PyObject *self, PyObject *args);
@@ -1808,6 +1810,7 @@ PyMODINIT_FUNC PyInit__wire(void) {
     }
     if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) goto error;
     if (add_trace_states(m) < 0) goto error;
+    if (add_key_window(m) < 0) goto error;
     return m;
 error:
     Py_DECREF(m);

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from .config import LakeSettings, SqlSettings
 from .query import QueryError, QueryResult, lake_cursor
-from .sql_worker import CATALOG, SCAN_PREFIX, SCANS, SCHEMAS, encode_schema, read_message, write_message
+from .sql_messages import CATALOG, SCAN_PREFIX, SCANS, SCHEMAS, encode_schema, read_message, write_message
 from .store.schema import migrate
 from .store.writer import connect
 

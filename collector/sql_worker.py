@@ -15,16 +15,14 @@ Messages on stdin and stdout: a 4-byte big-endian length, then JSON.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import re
 import socket
-import struct
 import sys
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
@@ -32,36 +30,9 @@ import pyarrow.dataset as ds
 
 from .config import SqlSettings
 from .query import QueryError, run_query
+from .sql_messages import CATALOG, SCAN_PREFIX, SCANS, SCHEMAS, decode_schema, read_message, write_message
 
-SCAN_PREFIX = "_scan_"  # the Arrow dataset behind a store table: `spans` is a view over `_scan_spans`
-CATALOG = "catalog.duckdb"
-SCHEMAS = "schemas.json"
-SCANS = "scans.sock"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEADER = struct.Struct(">I")
-
-
-def read_message(stream: IO[bytes]) -> Any:
-    """The next message, or None at the end of the stream."""
-    head = stream.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(head)
-    return json.loads(stream.read(size))
-
-
-def write_message(stream: IO[bytes], message: Any) -> None:
-    body = json.dumps(message).encode()
-    stream.write(_HEADER.pack(len(body)) + body)
-    stream.flush()
-
-
-def encode_schema(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def decode_schema(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 class _Scans:

@@ -88,3 +88,59 @@ def test_spans_and_log_records_queued_together_share_one_commit(tmp_path: Path):
         assert con.execute("SELECT count(*) FROM spans WHERE span_id = ?", [sid.hex()]).fetchone()[0] == 1
     finally:
         store.close()
+
+
+# ----------------------------------------------------------------------------- the compiled window against the reference
+def _random_key(rng) -> str:
+    kind = rng.random()
+    if kind < 0.6:  # a span's key: trace id and span id, sometimes upper case
+        key = rng.getrandbits(192).to_bytes(24, "big").hex()
+        return key.upper() if rng.random() < 0.1 else key
+    if kind < 0.8:  # short hex keys of every length, where "0a" and "a" must stay apart
+        return "".join(rng.choice("0123456789abcdefABCDEF") for _ in range(rng.randrange(0, 50)))
+    if kind < 0.95:
+        return "".join(rng.choice("0123456789abcdefghxyz-é\u2603") for _ in range(rng.randrange(1, 70)))
+    return rng.getrandbits(256).to_bytes(32, "big").hex()  # hex too long to pack: digested
+
+
+def test_the_compiled_window_holds_what_the_reference_holds():
+    """Random batches (fresh, repeated within a batch and across batches), time and size eviction, growth past the
+    first capacity and shrinking back: both windows answer every question alike."""
+    import random
+
+    from agentfunnel.collector.store.dedupe import CompactKeys, CompiledKeys
+
+    rng = random.Random(42)
+    now = [0.0]
+    compiled = DedupeWindow(200, 1500, clock=lambda: now[0], keys=CompiledKeys())
+    reference = DedupeWindow(200, 1500, clock=lambda: now[0], keys=CompactKeys())
+    pool: list[str] = []
+    emptied = 0
+    for step in range(600):
+        n = rng.choice([0, 1, 5, 40, 300])
+        batch = [rng.choice(pool) if pool and rng.random() < 0.3 else _random_key(rng) for _ in range(n)]
+        pool.extend(batch)
+        del pool[:-5000]
+        assert compiled.fresh_mask(batch) == reference.fresh_mask(batch), step
+        mask = reference.fresh_mask(batch) or [True] * len(batch)
+        fresh = [k for k, keep in zip(batch, mask) if keep]
+        now[0] += 300.0 if rng.random() < 0.02 else rng.choice([0.0, 0.5, 3.0])  # now and then, all of it is stale
+        compiled.add(fresh)
+        reference.add(fresh)
+        assert len(compiled) == len(reference) and compiled.evicted_by_size == reference.evicted_by_size, step
+        emptied += not len(compiled)
+        probe = rng.sample(pool, min(20, len(pool)))
+        assert [k in compiled for k in probe] == [k in reference for k in probe], step
+    assert compiled.evicted_by_size > 0 and emptied  # the size bound was reached, and the time bound emptied it
+
+
+def test_the_compiled_window_gives_memory_back_once_keys_go():
+    from agentfunnel.collector.store.dedupe import CompiledKeys
+
+    keys = CompiledKeys()
+    grown = [f"{i:048x}" for i in range(100_000)]
+    assert keys.add(grown) == 100_000 and keys.add(grown[:10]) == 0
+    full = keys._window.bytes()
+    assert keys.evict(99_000) == 99_000 and len(keys) == 1000
+    assert keys._window.bytes() < full / 16
+    assert grown[-1] in keys and grown[0] not in keys and keys.fresh_mask(grown[-3:]) == [False] * 3

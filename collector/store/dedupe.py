@@ -4,17 +4,30 @@ A primary key on (trace_id, span_id) makes DuckDB maintain an ART index on every
 costs more than the rest of the write path together. Retries arrive within seconds or minutes of
 the original, so a bounded window of recent keys catches them; on start the window is seeded
 from the rows received within it, so a client retrying across a crash is still recognised.
+
+The keys are held in C (``_wire.KeyWindow``: 25 bytes a key, a hex key packed, any other as a
+192-bit digest), about 33 bytes a key in all; as Python ints in a dict (``CompactKeys``, the
+reference, used where the extension is not built) they took about 95.
 """
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import string
 import time
+from collections import deque
 from collections.abc import Hashable, Iterable
 from itertools import repeat
+from typing import Protocol
+
+try:
+    from .. import _wire
+except ImportError:  # the extension is optional: the reference holds the keys
+    _wire = None  # type: ignore[assignment]
 
 _HEX = frozenset(string.hexdigits)
+HEX_HELD_AS_IS = 48  # longest hex key the compiled window packs (a trace id and a span id); others are digested
 
 
 def compact(keys: Iterable[str]) -> list[Hashable]:
@@ -27,18 +40,64 @@ def compact(keys: Iterable[str]) -> list[Hashable]:
     try:
         return list(map(int, map(operator.add, repeat("1"), keys), repeat(16)))
     except ValueError:  # not every key is hex: convert key by key
-        return [int("1" + k, 16) if k and _HEX.issuperset(k) else k for k in keys]
+        return [int("1" + k, 16) if _HEX.issuperset(k) else k for k in keys]
 
 
-class DedupeWindow:
-    """Insertion-ordered keys with a time and a count bound, held compactly (see ``compact``)."""
+def held_forms(keys: Iterable[str]) -> list[str | bytes]:
+    """The keys as ``KeyWindow`` holds them: hex keys as they are, any other as its 24-byte BLAKE2b digest (a
+    collision is as likely as one of a 192-bit hash, and telemetry cannot aim for one)."""
+    return [k if len(k) <= HEX_HELD_AS_IS and k.isascii() and _HEX.issuperset(k)
+            else hashlib.blake2b(k.encode("utf-8", "surrogatepass"), digest_size=24).digest() for k in keys]
 
-    def __init__(self, window_seconds: float, max_keys: int, clock=time.monotonic) -> None:
-        self.window_seconds = window_seconds
-        self.max_keys = max_keys
-        self._clock = clock
-        self._keys: dict[Hashable, float] = {}
-        self.evicted_by_size = 0
+
+class Keys(Protocol):
+    """Keys in the order they were added (the window's time and size bounds are the caller's)."""
+
+    def fresh_mask(self, keys: list[str]) -> list[bool] | None: ...
+
+    def add(self, keys: list[str]) -> int: ...
+
+    def evict(self, n: int) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
+class CompactKeys:
+    """The reference ``Keys``: ints (``compact``) in an insertion-ordered dict."""
+
+    def __init__(self) -> None:
+        self._keys: dict[Hashable, None] = {}
+
+    def fresh_mask(self, keys: list[str]) -> list[bool] | None:
+        """True for keys neither held nor earlier in ``keys`` itself; None when all are.
+
+        Retries are rare, so the common case is settled by two set operations in C.
+        """
+        seen = self._keys
+        packed = compact(keys)
+        if seen.keys().isdisjoint(packed) and len(set(packed)) == len(packed):
+            return None
+        batch: set[Hashable] = set()
+        mask = []
+        for key in packed:
+            new = key not in seen and key not in batch
+            mask.append(new)
+            if new:
+                batch.add(key)
+        return mask
+
+    def add(self, keys: list[str]) -> int:
+        before = len(self._keys)
+        self._keys.update(dict.fromkeys(compact(keys)))  # a key held already keeps its place
+        return len(self._keys) - before
+
+    def evict(self, n: int) -> int:
+        oldest = [k for _, k in zip(range(n), iter(self._keys))]
+        for key in oldest:
+            del self._keys[key]
+        return len(oldest)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -46,42 +105,75 @@ class DedupeWindow:
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and compact([key])[0] in self._keys
 
-    def fresh_mask(self, keys: list[str]) -> list[bool] | None:
-        """True for keys neither in the window nor earlier in ``keys`` itself; None when all are.
 
-        Retries are rare, so the common case is settled by two set operations in C.
-        """
-        seen = self._keys
-        keys = compact(keys)  # type: ignore[assignment]  # the same keys, as ints
-        if seen.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
-            return None
-        batch: set[Hashable] = set()
-        mask = []
-        for key in keys:
-            new = key not in seen and key not in batch
-            mask.append(new)
-            if new:
-                batch.add(key)
-        return mask
+class CompiledKeys:
+    """``Keys`` in ``_wire.KeyWindow``: a batch with a key that is not hex goes in as ``held_forms``."""
+
+    def __init__(self) -> None:
+        self._window = _wire.KeyWindow()
+
+    def fresh_mask(self, keys: list[str]) -> list[bool] | None:
+        try:
+            return self._window.fresh_mask(keys)
+        except ValueError:
+            return self._window.fresh_mask(held_forms(keys))
+
+    def add(self, keys: list[str]) -> int:
+        try:
+            return self._window.add(keys)
+        except ValueError:
+            return self._window.add(held_forms(keys))
+
+    def evict(self, n: int) -> int:
+        return self._window.evict(n)
+
+    def __len__(self) -> int:
+        return len(self._window)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and held_forms([key])[0] in self._window
+
+
+class DedupeWindow:
+    """Keys with a time and a count bound: each batch added remembers when; the oldest go first."""
+
+    def __init__(self, window_seconds: float, max_keys: int, clock=time.monotonic, keys: Keys | None = None) -> None:
+        self.window_seconds = window_seconds
+        self.max_keys = max_keys
+        self._clock = clock
+        self._keys: Keys = keys if keys is not None else CompiledKeys() if _wire is not None else CompactKeys()
+        self._added: deque[list[float]] = deque()  # [when, how many keys] of each batch still held, oldest first
+        self.evicted_by_size = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def fresh_mask(self, keys: list[str]) -> list[bool] | None:
+        """True for keys neither in the window nor earlier in ``keys`` itself; None when all are."""
+        return self._keys.fresh_mask(keys)
 
     def add(self, keys: Iterable[str], at: float | None = None) -> None:
         now = self._clock() if at is None else at
-        self._keys.update(dict.fromkeys(compact(keys), now))
+        added = self._keys.add(list(keys))
+        if added:
+            self._added.append([now, added])
         self._evict(now)
 
     def _evict(self, now: float) -> None:
-        store = self._keys
         horizon = now - self.window_seconds
-        it = iter(store)
-        stale = []
-        for key in it:
-            if store[key] >= horizon:
-                break
-            stale.append(key)
-        for key in stale:
-            del store[key]
-        excess = len(store) - self.max_keys
+        added = self._added
+        while added and added[0][0] < horizon:
+            self._keys.evict(int(added.popleft()[1]))
+        excess = len(self._keys) - self.max_keys
         if excess > 0:
-            for key in [k for _, k in zip(range(excess), iter(store))]:
-                del store[key]
+            self._keys.evict(excess)
             self.evicted_by_size += excess
+            while excess:
+                take = min(excess, int(added[0][1]))
+                added[0][1] -= take
+                excess -= take
+                if not added[0][1]:
+                    added.popleft()

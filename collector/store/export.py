@@ -23,7 +23,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as pads
 
 from .schema import migrate
 
@@ -84,6 +83,10 @@ def export_tables(cur: duckdb.DuckDBPyConnection, out: Path, tables: Sequence[st
     unknown = [t for t in tables if t not in EXPORT_TIME]
     if unknown:
         raise ValueError(f"cannot export {', '.join(unknown)}: the tables are {', '.join(EXPORT_TIME)}")
+    # imported here: Arrow's datasets (and the filesystems they load) take about 19 MiB a process that serves
+    # and never exports would hold for nothing
+    import pyarrow.dataset as pads
+
     written: dict[str, int] = {}
     with read_snapshot(cur):
         for table in dict.fromkeys(tables):
