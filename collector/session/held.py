@@ -234,7 +234,9 @@ class HeldTraces:
         # trace go here lets it go there too (``_drop``)
         self.kept = kept
         self._traces: OrderedDict[str, _Trace] = OrderedDict()  # least recently added first
-        self._partial: OrderedDict[str, None] = OrderedDict()  # open traces not held whole: read back at assembly
+        # open traces not held whole, read back at assembly; least recently marked first (a dict: an OrderedDict's
+        # links cost twice the memory, and 100,000 open traces can all be here)
+        self._partial: dict[str, None] = {}
         self._pending: dict[str, int] = {}  # committed batches per trace that the worker has not prepared yet
         self._bytes = 0
         self._lock = threading.Lock()
@@ -246,10 +248,11 @@ class HeldTraces:
         return self._bytes
 
     def _mark_partial(self, tid: str) -> None:
-        self._partial[tid] = None
-        self._partial.move_to_end(tid)
-        if len(self._partial) > PARTIAL_REMEMBERED:
-            self._partial.popitem(last=False)
+        partial = self._partial
+        partial.pop(tid, None)  # to the end
+        partial[tid] = None
+        if len(partial) > PARTIAL_REMEMBERED:
+            del partial[next(iter(partial))]
 
     def _unseen(self, already_open: Iterable[str]) -> None:
         """Traces open before a batch whose earlier spans are neither held nor on their way: not whole."""

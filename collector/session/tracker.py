@@ -17,7 +17,7 @@ from datetime import datetime
 from ..telemetry import Metrics
 
 
-@dataclass
+@dataclass(slots=True)  # one per open trace: a third of the memory of one with a __dict__
 class _Open:
     since: datetime  # no span of the trace was received before this (store pruning)
     last_seen: float  # monotonic
