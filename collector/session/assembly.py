@@ -42,6 +42,9 @@ def resolve_sessions(records: Sequence[SpanRecord]) -> dict[str, str | None]:
     strong = {r.span_id: r.session_key for r in records if r.session_key and not r.weak_session_key}
     weak = {r.span_id: r.session_key for r in records if r.session_key and r.weak_session_key}
     keyed = strong or weak
+    named = set(keyed.values())
+    if len(named) <= 1:  # one session names the trace (or none: the trace is one): every span is in it
+        return dict.fromkeys([r.span_id for r in records], named.pop() if named else records[0].trace_id)
     ordered = sorted((r for r in records if r.span_id in keyed), key=lambda r: (r.start_ns, r.span_id))
     trace_key = keyed[ordered[0].span_id] if ordered else records[0].trace_id
     memo: dict[str, str] = {}
