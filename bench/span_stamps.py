@@ -70,6 +70,14 @@ def _stamps(first: int, n: int) -> list[dict]:
             for i in range(first, first + n)]
 
 
+def _by_trace(stamps: list[dict]) -> list[dict]:
+    """The stamps as ``assembly.span_stamps`` gives them: a row per trace, session and dialect with its spans' ids."""
+    groups: dict[tuple, list[str]] = {}
+    for s in stamps:
+        groups.setdefault((s["trace_id"], s["session_id"], s["dialect"]), []).append(s["span_id"])
+    return [{"trace_id": t, "session_id": sid, "dialect": d, "span_ids": ids} for (t, sid, d), ids in groups.items()]
+
+
 def _time(con, sql: str, reps: int) -> float:
     spent = []
     for _ in range(reps):
@@ -104,7 +112,7 @@ def main() -> None:
                 t = time.process_time()
                 con.execute("BEGIN")
                 if name == "updated by trace":
-                    tables.write_assembled(con, since, [], stamps, [])
+                    tables.write_assembled(con, since, [], _by_trace(stamps), [])
                 elif name == "updated":
                     rel, params = relation(STAMP_COLUMNS, stamps)
                     con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {rel} s WHERE "

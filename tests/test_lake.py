@@ -159,7 +159,7 @@ def _assembled(con: duckdb.DuckDBPyConnection, tables: LakeSessionTables, trace:
     con.execute("BEGIN TRANSACTION")
     tables.write_assembled(con, since, [{"trace_id": trace, "span_id": ids[0], "session_id": session,
                                          "start_time": since}],
-                           [{"trace_id": trace, "span_id": i, "session_id": session, "dialect": "otel"} for i in ids],
+                           [{"trace_id": trace, "session_id": session, "dialect": "otel", "span_ids": ids}],
                            [{"trace_id": trace, "first_received": since, "span_count": len(ids),
                              "session_ids": [session]}], reassembled=[trace] if again else [])
     con.execute("COMMIT")

@@ -9,10 +9,12 @@ the way a job does: assemble, score, replace.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
 
-from agentfunnel.collector.session.assembly import assemble, index_rows, sessions_of, span_stamps, tool_call_rows
+from agentfunnel.collector.session.assembly import (AssembledTrace, assemble, index_rows, sessions_of, span_stamps,
+                                                    tool_call_rows)
 from agentfunnel.collector.decode import decode_traces_protobuf
 from agentfunnel.collector.evaluation import case_run_row, judgment_row
 from agentfunnel.collector.retention import OLDER_THAN, delete_rows, prune_chunk
@@ -21,7 +23,7 @@ from agentfunnel.collector.session.rows import (ScoredSession, call_step_rows, f
                                                  pass_rows, score_sessions, session_row)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
-from agentfunnel.collector.store.local import LocalSessionTables, stamp_groups
+from agentfunnel.collector.store.local import LocalSessionTables
 from agentfunnel.collector.store.rows import UnknownColumn, case_run_tables, insert_rows
 from agentfunnel.collector.store.tables import traces_in
 from agentfunnel.collector.store.writer import connect
@@ -165,12 +167,13 @@ def test_span_stamps_go_by_trace_session_and_dialect_and_stamp_exactly_their_spa
     old = datetime(2025, 1, 1)
     insert_rows(con, "spans", [{"trace_id": tid, "span_id": sp, "received_at": at} for tid, sp, at in (
         ("t1", "a", NOW), ("t1", "b", NOW), ("t1", "c", NOW), ("t1", "e", NOW), ("t2", "d", NOW), ("t2", "x", old))])
-    stamps = [{"trace_id": "t1", "span_id": "a", "session_id": "s1", "dialect": "genai"},
-              {"trace_id": "t1", "span_id": "c", "session_id": "s2", "dialect": "openinference"},
-              {"trace_id": "t1", "span_id": "b", "session_id": "s1", "dialect": "genai"},
-              {"trace_id": "t2", "span_id": "d", "session_id": None, "dialect": "genai"},
-              {"trace_id": "t2", "span_id": "x", "session_id": None, "dialect": "genai"}]
-    assert stamp_groups(stamps) == [
+    t1 = AssembledTrace("t1", [SimpleNamespace(span_id="a", dialect="genai"),  # type: ignore[list-item]
+                               SimpleNamespace(span_id="c", dialect="openinference"),
+                               SimpleNamespace(span_id="b", dialect="genai")], {"a": "s1", "c": "s2", "b": "s1"})
+    t2 = AssembledTrace("t2", [SimpleNamespace(span_id="d", dialect="genai"),  # type: ignore[list-item]
+                               SimpleNamespace(span_id="x", dialect="genai")], {"d": None, "x": None})
+    stamps = span_stamps([t1, t2])
+    assert stamps == [
         {"trace_id": "t1", "session_id": "s1", "dialect": "genai", "span_ids": ["a", "b"]},
         {"trace_id": "t1", "session_id": "s2", "dialect": "openinference", "span_ids": ["c"]},
         {"trace_id": "t2", "session_id": None, "dialect": "genai", "span_ids": ["d", "x"]}]
