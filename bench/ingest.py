@@ -849,7 +849,8 @@ def _mib(n: int) -> str:
 SESSION_METRICS = ("spans_committed", "commits", "traces_assembled", "open_traces", "jobs_waiting",
                    "sessions_finalized_early", "open_refresh_skipped", "assembly_errors", "sessions_failed",
                    "traces_failed", "pushed_back", "sql_queries", "held_traces_evicted", "traces_read_back",
-                   "prepare_skipped", "held_bytes", "writer_cpu_microseconds", "spans_compiled", "spans_handed_back",
+                   "prepare_skipped", "held_bytes", "writer_cpu_microseconds", "writer_runs", "spans_compiled",
+                   "spans_handed_back",
                    "compiled_kept_bytes")
 ALWAYS_SHOWN = ("traces_assembled", "open_traces", "jobs_waiting", "sessions_finalized_early", "sessions_failed")
 

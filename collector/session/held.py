@@ -205,7 +205,7 @@ class KeptTraces(Protocol):
 KEPT_TRACE_OVERHEAD_BYTES = 400
 
 
-@dataclass
+@dataclass(slots=True)  # one per held trace
 class _Trace:
     spans: dict[str, tuple[HeldRow, SpanRecord, int]] = field(default_factory=dict)  # row, record, record_cost
     kept: bool = False  # its spans are kept by the compiled path (``KeptTraces``), none here
