@@ -413,23 +413,3 @@ def test_a_trace_reopened_before_its_job_is_left_open_and_a_session_left_open_is
         assert store.submit_job(lambda con: con.execute(status).fetchall()).result() == [("closed", 2, 1)]
         assert metrics.get("sessions_revisited_on_start") == 1
 
-
-def test_a_job_pauses_the_cyclic_collector_and_gives_it_back():
-    import gc
-
-    from agentfunnel.collector.session.jobs import collection_paused
-
-    assert gc.isenabled()
-    with collection_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), collection_paused():
-        raise RuntimeError("a failing job")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with collection_paused():
-            pass
-        assert not gc.isenabled()  # paused by someone else: left as it was
-    finally:
-        gc.enable()

@@ -8,9 +8,7 @@ trace of the sessions they touch, scores those sessions and writes the rows, all
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -80,28 +78,12 @@ def run(parts: StageParts, con: duckdb.DuckDBPyConnection, plan: JobPlan) -> Job
     out = JobResult()
     if not plan.traces:
         return out
-    with collection_paused():
-        out.assembled, before = assemble_traces(parts, con, plan.traces, plan.preview)
-        ids = before | {s for t in out.assembled for s in t.session_ids}
-        if plan.follow:
-            ids |= parts.tables.assembled_elsewhere(con) or set()
-        score_in(parts, con, ids, out, out.assembled, plan.still_open)
+    out.assembled, before = assemble_traces(parts, con, plan.traces, plan.preview)
+    ids = before | {s for t in out.assembled for s in t.session_ids}
+    if plan.follow:
+        ids |= parts.tables.assembled_elsewhere(con) or set()
+    score_in(parts, con, ids, out, out.assembled, plan.still_open)
     return out
-
-
-@contextlib.contextmanager
-def collection_paused() -> Iterator[None]:
-    """CPython's cyclic collector off for one job. A job makes many containers that live until it ends (or longer,
-    in the assembled-trace cache) and almost no cycles; a young collection every 50,000 of them rescanned the job's
-    growing state over and over (about a tenth of a job's Python on the session benchmark's traffic). What the job
-    made is scanned once, by the first collection after it; a job's cycles, if any, wait until then."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def follow_others(parts: StageParts, con: duckdb.DuckDBPyConnection) -> JobResult:
