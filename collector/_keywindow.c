@@ -20,6 +20,7 @@
 #define DIGEST_TAG 0xFF
 #define MIN_CAP 1024
 #define EMPTY UINT32_MAX
+#define MAX_CAP ((size_t)1 << 31) /* ring positions are uint32, EMPTY above them */
 
 typedef unsigned char Key[KEY_BYTES];
 
@@ -88,8 +89,13 @@ static int contains(const KeyWindow *w, const Key k) {
     return found;
 }
 
-/* Ring and table at a new capacity (a power of two, at least count), the keys in the same order. */
+/* Ring and table at a new capacity (a power of two, at least count), the keys in the same order; on failure the
+ * window is as it was. */
 static int resize(KeyWindow *w, size_t cap) {
+    if (cap > MAX_CAP) {
+        PyErr_SetString(PyExc_OverflowError, "a key window holds at most 2**31 keys");
+        return -1;
+    }
     Key *ring = PyMem_Malloc(cap * sizeof(Key));
     uint32_t *table = PyMem_Malloc(2 * cap * sizeof(uint32_t));
     if (!ring || !table) {
@@ -110,8 +116,8 @@ static int resize(KeyWindow *w, size_t cap) {
     return 0;
 }
 
-static int append(KeyWindow *w, const Key k) {
-    if (w->count == w->cap && resize(w, w->cap * 2) < 0) return -1;
+/* The key added unless held (room for it reserved by the caller). */
+static void append(KeyWindow *w, const Key k) {
     int found;
     size_t slot = find(w, k, &found);
     if (found) return 0;
@@ -119,7 +125,16 @@ static int append(KeyWindow *w, const Key k) {
     memcpy(w->ring[at], k, KEY_BYTES);
     w->table[slot] = (uint32_t)at;
     w->count++;
-    return 0;
+}
+
+/* Room for n more keys, made before any is added: a batch goes in whole or not at all. */
+static int reserve(KeyWindow *w, size_t n) {
+    size_t cap = w->cap ? w->cap : MIN_CAP;
+    while (cap < w->count + n) {
+        if (cap > MAX_CAP) break;
+        cap *= 2;
+    }
+    return cap == w->cap ? 0 : resize(w, cap);
 }
 
 /* Let the oldest key go: its slot emptied, and the keys probing past it shifted back into place. */
@@ -230,12 +245,11 @@ static PyObject *KeyWindow_add(KeyWindow *self, PyObject *keys) {
     Key *ks = packed(keys, &n);
     if (!ks) return PyErr_Occurred() ? NULL : unpackable();
     size_t before = self->count;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (append(self, ks[i]) < 0) {
-            PyMem_Free(ks);
-            return NULL;
-        }
+    if (reserve(self, (size_t)n) < 0) {
+        PyMem_Free(ks);
+        return NULL;
     }
+    for (Py_ssize_t i = 0; i < n; i++) append(self, ks[i]);
     PyMem_Free(ks);
     return PyLong_FromSize_t(self->count - before);
 }
@@ -248,7 +262,7 @@ static PyObject *KeyWindow_evict(KeyWindow *self, PyObject *arg) {
     /* a window that emptied out gives most of its memory back */
     size_t cap = self->cap;
     while (cap > MIN_CAP && self->count < cap / 4) cap /= 2;
-    if (cap < self->cap && resize(self, cap) < 0) return NULL;
+    if (cap < self->cap && resize(self, cap) < 0) PyErr_Clear(); /* kept at its size: the keys went all the same */
     return PyLong_FromSize_t(gone);
 }
 

@@ -173,7 +173,7 @@ class StoreSettings(_Model):
         3600.0, gt=0, description="Retries arriving within this window of the original are recognised."
     )
     dedupe_max_keys: int = Field(1_000_000, gt=0, description="Bound on keys held for duplicate detection (about "
-                                 "33 bytes each; at 40k spans/s a million keys still span 25 s, longer than "
+                                 "35 bytes each; at 40k spans/s a million keys still span 25 s, longer than "
                                  "exporters wait before retrying).")
     max_job_delay_seconds: float = Field(
         1.0, ge=0, description="Longest session work waits behind newer ingest before it runs anyway."

@@ -99,7 +99,8 @@ def _random_key(rng) -> str:
     if kind < 0.8:  # short hex keys of every length, where "0a" and "a" must stay apart
         return "".join(rng.choice("0123456789abcdefABCDEF") for _ in range(rng.randrange(0, 50)))
     if kind < 0.95:
-        return "".join(rng.choice("0123456789abcdefghxyz-é\u2603") for _ in range(rng.randrange(1, 70)))
+        # not hex, some of it as int(key, 16) would still read it ("_", spaces, other scripts' digits)
+        return "".join(rng.choice("0123456789abcdefghxyz-_ é\u2603\u0663") for _ in range(rng.randrange(1, 70)))
     return rng.getrandbits(256).to_bytes(32, "big").hex()  # hex too long to pack: digested
 
 
@@ -144,3 +145,38 @@ def test_the_compiled_window_gives_memory_back_once_keys_go():
     assert keys.evict(99_000) == 99_000 and len(keys) == 1000
     assert keys._window.bytes() < full / 16
     assert grown[-1] in keys and grown[0] not in keys and keys.fresh_mask(grown[-3:]) == [False] * 3
+
+
+def test_the_compiled_window_takes_a_batch_whole_or_not_at_all():
+    from agentfunnel.collector.store.dedupe import CompiledKeys
+    from agentfunnel.collector.wire import WIRE
+
+    keys = CompiledKeys()
+    bare = type(keys._window).__new__(type(keys._window))  # never initialised: still a window, empty
+    assert bare.add(["ab", "AB", "0a"]) == 2 and "ab" in bare and len(bare) == 2
+    raw = keys._window
+    for bad in (["ab", "not hex"], ["ab", "a" * 49], ["ab", b"short"], ["ab", 7], ["ab", None]):
+        try:
+            raw.add(bad)
+        except (ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError(f"{bad!r} was taken")
+        assert len(raw) == 0 and "ab" not in raw
+    assert keys.add(["ab", "not hex", "a_b", "ab "]) == 4  # digested, each its own key
+    assert "a_b" in keys and "ab" in keys and "not hex" in keys and "abc" not in keys
+    assert WIRE is not None  # the compiled window is what these tests exercise
+
+
+def test_the_window_never_holds_more_than_its_bound():
+    """The oldest go before a batch is added, so a full window does not grow past its bound (nor its memory)."""
+    from agentfunnel.collector.store.dedupe import CompiledKeys
+
+    window = DedupeWindow(3600, 2000, clock=lambda: 0.0, keys=CompiledKeys())
+    window.add(f"{i:048x}" for i in range(2000))
+    full = window._keys._window.bytes()
+    for start in range(2000, 20000, 1500):
+        window.add(f"{i:048x}" for i in range(start, start + 1500))
+        assert len(window) == 2000
+    assert window._keys._window.bytes() == full and window.evicted_by_size == 18_000
+    assert f"{19_999:048x}" in window and f"{17_999:048x}" not in window

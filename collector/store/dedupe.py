@@ -6,7 +6,7 @@ the original, so a bounded window of recent keys catches them; on start the wind
 from the rows received within it, so a client retrying across a crash is still recognised.
 
 The keys are held in C (``_wire.KeyWindow``: 25 bytes a key, a hex key packed, any other as a
-192-bit digest), about 33 bytes a key in all; as Python ints in a dict (``CompactKeys``, the
+192-bit digest), about 35 bytes a key in all; as Python ints in a dict (``CompactKeys``, the
 reference, used where the extension is not built) they took about 95.
 """
 
@@ -21,10 +21,7 @@ from collections.abc import Hashable, Iterable
 from itertools import repeat
 from typing import Protocol
 
-try:
-    from .. import _wire
-except ImportError:  # the extension is optional: the reference holds the keys
-    _wire = None  # type: ignore[assignment]
+from ..wire import WIRE as _wire  # None where the extension is not built or turned off: the reference holds the keys
 
 _HEX = frozenset(string.hexdigits)
 HEX_HELD_AS_IS = 48  # longest hex key the compiled window packs (a trace id and a span id); others are digested
@@ -37,10 +34,9 @@ def compact(keys: Iterable[str]) -> list[Hashable]:
     lengths); anything that is not hex stays as it is.
     """
     keys = list(keys)
-    try:
+    if all(map(_HEX.issuperset, keys)):  # checked first: int() also reads "_", spaces and other scripts' digits
         return list(map(int, map(operator.add, repeat("1"), keys), repeat(16)))
-    except ValueError:  # not every key is hex: convert key by key
-        return [int("1" + k, 16) if _HEX.issuperset(k) else k for k in keys]
+    return [int("1" + k, 16) if _HEX.issuperset(k) else k for k in keys]
 
 
 def held_forms(keys: Iterable[str]) -> list[str | bytes]:
@@ -156,24 +152,30 @@ class DedupeWindow:
         return self._keys.fresh_mask(keys)
 
     def add(self, keys: Iterable[str], at: float | None = None) -> None:
+        """Add these keys (new ones: a key held already keeps its place), after letting go of the stale ones and, by
+        age, of as many as the bound needs for them, so the window never holds more than ``max_keys``."""
+        keys = list(keys)
         now = self._clock() if at is None else at
-        added = self._keys.add(list(keys))
-        if added:
-            self._added.append([now, added])
-        self._evict(now)
-
-    def _evict(self, now: float) -> None:
-        horizon = now - self.window_seconds
         added = self._added
+        horizon = now - self.window_seconds
         while added and added[0][0] < horizon:
             self._keys.evict(int(added.popleft()[1]))
-        excess = len(self._keys) - self.max_keys
-        if excess > 0:
-            self._keys.evict(excess)
-            self.evicted_by_size += excess
-            while excess:
-                take = min(excess, int(added[0][1]))
-                added[0][1] -= take
-                excess -= take
-                if not added[0][1]:
-                    added.popleft()
+        self._evict_oldest(len(self._keys) + len(keys) - self.max_keys)
+        n = self._keys.add(keys)
+        if n:
+            added.append([now, n])
+        self._evict_oldest(len(self._keys) - self.max_keys)  # a batch larger than the bound keeps its newest
+
+    def _evict_oldest(self, excess: int) -> None:
+        excess = min(excess, len(self._keys))
+        if excess <= 0:
+            return
+        self._keys.evict(excess)
+        self.evicted_by_size += excess
+        added = self._added
+        while excess:
+            take = min(excess, int(added[0][1]))
+            added[0][1] -= take
+            excess -= take
+            if not added[0][1]:
+                added.popleft()

@@ -321,10 +321,10 @@ class Store:
             "SELECT k FROM (SELECT trace_id || span_id AS k, received_at FROM spans WHERE received_at >= ? "
             " UNION ALL SELECT record_id, received_at FROM logs WHERE received_at >= ? "
             " UNION ALL SELECT point_id, received_at FROM metrics WHERE received_at >= ?) "
-            "ORDER BY received_at LIMIT ?",
+            "ORDER BY received_at DESC LIMIT ?",  # the newest, when more were received within the window than it holds
             [since, since, since, limit],
         ).fetchall()
-        self.dedupe.add(r[0] for r in rows)
+        self.dedupe.add(r[0] for r in reversed(rows))  # oldest first, as they came
 
     def close(self, jobs_until: float | None = None) -> None:
         """Commit what is queued, then close the file. ``jobs_until`` (a ``time.monotonic()`` value, a stop's
