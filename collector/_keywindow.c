@@ -183,18 +183,8 @@ static int KeyWindow_init(KeyWindow *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTuple(args, "")) return -1;
     PyMem_Free(self->ring);
     PyMem_Free(self->table);
-    self->ring = NULL, self->table = NULL, self->cap = self->count = self->head = 0;
-    Key *ring = PyMem_Malloc(MIN_CAP * sizeof(Key));
-    uint32_t *table = PyMem_Malloc(2 * MIN_CAP * sizeof(uint32_t));
-    if (!ring || !table) {
-        PyMem_Free(ring);
-        PyMem_Free(table);
-        PyErr_NoMemory();
-        return -1;
-    }
-    memset(table, 0xFF, 2 * MIN_CAP * sizeof(uint32_t));
-    self->ring = ring, self->table = table, self->cap = MIN_CAP, self->slots = 2 * MIN_CAP;
-    return 0;
+    self->ring = NULL, self->table = NULL, self->cap = self->slots = self->count = self->head = 0;
+    return resize(self, MIN_CAP);
 }
 
 static void KeyWindow_dealloc(KeyWindow *self) {
