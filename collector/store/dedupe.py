@@ -24,7 +24,6 @@ from typing import Protocol
 from ..wire import WIRE as _wire  # None where the extension is not built or turned off: the reference holds the keys
 
 _HEX = frozenset(string.hexdigits)
-HEX_HELD_AS_IS = 48  # longest hex key the compiled window packs (a trace id and a span id); others are digested
 
 
 def compact(keys: Iterable[str]) -> list[Hashable]:
@@ -42,7 +41,8 @@ def compact(keys: Iterable[str]) -> list[Hashable]:
 def held_forms(keys: Iterable[str]) -> list[str | bytes]:
     """The keys as ``KeyWindow`` holds them: hex keys as they are, any other as its 24-byte BLAKE2b digest (a
     collision is as likely as one of a 192-bit hash, and telemetry cannot aim for one)."""
-    return [k if len(k) <= HEX_HELD_AS_IS and k.isascii() and _HEX.issuperset(k)
+    longest = _wire.KEY_HEX_MAX  # a trace id and a span id; the window packs no longer hex key
+    return [k if len(k) <= longest and k.isascii() and _HEX.issuperset(k)
             else hashlib.blake2b(k.encode("utf-8", "surrogatepass"), digest_size=24).digest() for k in keys]
 
 
