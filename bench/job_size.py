@@ -7,18 +7,24 @@ one of several replicas sharing the load, runs many small ones. This commits the
 (``sessions_payloads``: ``--sessions`` sessions of ``--turns`` turns, an agent span over four chat and
 four tool spans a turn) into a fresh store file for every job size in ``--sizes``, holds them as the
 collector does, then flushes them in jobs of that size and prints the writer thread's CPU for the
-flush (``writer_cpu_microseconds``, the sessions' work), per job and per trace, and the fixed and per
+flush (``writer_cpu_microseconds``, the sessions' work; the server's GC thresholds), per job and per trace, and the fixed and per
 trace parts of a least-squares line through them.
+
+``--stored-traces N`` first fills the file with what a store that has run for a while holds: N older
+traces in the index (two a session, as the sessions' rows), four tool calls each, received a day before
+(``grown_store``). A job's reads of its sessions then meet every stored row they cannot skip.
 
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 
     python bench/job_size.py
     python bench/job_size.py --sizes 8 32 128 512 --sessions 1024
+    python bench/job_size.py --sizes 256 --sessions 1536 --stored-traces 1000000
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tempfile
 import time
@@ -27,15 +33,41 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [p for p in (str(HERE), str(HERE.parent / "tests")) if p not in sys.path]
 
+from agentfunnel.collector.cli import GC_THRESHOLDS  # noqa: E402
 from agentfunnel.collector.config import Settings  # noqa: E402
+from agentfunnel.collector.store.schema import migrate  # noqa: E402
+from agentfunnel.collector.store.writer import connect  # noqa: E402
 from sessions_payloads import session_streams  # noqa: E402
 from stage_support import commit, session_stage  # noqa: E402
 
 
-def flush_cost(size: int, sessions: int, turns: int, tmp: Path) -> tuple[int, float]:
+def grown_store(path: Path, traces: int) -> None:
+    """A store file holding ``traces`` older traces' index rows (two a session), their sessions' rows (compacted) and four tool
+    calls a trace, received a day before now."""
+    con = connect(path)
+    migrate(con)
+    con.execute("""
+        INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at, agent_version,
+                                 providers, servers)
+        SELECT md5('trace-' || i), now()::TIMESTAMP - INTERVAL 1 DAY + INTERVAL (i) MILLISECOND, 9,
+               [md5('session-' || (i // 2))], now()::TIMESTAMP - INTERVAL 1 DAY, 'v1', ['openai'], []::VARCHAR[]
+        FROM range(?) t(i)""", [traces])
+    con.execute("INSERT INTO session_rows_compacted (session_id, status, version) "
+                "SELECT md5('session-' || i), 'closed', 1 FROM range(? // 2) t(i)", [traces])
+    con.execute("INSERT INTO tool_calls (trace_id, span_id, session_id, first_received) SELECT md5('trace-' || (i // 4)), "
+                "md5('span-' || i)[:16], md5('session-' || (i // 8)), now()::TIMESTAMP - INTERVAL 1 DAY "
+                "FROM range(? * 4) t(i)", [traces])
+    con.execute("CHECKPOINT")
+    con.close()
+
+
+def flush_cost(size: int, sessions: int, turns: int, tmp: Path, stored: int = 0) -> tuple[int, float]:
     """(jobs, writer CPU-seconds) to assemble and score every trace in jobs of ``size`` traces."""
+    path = tmp / f"jobs-{size}.duckdb"
+    if stored:
+        grown_store(path, stored)
     settings = Settings.model_validate({
-        "store": {"path": str(tmp / f"jobs-{size}.duckdb"), "threads": 1},
+        "store": {"path": str(path), "threads": 1},
         "sessions": {"idle_timeout_seconds": 3600, "max_traces_per_job": size}})
     with session_stage(settings) as (store, service, metrics):
         for stream in session_streams(sessions, turns, 1).bodies:
@@ -54,13 +86,15 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--sessions", type=int, default=768)
     ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--stored-traces", type=int, default=0, help="older traces the file holds first")
     args = ap.parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # the server's: the cyclic collector's passes over what it holds cost as there
     traces = args.sessions * args.turns
     points: list[tuple[float, float]] = []  # (traces a job, CPU-seconds a job)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             started = time.perf_counter()
-            jobs, spent = flush_cost(size, args.sessions, args.turns, Path(tmp))
+            jobs, spent = flush_cost(size, args.sessions, args.turns, Path(tmp), args.stored_traces)
             points.append((traces / jobs, spent / jobs))
             print(f"jobs of {size:5d} traces: {jobs:5d} jobs, writer {spent * 1e3:7.0f} ms = {spent / jobs * 1e3:6.1f} ms "
                   f"a job, {spent / traces * 1e6:5.0f} us a trace  ({time.perf_counter() - started:.1f} s)", flush=True)

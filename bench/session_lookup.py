@@ -10,6 +10,10 @@ session row for each session, four tool calls a trace), then times that read for
 these tables for its sessions: their versions, and replacing their rows (the deletes and the tool
 calls' steps); and the traces of every stale session, which ``rescore --stale`` starts from.
 
+Then the same reads as the session stage's writer makes them, answered from memory
+(``store/index_memory.py``): the filters of the stored ids made from the file (once, at start), and
+a job's lookup of sessions new to the file and of sessions read once before.
+
 This is a by-hand benchmark, never part of the test suite. Run it from the repository root:
 
     python bench/session_lookup.py
@@ -79,7 +83,25 @@ def main() -> None:
                 read()
                 best = min(best, time.perf_counter() - t)
             print(f"{name:<42} {best * 1e3:8.1f} ms")
+        t = time.perf_counter()
+        tables.start(con, [])  # the writer's first job: the filters made from the file
+        print(f"{'filters of the stored ids made, once':<42} {(time.perf_counter() - t) * 1e3:8.1f} ms")
+        new = [f"new-{i}" for i in range(args.sessions)]
+        tables.lookup(con, ids)  # read once, remembered
+        for name, read in ((f"lookup from memory, {args.sessions} new sessions", lambda: tables.lookup(con, new)),
+                           (f"lookup from memory, {job} read before", lambda: tables.lookup(con, ids))):
+            best = float("inf")
+            for _ in range(args.reps):
+                t = time.perf_counter()
+                read()
+                best = min(best, time.perf_counter() - t)
+            print(f"{name:<42} {best * 1e3:8.1f} ms")
+        assert _entries(tables.lookup(con, ids).index) == _entries(LocalSessionTables().lookup(con, ids).index)
         con.close()
+
+
+def _entries(index: dict) -> dict:
+    return {sid: sorted(entries) for sid, entries in index.items()}
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ IDLE_BASE_BYTES = 200 * MiB  # RSS of an idle server (interpreter, grpcio, aioht
 DEDUPE_KEY_BYTES = 35  # one span's (trace_id, span_id) key in the duplicate window as the compiled extension holds it
 # (25 bytes in its ring, 8 in its table, the rest the ring's room up to a power of two)
 OPEN_TRACE_BYTES = 300  # one open trace tracked: its id, last-seen time and session hints
+VERSION_BYTES = 150  # one session's stored version remembered
+INDEXED_SESSION_BYTES = 800  # one session's index rows remembered (two traces), measured with tracemalloc
+INDEX_FILTER_BYTES = 4 * MiB  # the three filters of stored ids, at their smallest (a million ids each)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ CAPS: tuple[Cap, ...] = (
         "bytes each", lambda s: s.store.dedupe_max_keys * DEDUPE_KEY_BYTES),
     Cap("sessions.max_open_traces", f"open traces tracked, about {OPEN_TRACE_BYTES} bytes each",
         lambda s: s.sessions.max_open_traces * OPEN_TRACE_BYTES),
+    Cap("sessions.max_versions_remembered", f"sessions' stored versions, about {VERSION_BYTES} bytes each",
+        lambda s: s.sessions.max_versions_remembered * VERSION_BYTES),
+    Cap("sessions.max_indexed_sessions_remembered", f"sessions' trace index rows, about {INDEXED_SESSION_BYTES} "
+        "bytes each, and the filters of the ids stored (4 MiB, 3.6 bytes an id beyond a million)",
+        lambda s: (s.sessions.max_indexed_sessions_remembered * INDEXED_SESSION_BYTES + INDEX_FILTER_BYTES
+                   if s.store.lake is None else 0)),
     Cap("forward.queue_max_bytes", "when forwarding: encoded requests waiting to be sent, and apart from them "
         "batches waiting to be labelled", lambda s: 2 * s.forward.queue_max_bytes if s.forward else 0),
     Cap("forward.hold_max_bytes", "when forwarding in hold mode: spans held for open sessions",

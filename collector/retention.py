@@ -271,7 +271,7 @@ class Retention:
         for table, step in steps:
             removed[table] = 0
             while not self._stop.is_set():
-                n = self.store.submit_job(step, work="retention").result()
+                n = self.store.submit_job(self._forgetting(step), work="retention").result()
                 self.metrics.inc("prune_jobs")
                 if n:
                     self.metrics.inc("rows_pruned", n, label=table)
@@ -279,6 +279,16 @@ class Retention:
                 if n < limit:
                     break
         return removed
+
+    def _forgetting(self, step: Callable[[duckdb.DuckDBPyConnection], int]) -> Callable[[duckdb.DuckDBPyConnection], int]:
+        """The step, after which (rows removed) the session stage's tables forget what they keep in memory of the
+        stored rows, on the writer thread, before its next job."""
+        def job(con: duckdb.DuckDBPyConnection) -> int:
+            n = step(con)
+            if n and self.sessions is not None:
+                self.sessions.tables.forget()
+            return n
+        return job
 
     def prune_configured(self) -> dict[str, int]:
         """One pass with the configured time-to-live."""
@@ -305,6 +315,7 @@ class Retention:
         def job(con: duckdb.DuckDBPyConnection) -> Deletion:
             found = delete_rows(con, ids, sessions, keys)
             if service is not None:  # on the writer thread, before anything can assemble them again
+                service.tables.forget()
                 service.tracker.take(found.traces)
                 service.held.forget(found.traces)
                 if service.evaluator is not None:  # nor store a judgment of theirs that is on its way

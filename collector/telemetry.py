@@ -97,6 +97,8 @@ DESCRIPTIONS = {
                               "(sessions.compact_every_seconds); the views read the same.",
     "session_versions_forgotten": "Sessions whose stored version was dropped from memory "
                                   "(sessions.max_versions_remembered); looked up in the store when scored again.",
+    "index_filters_built": "Times the filters of the trace and session ids stored were made from the store (on the "
+                           "first session job, and each time they fill up; sessions.max_indexed_sessions_remembered).",
     "sessions_revisited_on_start": "Sessions stored open, with every trace assembled, that a start re-scored (left "
                                    "open by a stop before their closing assembly).",
     "redactions": "Values redacted before storage, by detector or rule (email, payment_card, ..., pattern:<name>, "

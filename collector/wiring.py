@@ -8,6 +8,7 @@ was made.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from .batches import LogBatch, SpanBatch
@@ -24,6 +25,8 @@ from .store.local import LocalSessionTables
 from .store.tables import SessionTables
 from .store.writer import Store
 from .telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ class IngestPath:
     feedback: FeedbackIntake  # user feedback: in committed batches, and POST /v1/feedback
 
 
+def _filters_built(metrics: Metrics, capacity: int, seconds: float) -> None:
+    metrics.inc("index_filters_built")
+    log.info("the trace index's filters were made from the store for %d ids each in %.2f s", capacity, seconds)
+
+
 def build_session_stage(settings: Settings, metrics: Metrics, store: Store | None = None,
                         forward: bool = False) -> SessionStage:
     """The stage over ``store`` (made from the settings when not given); with ``forward``, the forwarder fed by it."""
@@ -54,7 +62,9 @@ def build_session_stage(settings: Settings, metrics: Metrics, store: Store | Non
                            max_future_seconds=settings.retention.max_future_seconds)
     remembered = settings.sessions.max_versions_remembered
     forgotten = lambda n: metrics.inc("session_versions_forgotten", n)  # noqa: E731
-    tables: SessionTables = (LocalSessionTables(versions_remembered=remembered, forgotten=forgotten)
+    tables: SessionTables = (LocalSessionTables(versions_remembered=remembered, forgotten=forgotten,
+                                                indexed_sessions_remembered=settings.sessions.max_indexed_sessions_remembered,
+                                                filters_built=lambda capacity, seconds: _filters_built(metrics, capacity, seconds))
                              if settings.store.lake is None
                              else LakeSessionTables(settings.store.lake, remembered, forgotten))
     sessions: SessionService | None = None

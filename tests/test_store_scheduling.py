@@ -111,3 +111,27 @@ def test_the_writers_cpu_time_is_counted_by_the_work_it_did(tmp_path):
         assert store.metrics.snapshot()["writer_runs"] == {"commit": 1, "sessions": 2, "other": 1}
     finally:
         store.close()
+
+
+def test_a_failed_job_is_undone_and_its_rollback_handler_runs_before_the_next_job(tmp_path):
+    store = _store(tmp_path)
+    try:
+        events: list[str] = []
+
+        def failing(con):
+            con.execute("CREATE TABLE half_done (x INTEGER)")
+            raise RuntimeError("the job fails after writing")
+
+        release = threading.Event()
+        store.submit_job(lambda con: release.wait(30))  # both queued before either runs
+        failed = store.submit_job(failing, on_rollback=lambda: events.append("rolled back"))
+        after = store.submit_job(lambda con: events.append("next job") or con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'half_done'").fetchone()[0])
+        fine = store.submit_job(lambda con: None, on_rollback=lambda: events.append("not this one"))
+        release.set()
+        assert isinstance(failed.exception(30), RuntimeError)
+        assert after.result(30) == 0
+        fine.result(30)
+        assert events == ["rolled back", "next job"]
+    finally:
+        store.close()

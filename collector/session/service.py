@@ -183,9 +183,7 @@ class SessionService:
 
     def _write_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], work: str = "sessions") -> Future:
         """A job that writes session rows; rolled back, what the tables remember of its writes is forgotten."""
-        fut = self.store.submit_job(job, work=work)
-        fut.add_done_callback(lambda f: self.tables.rolled_back() if f.exception() is not None else None)
-        return fut
+        return self.store.submit_job(job, work=work, on_rollback=self.tables.forget)
 
     def compact(self) -> Future:
         """Remove the session rows newer versions supersede (a job of its own), counted in session_rows_compacted."""

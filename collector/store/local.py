@@ -10,7 +10,8 @@ it, and ``compact`` folds the appended rows into the compacted ones now and then
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import duckdb
@@ -18,7 +19,8 @@ import pyarrow as pa
 
 from ...semconv import SpanView
 from .clock import utcnow
-from .rows import (IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings, relation,
+from .index_memory import MIN_CAPACITY, IndexMemory
+from .rows import (APPENDED_IN, IN_LIST, LOG_QUERY, SPAN_QUERY, Row, case_run_tables, insert_rows, json_strings, relation,
                    span_views, table_columns)
 from .schema import NEWEST_ROW, NEWEST_STAGE_ROWS
 from .tables import (LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, Recovery, SessionIndex, SessionTraces, Sources,
@@ -27,15 +29,23 @@ from .tables import (LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, Recovery, S
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
 _STAMP_GROUP = {"trace_id": "VARCHAR", "session_id": "VARCHAR", "dialect": "VARCHAR", "span_ids": "VARCHAR[]"}
 VERSIONS_REMEMBERED = 100_000  # sessions whose stored version is answered from memory (~150 bytes each)
+INDEXED_SESSIONS_REMEMBERED = 20_000  # sessions whose index rows are answered from memory (~800 bytes each)
+_ID_CHUNK = 100_000  # ids fetched at a time while the index's filters are made
 
 
 class LocalSessionTables:
     """The stage's SQL for a process that owns its DuckDB file (and so every session in it)."""
 
     session_sources: Sources = LOCAL  # where a session's traces and index rows are read from
+    remembers_index = True  # this file's index is every index row of its sessions (``index_memory``)
 
     def __init__(self, placement: Placement = SINGLE_PROCESS, versions_remembered: int = VERSIONS_REMEMBERED,
-                 forgotten: Callable[[int], None] | None = None) -> None:
+                 forgotten: Callable[[int], None] | None = None,
+                 indexed_sessions_remembered: int = INDEXED_SESSIONS_REMEMBERED,
+                 filters_built: Callable[[int, float], None] | None = None,
+                 index_filter_capacity: int = MIN_CAPACITY) -> None:
+        """``filters_built``: told, each time the index memory's filters are made, their capacity and the seconds
+        it took (a log line and a metric)."""
         self.placement = placement
         self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
         # the last row_seq written through each connection (read from the file on its first write)
@@ -47,6 +57,9 @@ class LocalSessionTables:
         self._complete = False
         self.versions_remembered = versions_remembered
         self._forgotten = forgotten  # told how many were forgotten past the bound (a metric)
+        self._index_memory = (IndexMemory(indexed_sessions_remembered, index_filter_capacity) if self.remembers_index
+                              else None)
+        self._filters_built = filters_built
 
     def _kept_whole(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> Collection[str]:
         """Those of these traces whose assembly kept in memory is still the whole trace (all of them: this store
@@ -68,6 +81,7 @@ class LocalSessionTables:
         """The configuration's funnel steps written (its rows name them), and what the last run left unfinished: the
         traces to reopen and the sessions stored open to re-score."""
         self._write_funnel_steps(con, funnel_steps)
+        self._built_memory(con)
         return Recovery(self._unassembled(con), tuple(self._open_without_open_traces(con)))
 
     # ------------------------------------------------------------------ traces
@@ -92,6 +106,11 @@ class LocalSessionTables:
         ).fetchall()]
 
     def indexed(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str]) -> list[IndexedTrace]:
+        memory = self._memory(con)
+        if memory is not None:
+            trace_ids = memory.may_be_indexed(trace_ids)
+            if not trace_ids:
+                return []
         rows = con.execute(f"SELECT trace_id, first_received, session_ids FROM trace_index WHERE trace_id {IN_LIST}",
                            [json_strings(trace_ids)]).fetchall()
         return [IndexedTrace(tid, first, tuple(sids or ())) for tid, first, sids in rows]
@@ -135,9 +154,13 @@ class LocalSessionTables:
         rows of the traces ``wants_text`` asked for (none here). ``shown``: traces that close as a preview showed
         them, their rows already written: only their index rows change (``assembled_at`` set to ``now``: a restart
         no longer reopens them); only where ``placement.assembles_every_trace``."""
+        memory = self._built_memory(con)
+        removed: dict[str, list[str]] = {}
         if reassembled:
             con.execute(f"DELETE FROM tool_calls WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
-            con.execute(f"DELETE FROM trace_index WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
+            removed = {tid: sids or [] for tid, sids in con.execute(
+                f"DELETE FROM trace_index WHERE trace_id {IN_LIST} RETURNING trace_id, session_ids",
+                [json_strings(reassembled)]).fetchall()}
         self._insert(con, "tool_calls", [{**r, "first_received": since} for r in tool_calls])
         if span_stamps:
             stamps, params = relation(_STAMP_GROUP, span_stamps)
@@ -147,6 +170,8 @@ class LocalSessionTables:
                         [*params, since])
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
         self._insert(con, "trace_index", index)
+        if memory is not None:
+            memory.written(index, removed)
         if shown:
             con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(shown)])
 
@@ -171,11 +196,21 @@ class LocalSessionTables:
         The index's session lists are unnested and matched by a hash join: ``list_has_any`` over them cost 1.1 s
         a read at a million indexed traces, this 30-60 ms (``bench/session_lookup.py``).
         """
-        out: SessionIndex = {}
+        memory = self._memory(con)
+        if memory is not None:
+            out, session_ids = memory.index_of(session_ids)
+            if not session_ids:
+                return out
+        else:
+            out = {}
+        read: SessionIndex = {}
         for sid, *entry in con.execute(
                 f"SELECT s, {_INDEX_ENTRY} FROM (SELECT unnest(session_ids) AS s, {_INDEX_ENTRY} "
                 f"FROM {self.session_sources.trace_index}) WHERE s {IN_LIST}", [json_strings(session_ids)]).fetchall():
-            out.setdefault(sid, []).append(tuple(entry))  # type: ignore[arg-type]
+            read.setdefault(sid, []).append(tuple(entry))  # type: ignore[arg-type]
+        if memory is not None:
+            memory.read(session_ids, read)
+        out.update(read)
         return out
 
     def _stored_versions(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str]) -> dict[str, int]:
@@ -188,6 +223,9 @@ class LocalSessionTables:
         if self._complete:
             return out
         unknown = [sid for sid in session_ids if sid not in known]
+        memory = self._memory(con)
+        if memory is not None:  # a session the filter does not hold has no row
+            unknown = memory.may_be_stored(unknown)
         if unknown:
             found = dict(con.execute(f"SELECT session_id, version FROM sessions WHERE session_id {IN_LIST}",
                                      [json_strings(unknown)]).fetchall())
@@ -247,6 +285,9 @@ class LocalSessionTables:
             index = self._index_of(con, ids)
         rows = [{**r, "row_seq": seq} for r in [*self._with_slices(con, sessions, index), *gone]]
         self._insert(con, "session_rows", rows)
+        memory = self._memory(con)
+        if memory is not None:
+            memory.sessions_stored(written)
         self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         firsts = [t[1] for sid in ids for t in (index or {}).get(sid, ())]
         self._write_call_steps(con, ids, call_steps, min(firsts) if firsts and None not in firsts else None)
@@ -282,9 +323,34 @@ class LocalSessionTables:
             folded += n
         return folded
 
-    def rolled_back(self) -> None:
-        """A job's writes were rolled back: the versions remembered are read again on the next job."""
+    def forget(self) -> None:
+        """A job's writes were rolled back, or rows removed: the versions and the sessions' index rows remembered are
+        read again (the index memory's filters stay: they only ever say an id may have a row)."""
         self._versions_read = None
+        if self._index_memory is not None:
+            self._index_memory.forget()
+
+    def _memory(self, con: duckdb.DuckDBPyConnection) -> IndexMemory | None:
+        """The index memory, when it was made from this connection (the writer's); else the tables answer."""
+        memory = self._index_memory
+        return memory if memory is not None and memory.connection == id(con) else None
+
+    def _built_memory(self, con: duckdb.DuckDBPyConnection) -> IndexMemory | None:
+        """The index memory for this (writing) connection: its filters made from the file on its first write, and
+        again past their capacity."""
+        memory = self._index_memory
+        if memory is None or not memory.needs_build(id(con)):
+            return memory
+        started = time.perf_counter()
+        stored = " UNION ALL ".join(f"SELECT session_id FROM {t}" for t in APPENDED_IN["sessions"])
+        rows = max((n or 0 for n, in con.execute(
+            f"SELECT count(*) FROM trace_index UNION ALL SELECT sum(len(session_ids)) FROM trace_index "
+            f"UNION ALL SELECT count(*) FROM ({stored})").fetchall()), default=0)
+        memory.build(id(con), _ids(con, "SELECT trace_id FROM trace_index"),
+                     _ids(con, "SELECT unnest(session_ids) FROM trace_index"), _ids(con, stored), rows)
+        if self._filters_built is not None:
+            self._filters_built(memory.capacity, time.perf_counter() - started)
+        return memory
 
     def _with_slices(self, con: duckdb.DuckDBPyConnection, sessions: Sequence[Row],
                      index: SessionIndex | None = None) -> list[Row]:
@@ -375,3 +441,10 @@ class LocalSessionTables:
     def assembled_elsewhere(self, con: duckdb.DuckDBPyConnection) -> set[str] | None:
         """Sessions to re-score because another writer assembled some of their traces (None: no other writer)."""
         return None
+
+
+def _ids(con: duckdb.DuckDBPyConnection, query: str) -> Iterator[str]:
+    """The ids a query gives, a chunk at a time (a million at once would be a hundred MiB of rows), through Arrow (a
+    third less CPU than rows)."""
+    for batch in con.sql(query).to_arrow_reader(_ID_CHUNK):
+        yield from (i for i in batch.column(0).to_pylist() if i is not None)

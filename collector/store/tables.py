@@ -164,8 +164,9 @@ class SessionTables(JudgmentTables, Protocol):
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
         """Remove session rows superseded by a newer version (session writes are appends); how many went."""
 
-    def rolled_back(self) -> None:
-        """A job's writes were rolled back: what is kept in memory about the rows it wrote is forgotten."""
+    def forget(self) -> None:
+        """A job's writes were rolled back, or rows removed (retention, a deletion): what is kept in memory about
+        the stored rows is read from them again."""
 
     # re-scoring and following other writers
     def traces_to_rescore(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row],

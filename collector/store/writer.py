@@ -86,6 +86,7 @@ class _Item:
     queued_at: float = 0.0
     transaction: bool = True  # False: the job runs its own transactions (shipping to a lake)
     work: str = "other"  # what the writer's CPU time for it is counted as (writer_cpu_microseconds)
+    on_rollback: Callable[[], None] | None = None  # told on the writer thread when the job's writes are undone
 
 
 def _one_line(exc: BaseException) -> str:
@@ -514,9 +515,11 @@ class Store:
         return fut
 
     def submit_job(self, job: Callable[[duckdb.DuckDBPyConnection], Any], transaction: bool = True,
-                   work: str = "other") -> Future:
+                   work: str = "other", on_rollback: Callable[[], None] | None = None) -> Future:
         """Run ``job(con)`` on the writer thread inside its own transaction; the future gets its return value.
-        ``work`` names what its CPU time counts as in ``writer_cpu_microseconds``.
+        ``work`` names what its CPU time counts as in ``writer_cpu_microseconds``. ``on_rollback`` is called on the
+        writer thread when the job fails or its commit does, before the next job runs (what remembers the job's
+        writes forgets them).
 
         Jobs (session assembly, rescoring) share the single write connection with ingest, so they
         never race a commit and need no lock of their own; they run after every batch submitted
@@ -527,7 +530,7 @@ class Store:
             if self._closed:
                 raise StoreClosing("the store is shutting down")
             self._jobs_waiting += 1
-        self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction, work))
+        self._queue.put(_Item(None, fut, 0, job, time.monotonic(), transaction, work, on_rollback))
         return fut
 
     # ------------------------------------------------------------------ writer thread
@@ -647,6 +650,11 @@ class Store:
                 con.execute("ROLLBACK")
             except duckdb.Error:
                 pass
+            if item.on_rollback is not None:
+                try:
+                    item.on_rollback()
+                except Exception:  # noqa: BLE001 - the writer goes on
+                    log.exception("a store job's rollback handler failed")
             item.future.set_exception(exc)
             return
         item.future.set_result(result)

@@ -40,6 +40,8 @@ class LakeSessionTables(LocalSessionTables):
     Whole sessions are read from the file and the other replicas' schemas.
     """
 
+    remembers_index = False  # other replicas index traces of its sessions too
+
     def __init__(self, lake: LakeSettings, versions_remembered: int = VERSIONS_REMEMBERED,
                  forgotten: Callable[[int], None] | None = None) -> None:
         super().__init__(lake_placement(lake), versions_remembered, forgotten)
@@ -292,3 +294,4 @@ class ReaderTables(LocalSessionTables):
     """The session stage's reads on a lake reader (``open_reader``): whole sessions from every replica."""
 
     session_sources = catalog.EVERY_REPLICA
+    remembers_index = False
