@@ -743,6 +743,11 @@ def run_sessions_agentfunnel(transport: str, streams: Any, warm: Any, config: Pa
     from agentfunnel.collector.query import QueryError, query
 
     db = workdir / f"sessions-{transport}.duckdb"
+    if args.stored_traces:
+        from grown_store import grown_store
+        started = time.perf_counter()
+        grown_store(db, args.stored_traces)
+        say(f"the store starts with {args.stored_traces:,} older traces indexed ({time.perf_counter() - started:.1f}s)")
     child = Child(f"agentfunnel serve ({transport}, sessions)",
                   agentfunnel_cmd(wrap=True) + ["serve", "--db", str(db), "--grpc-port", "0", "--http-port", "0",
                                                 "--config", str(config)],
@@ -1051,6 +1056,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="sessions each client works at once, their spans interleaved in its requests (default 128)")
     s.add_argument("--poll-interval", type=float, default=0.2,
                    help="seconds between SQL polls for closed sessions after the last acknowledgement (default 0.2)")
+    s.add_argument("--stored-traces", type=int, default=0,
+                   help="the store starts holding this many older traces' index rows, sessions and tool calls "
+                        "(bench/grown_store.py): what a job reads of its sessions on a store that has run a while")
     s.add_argument("--sessions-timeout", type=float, default=600.0,
                    help="give up waiting for the sessions this long after the last acknowledgement (default 600)")
     args = p.parse_args(argv)

@@ -35,30 +35,9 @@ sys.path[:0] = [p for p in (str(HERE), str(HERE.parent / "tests")) if p not in s
 
 from agentfunnel.collector.cli import GC_THRESHOLDS  # noqa: E402
 from agentfunnel.collector.config import Settings  # noqa: E402
-from agentfunnel.collector.store.schema import migrate  # noqa: E402
-from agentfunnel.collector.store.writer import connect  # noqa: E402
+from grown_store import grown_store  # noqa: E402
 from sessions_payloads import session_streams  # noqa: E402
 from stage_support import commit, session_stage  # noqa: E402
-
-
-def grown_store(path: Path, traces: int) -> None:
-    """A store file holding ``traces`` older traces' index rows (two a session), their sessions' rows (compacted) and four tool
-    calls a trace, received a day before now."""
-    con = connect(path)
-    migrate(con)
-    con.execute("""
-        INSERT INTO trace_index (trace_id, first_received, span_count, session_ids, assembled_at, agent_version,
-                                 providers, servers)
-        SELECT md5('trace-' || i), now()::TIMESTAMP - INTERVAL 1 DAY + INTERVAL (i) MILLISECOND, 9,
-               [md5('session-' || (i // 2))], now()::TIMESTAMP - INTERVAL 1 DAY, 'v1', ['openai'], []::VARCHAR[]
-        FROM range(?) t(i)""", [traces])
-    con.execute("INSERT INTO session_rows_compacted (session_id, status, version) "
-                "SELECT md5('session-' || i), 'closed', 1 FROM range(? // 2) t(i)", [traces])
-    con.execute("INSERT INTO tool_calls (trace_id, span_id, session_id, first_received) SELECT md5('trace-' || (i // 4)), "
-                "md5('span-' || i)[:16], md5('session-' || (i // 8)), now()::TIMESTAMP - INTERVAL 1 DAY "
-                "FROM range(? * 4) t(i)", [traces])
-    con.execute("CHECKPOINT")
-    con.close()
 
 
 def flush_cost(size: int, sessions: int, turns: int, tmp: Path, stored: int = 0) -> tuple[int, float]:

@@ -72,6 +72,8 @@ OLDER_THAN: dict[str, str] = {
 STORED_IN: dict[str, tuple[str, ...]] = {"case_runs": CASE_RUN_TABLES}
 assert set(OLDER_THAN) == {s for t in (*RAW_TABLES, *DERIVED_TABLES) for s in STORED_IN.get(t, (t,))}
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
+# rows the session stage's tables keep some of in memory (index rows, session versions): pruned, it forgets them
+REMEMBERED = frozenset({"trace_index", "sessions", *APPENDED_IN["sessions"]})
 
 
 class NotSupported(Exception):
@@ -271,7 +273,8 @@ class Retention:
         for table, step in steps:
             removed[table] = 0
             while not self._stop.is_set():
-                n = self.store.submit_job(self._forgetting(step), work="retention").result()
+                n = self.store.submit_job(self._forgetting(step) if table in REMEMBERED else step,
+                                          work="retention").result()
                 self.metrics.inc("prune_jobs")
                 if n:
                     self.metrics.inc("rows_pruned", n, label=table)
@@ -282,7 +285,7 @@ class Retention:
 
     def _forgetting(self, step: Callable[[duckdb.DuckDBPyConnection], int]) -> Callable[[duckdb.DuckDBPyConnection], int]:
         """The step, after which (rows removed) the session stage's tables forget what they keep in memory of the
-        stored rows, on the writer thread, before its next job."""
+        stored rows (``REMEMBERED``), on the writer thread, before its next job."""
         def job(con: duckdb.DuckDBPyConnection) -> int:
             n = step(con)
             if n and self.sessions is not None:

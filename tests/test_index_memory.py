@@ -24,6 +24,10 @@ from agentfunnel.collector.store.writer import connect
 T0 = datetime(2026, 12, 1, 12, 0)
 
 
+class Connection:
+    """What the memory is bound to (by identity)."""
+
+
 class SqlOnly(LocalSessionTables):
     remembers_index = False
 
@@ -41,7 +45,7 @@ def _entries(index: SessionIndex) -> dict[str, list[tuple]]:
 
 def test_new_ids_need_no_read_and_a_first_row_is_the_whole_session():
     memory = IndexMemory(max_sessions=10, min_capacity=100)
-    memory.build(1, ["t-old"], ["s-old"], ["s-old"], 1)
+    memory.build(Connection(), ["t-old"], ["s-old"], ["s-old"], 1)
     assert memory.may_be_indexed(["t-old", "t-new"]) == ["t-old"]
     assert memory.may_be_stored(["s-old", "s-new"]) == ["s-old"]
     found, unread = memory.index_of(["s-old", "s-new"])
@@ -54,7 +58,7 @@ def test_new_ids_need_no_read_and_a_first_row_is_the_whole_session():
 
 def test_a_reassembled_trace_leaves_the_sessions_it_named():
     memory = IndexMemory(max_sessions=10, min_capacity=100)
-    memory.build(1, [], [], [], 0)
+    memory.build(Connection(), [], [], [], 0)
     memory.written([_row("t1", ["a", "b"], T0), _row("t2", ["a"], T0)], {})
     memory.written([_row("t1", ["c"], T0)], {"t1": ["a", "b"]})
     found, unread = memory.index_of(["a", "b", "c"])
@@ -64,7 +68,7 @@ def test_a_reassembled_trace_leaves_the_sessions_it_named():
 
 def test_the_least_recently_used_sessions_are_read_again_and_forget_drops_them_all():
     memory = IndexMemory(max_sessions=2, min_capacity=100)
-    memory.build(1, [], [], [], 0)
+    memory.build(Connection(), [], [], [], 0)
     memory.written([_row(f"t{i}", [f"s{i}"], T0) for i in range(3)], {})
     assert memory.index_of(["s0"])[1] == ["s0"] and len(memory) == 2
     memory.forget()
@@ -73,12 +77,27 @@ def test_the_least_recently_used_sessions_are_read_again_and_forget_drops_them_a
 
 def test_filters_past_their_capacity_are_made_again():
     memory = IndexMemory(max_sessions=10, min_capacity=4)
-    memory.build(7, [], [], [], 0)
-    assert not memory.needs_build(7) and memory.needs_build(8)
+    con, other = Connection(), Connection()
+    memory.build(con, [], [], [], 0)
+    assert not memory.needs_build(con) and memory.needs_build(other)
     memory.written([_row(f"t{i}", ["s"], T0) for i in range(4)], {})
-    assert not memory.needs_build(7)
+    assert not memory.needs_build(con)
     memory.written([_row("t4", ["s"], T0)], {})
-    assert memory.needs_build(7)
+    assert memory.needs_build(con)
+
+
+def test_a_build_that_fails_leaves_the_memory_unbound_and_made_again_next_time():
+    memory = IndexMemory(max_sessions=10, min_capacity=4)
+    con = Connection()
+    memory.build(con, ["t-old"], ["s-old"], [], 1)
+
+    def failing():
+        yield "t-old"
+        raise OSError("the read failed")
+
+    with pytest.raises(OSError):
+        memory.build(con, failing(), [], [], 1)
+    assert not memory.bound_to(con) and memory.needs_build(con)
 
 
 # ---------------------------------------------------------------------------- against the tables' SQL
@@ -135,3 +154,54 @@ def test_the_memory_answers_what_the_tables_hold(tmp_path, seed):
         assert found.versions == expected.versions, step
         answered_from_memory += memory_before > 0
     assert answered_from_memory > 10  # the memory answered, it did not only fall back to the tables
+
+
+def test_the_memory_belongs_to_its_connection_object_not_to_an_id_a_later_one_reuses(tmp_path):
+    # a store that rewrites its file reconnects, and a closed connection's address is soon another's
+    path = tmp_path / "index.duckdb"
+    first = connect(path)
+    migrate(first)
+    tables = LocalSessionTables(versions_remembered=1, index_filter_capacity=100)
+    tables.start(first, [])
+    tables.write_assembled(first, T0, [], [], [_row("t1", ["s1", "s2", "s3"], T0)])
+    tables.replace_sessions(first, ["s1", "s2"], [{"session_id": s, "version": 1, "status": "closed"}
+                                                  for s in ("s1", "s2")], [], [], [], stored=[])
+    built_on = id(first)
+    other = connect(path)  # a re-score on another connection gives s3 its first row
+    tables.replace_sessions(other, ["s3"], [{"session_id": "s3", "version": 1, "status": "closed"}], [], [], [],
+                            stored=[])
+    other.close()
+    first.close()
+    del first, other
+    for _ in range(200):
+        con = connect(path)
+        if id(con) == built_on:
+            break
+        con.close()
+    else:
+        pytest.skip("no connection came back to the address of the first")
+    assert tables.lookup(con, ["s3"]).versions == SqlOnly().lookup(con, ["s3"]).versions == {"s3": 1}
+    con.close()
+
+
+def test_pruned_index_rows_are_forgotten_by_the_session_stages_tables(tmp_path):
+    from types import SimpleNamespace
+
+    from agentfunnel.collector.config import Settings
+    from agentfunnel.collector.retention import Retention
+    from agentfunnel.collector.store.writer import Store
+    from agentfunnel.collector.telemetry import Metrics
+
+    settings = Settings.model_validate({"store": {"path": str(tmp_path / "s.duckdb")}})
+    store = Store(settings.store, Metrics()).open()
+    tables = LocalSessionTables(index_filter_capacity=100)
+    try:
+        store.submit_job(lambda con: tables.start(con, [])).result(30)
+        store.submit_job(lambda con: tables.write_assembled(con, T0, [], [], [_row("t1", ["s1"], T0)])).result(30)
+        assert _entries(store.submit_job(lambda con: tables.lookup(con, ["s1"]).index).result(30))
+        # the trace has no span left: the index sweep that follows pruning spans removes its row
+        removed = Retention(settings, store, Metrics(), SimpleNamespace(tables=tables)).prune({"spans": T0})
+        assert removed["trace_index"] == 1
+        assert store.submit_job(lambda con: tables.lookup(con, ["s1"]).index).result(30) == {}
+    finally:
+        store.close()

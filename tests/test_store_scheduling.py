@@ -135,3 +135,26 @@ def test_a_failed_job_is_undone_and_its_rollback_handler_runs_before_the_next_jo
         assert events == ["rolled back", "next job"]
     finally:
         store.close()
+
+
+def test_a_job_that_caught_a_failed_statement_fails_instead_of_committing_nothing(tmp_path):
+    # DuckDB rolls an aborted transaction back at COMMIT without a word: the job must not read as done
+    store = _store(tmp_path)
+    try:
+        undone: list[str] = []
+
+        def job(con):
+            con.execute("CREATE TABLE written_first (x INTEGER)")
+            try:
+                con.execute("SELECT error('a read that fails')").fetchall()
+            except Exception:  # noqa: BLE001 - as a job that reads on after a failed read does
+                return "went on"
+
+        failed = store.submit_job(job, on_rollback=lambda: undone.append("rolled back"))
+        assert failed.exception(30) is not None
+        assert undone == ["rolled back"]
+        assert store.submit_job(lambda con: con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'written_first'").fetchone()[0]
+        ).result(30) == 0
+    finally:
+        store.close()

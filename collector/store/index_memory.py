@@ -21,6 +21,7 @@ retention or a deletion, and the sessions remembered are forgotten (the filters 
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
@@ -37,30 +38,35 @@ class IndexMemory:
     def __init__(self, max_sessions: int, min_capacity: int = MIN_CAPACITY) -> None:
         self.max_sessions = max_sessions
         self.min_capacity = min_capacity
-        self.connection: int | None = None  # id of the connection the filters were made from
+        # the connection the filters were made from, by identity (a closed connection's id is soon another's)
+        self._connection: weakref.ref[Any] | None = None
         self._traces = self._indexed = self._stored = Bloom(1, FALSE_POSITIVES)
         self._capacity = 0
         self._fill = [0, 0, 0]  # ids added to each filter (a repeat the filter already said "maybe" to is not)
         self._remembered: OrderedDict[str, list[IndexEntry]] = OrderedDict()  # newest last
 
     # ------------------------------------------------------------------ the filters
-    def needs_build(self, connection: int) -> bool:
-        """Made from another connection, never made, or past its capacity: to be made from the file again."""
-        return connection != self.connection or max(self._fill) > self._capacity
+    def bound_to(self, connection: Any) -> bool:
+        """Made from this connection (the same object, still open or not)."""
+        return self._connection is not None and self._connection() is connection
 
-    def build(self, connection: int, trace_ids: Iterable[str], indexed_sessions: Iterable[str],
+    def needs_build(self, connection: Any) -> bool:
+        """Made from another connection, never made, or past its capacity: to be made from the file again."""
+        return not self.bound_to(connection) or max(self._fill) > self._capacity
+
+    def build(self, connection: Any, trace_ids: Iterable[str], indexed_sessions: Iterable[str],
               stored_sessions: Iterable[str], rows: int) -> None:
         """The filters made from the ids the file holds: traces indexed, sessions their index rows name, sessions
         with a row (``rows``: how many ids the largest filter takes, about; each is made for twice as many), and
-        nothing remembered."""
-        self._capacity = max(self.min_capacity, 2 * rows)
-        self._traces, self._indexed, self._stored = (Bloom(self._capacity, FALSE_POSITIVES) for _ in range(3))
-        self._fill = [0, 0, 0]
-        for i, (bloom, ids) in enumerate(((self._traces, trace_ids), (self._indexed, indexed_sessions),
-                                          (self._stored, stored_sessions))):
-            self._fill[i] = _add(bloom, ids)
+        nothing remembered. Unbound while it reads: a read that fails leaves it unbound, made again next time."""
+        self._connection = None
         self._remembered.clear()
-        self.connection = connection
+        capacity = max(self.min_capacity, 2 * rows)
+        filters = tuple(Bloom(capacity, FALSE_POSITIVES) for _ in range(3))
+        fill = [_add(bloom, ids) for bloom, ids in zip(filters, (trace_ids, indexed_sessions, stored_sessions))]
+        self._traces, self._indexed, self._stored = filters
+        self._capacity, self._fill = capacity, fill
+        self._connection = weakref.ref(connection)
 
     def forget(self) -> None:
         """What was remembered of sessions may no longer be what the file holds: it is read again."""

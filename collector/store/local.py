@@ -9,10 +9,12 @@ it, and ``compact`` folds the appended rows into the compacted ones now and then
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
 import time
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -47,13 +49,14 @@ class LocalSessionTables:
         """``filters_built``: told, each time the index memory's filters are made, their capacity and the seconds
         it took (a log line and a metric)."""
         self.placement = placement
-        self._described: dict[tuple[int, str], dict[str, pa.DataType]] = {}
+        # by connection (the object: a closed connection's id is soon another's), each table's columns
+        self._described: weakref.WeakKeyDictionary[Any, dict[str, dict[str, pa.DataType]]] = weakref.WeakKeyDictionary()
         # the last row_seq written through each connection (read from the file on its first write)
-        self._seq: dict[int, int] = {}
+        self._seq: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # session -> its live stored version (0: none, or removed), newest written last; while ``_complete``, every
         # session the file holds is here, so a session not here has no row (no lookup needed)
         self._versions: OrderedDict[str, int] = OrderedDict()
-        self._versions_read: int | None = None  # id of the connection they were read through
+        self._versions_read: weakref.ref[Any] | None = None  # the connection they were read through
         self._complete = False
         self.versions_remembered = versions_remembered
         self._forgotten = forgotten  # told how many were forgotten past the bound (a metric)
@@ -71,10 +74,10 @@ class LocalSessionTables:
         before the stage's first job); a DESCRIBE costs as much as a small insert."""
         if not rows:
             return
-        key = (id(con), table)
-        columns = self._described.get(key)
+        described = self._described.setdefault(con, {})
+        columns = described.get(table)
         if columns is None:
-            columns = self._described[key] = table_columns(con, table)
+            columns = described[table] = table_columns(con, table)
         insert_rows(con, table, rows, columns)
 
     def start(self, con: duckdb.DuckDBPyConnection, funnel_steps: Sequence[Row]) -> Recovery:
@@ -234,9 +237,9 @@ class LocalSessionTables:
 
     def _remember_all(self, con: duckdb.DuckDBPyConnection) -> None:
         """On a connection's first look: every session's version, when there are at most ``versions_remembered``."""
-        if self._versions_read == id(con):
+        if self._versions_read is not None and self._versions_read() is con:
             return
-        self._versions_read = id(con)
+        self._versions_read = weakref.ref(con)
         self._versions.clear()
         rows = con.execute(f"SELECT session_id, version FROM sessions LIMIT {self.versions_remembered + 1}").fetchall()
         self._complete = len(rows) <= self.versions_remembered
@@ -260,11 +263,11 @@ class LocalSessionTables:
 
     def _next_seq(self, con: duckdb.DuckDBPyConnection) -> int:
         """A ``row_seq`` above every one the file holds: the rows a job appends are the newest of their sessions."""
-        last = self._seq.get(id(con))
+        last = self._seq.get(con)
         if last is None:
             last = con.execute("SELECT greatest((SELECT coalesce(max(row_seq), 0) FROM session_rows), "
                                "(SELECT coalesce(max(row_seq), 0) FROM case_run_rows))").fetchall()[0][0]
-        self._seq[id(con)] = last + 1
+        self._seq[con] = last + 1
         return last + 1
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
@@ -333,20 +336,20 @@ class LocalSessionTables:
     def _memory(self, con: duckdb.DuckDBPyConnection) -> IndexMemory | None:
         """The index memory, when it was made from this connection (the writer's); else the tables answer."""
         memory = self._index_memory
-        return memory if memory is not None and memory.connection == id(con) else None
+        return memory if memory is not None and memory.bound_to(con) else None
 
     def _built_memory(self, con: duckdb.DuckDBPyConnection) -> IndexMemory | None:
         """The index memory for this (writing) connection: its filters made from the file on its first write, and
         again past their capacity."""
         memory = self._index_memory
-        if memory is None or not memory.needs_build(id(con)):
+        if memory is None or not memory.needs_build(con):
             return memory
         started = time.perf_counter()
         stored = " UNION ALL ".join(f"SELECT session_id FROM {t}" for t in APPENDED_IN["sessions"])
         rows = max((n or 0 for n, in con.execute(
             f"SELECT count(*) FROM trace_index UNION ALL SELECT sum(len(session_ids)) FROM trace_index "
             f"UNION ALL SELECT count(*) FROM ({stored})").fetchall()), default=0)
-        memory.build(id(con), _ids(con, "SELECT trace_id FROM trace_index"),
+        memory.build(con, _ids(con, "SELECT trace_id FROM trace_index"),
                      _ids(con, "SELECT unnest(session_ids) FROM trace_index"), _ids(con, stored), rows)
         if self._filters_built is not None:
             self._filters_built(memory.capacity, time.perf_counter() - started)

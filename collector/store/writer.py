@@ -634,6 +634,9 @@ class Store:
             else:
                 con.execute("BEGIN TRANSACTION")
                 result = item.job(con)
+                # a statement the job caught failing aborted the transaction, and DuckDB's COMMIT then rolls it back
+                # without a word: asked first, an aborted transaction raises, and the job fails as it should
+                con.execute("SELECT 1")
                 committing = True
                 con.execute("COMMIT")
                 if self._mark is not None:
