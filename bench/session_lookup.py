@@ -82,7 +82,7 @@ def main() -> None:
                 t = time.perf_counter()
                 read()
                 best = min(best, time.perf_counter() - t)
-            print(f"{name:<42} {best * 1e3:8.1f} ms")
+            print(f"{name:<42} {best * 1e3:8.2f} ms")
         t = time.perf_counter()
         tables.start(con, [])  # the writer's first job: the filters made from the file
         print(f"{'filters of the stored ids made, once':<42} {(time.perf_counter() - t) * 1e3:8.1f} ms")
@@ -95,7 +95,7 @@ def main() -> None:
                 t = time.perf_counter()
                 read()
                 best = min(best, time.perf_counter() - t)
-            print(f"{name:<42} {best * 1e3:8.1f} ms")
+            print(f"{name:<42} {best * 1e3:8.2f} ms")
         assert _entries(tables.lookup(con, ids).index) == _entries(LocalSessionTables().lookup(con, ids).index)
         con.close()
 
