@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agentfunnel.collector.store.schema import migrate
@@ -77,12 +78,7 @@ def main() -> None:
                            (f"replace (delete, steps), {job}", rewrite),
                            # every session is stale here (no config hash): what `rescore --stale` starts from
                            ("traces_to_rescore, every session stale", lambda: tables.traces_to_rescore(con, [], "current"))):
-            best = float("inf")
-            for _ in range(args.reps):
-                t = time.perf_counter()
-                read()
-                best = min(best, time.perf_counter() - t)
-            print(f"{name:<42} {best * 1e3:8.2f} ms")
+            _print_best(name, read, args.reps)
         t = time.perf_counter()
         tables.start(con, [])  # the writer's first job: the filters made from the file
         print(f"{'filters of the stored ids made, once':<42} {(time.perf_counter() - t) * 1e3:8.1f} ms")
@@ -90,14 +86,18 @@ def main() -> None:
         tables.lookup(con, ids)  # read once, remembered
         for name, read in ((f"lookup from memory, {args.sessions} new sessions", lambda: tables.lookup(con, new)),
                            (f"lookup from memory, {job} read before", lambda: tables.lookup(con, ids))):
-            best = float("inf")
-            for _ in range(args.reps):
-                t = time.perf_counter()
-                read()
-                best = min(best, time.perf_counter() - t)
-            print(f"{name:<42} {best * 1e3:8.2f} ms")
+            _print_best(name, read, args.reps)
         assert _entries(tables.lookup(con, ids).index) == _entries(LocalSessionTables().lookup(con, ids).index)
         con.close()
+
+
+def _print_best(name: str, read: Callable[[], object], reps: int) -> None:
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        read()
+        best = min(best, time.perf_counter() - t)
+    print(f"{name:<42} {best * 1e3:8.2f} ms")
 
 
 def _entries(index: dict) -> dict:
