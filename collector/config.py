@@ -280,10 +280,10 @@ class SessionSettings(_Model):
         "lookup; while the store holds no more sessions than this, a session not remembered has no row. Beyond it the "
         "least recently written are forgotten (session_versions_forgotten) and looked up when scored again.")
     max_indexed_sessions_remembered: int = Field(
-        20_000, ge=0, description="Sessions whose trace index rows are kept in memory (about 800 bytes each, with two traces), so a "
-        "job scoring one again reads nothing of the index; new traces and sessions need no read either (filters of "
-        "the ids stored, about 4 MB a million). Beyond it the least recently used are read again when scored; 0 reads "
-        "the index every job.")
+        20_000, ge=0, description="Sessions whose trace index rows are kept in memory (about 800 bytes each, with "
+        "two traces), so a job scoring one again reads nothing of the index; new traces and sessions need no read "
+        "either (filters of the ids stored, about 4 MB a million). Beyond it the least recently used are read again "
+        "when scored; 0 reads the index every job.")
     open_refresh_seconds: float = Field(
         5.0, ge=0, description="How often sessions still open are (re)written with what is known so far; 0 = never."
     )

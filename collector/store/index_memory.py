@@ -35,6 +35,8 @@ MIN_CAPACITY = 1_000_000  # ids a filter is made for at least (about 1.2 MB)
 
 
 class IndexMemory:
+    """The filters of the ids stored and the sessions remembered, for one connection; the tables ask it first."""
+
     def __init__(self, max_sessions: int, min_capacity: int = MIN_CAPACITY) -> None:
         self.max_sessions = max_sessions
         self.min_capacity = min_capacity
