@@ -875,6 +875,12 @@ int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out) {
     return json_dumped(text, n, 1, 1, out);
 }
 
+/* json.dumps(parse_json(text), ensure_ascii=False) (a tool call's row) as a new str in *out: 1 written, 0 declined,
+ * -1 error. */
+int json_row_text(const uint8_t *text, Py_ssize_t n, PyObject **out) {
+    return json_dumped(text, n, 0, 0, out);
+}
+
 const char *const json_canonical_doc_text =
     "json_canonical(text) -> str | None\n\n"
     "json.dumps(parse_json(text), sort_keys=True) written from the text without Python objects; None where\n"
@@ -901,7 +907,7 @@ PyObject *json_canonical_py(PyObject *self, PyObject *arg) {
 }
 
 PyObject *json_text_py(PyObject *self, PyObject *arg) {
-    return dumped_py(arg, 0, 0);
+    return dumped_py(arg, 0, 0); /* json_row_text */
 }
 
 /* ---- the spec -------------------------------------------------------------------------------- */

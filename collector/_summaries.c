@@ -840,6 +840,7 @@ enum {
 /* collector/_evidence.c */
 int evidence_scan(PyObject *spec, const uint8_t *text, Py_ssize_t n, int failed, uint32_t *mask, int *payment);
 int json_canonical(const uint8_t *text, Py_ssize_t n, PyObject **out);
+int json_row_text(const uint8_t *text, Py_ssize_t n, PyObject **out);
 
 typedef struct {
     PyObject **kit;
@@ -2047,9 +2048,29 @@ static PyObject *TraceStates_hand_back(TraceStates *self, PyObject *tid) {
 
 static PyObject *opt_text(Str s) { return s.n >= 0 ? text(s) : Py_NewRef(Py_None); }
 
+/* A tool call's arguments or result as its row holds them, json.dumps(parse_json(text), ensure_ascii=False) written
+ * from the bytes kept (None for no text and for JSON null: the row's NULL); where the writer declines the text, the
+ * text itself in a 1-tuple, for the reference to write. */
+static PyObject *row_json(Str s) {
+    if (s.n < 0) Py_RETURN_NONE;
+    PyObject *out = NULL;
+    int r = json_row_text(s.p, s.n, &out);
+    if (r < 0) return NULL;
+    if (r == 0) {
+        PyObject *raw = text(s), *declined = raw ? PyTuple_Pack(1, raw) : NULL;
+        Py_XDECREF(raw);
+        return declined;
+    }
+    if (PyUnicode_GET_LENGTH(out) == 4 && PyUnicode_CompareWithASCIIString(out, "null") == 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 /* What the rows of a trace read of one span: (span id, parent id or None, kind, tool name, call id, arguments
- * text, result text, error, status code, start, end, GenAI-semconv, provider, session key, weak session key).
- * Kinds: 0 other, 1 llm, 2 tool, 3 agent. */
+ * and result as the row holds them (``row_json``), error, status code, start, end, GenAI-semconv, provider,
+ * session key, weak session key). Kinds: 0 other, 1 llm, 2 tool, 3 agent. */
 static PyObject *span_fact(const SpanS *x) {
     int tool = x->kind == K_TOOL;
     PyObject *items[15] = {NULL};
@@ -2058,8 +2079,8 @@ static PyObject *span_fact(const SpanS *x) {
     items[2] = PyLong_FromLong(x->kind);
     items[3] = tool ? opt_text(x->tool) : Py_NewRef(Py_None);
     items[4] = tool ? opt_text(x->call_id) : Py_NewRef(Py_None);
-    items[5] = tool ? opt_text(x->arguments) : Py_NewRef(Py_None);
-    items[6] = tool ? opt_text(x->result) : Py_NewRef(Py_None);
+    items[5] = tool ? row_json(x->arguments) : Py_NewRef(Py_None);
+    items[6] = tool ? row_json(x->result) : Py_NewRef(Py_None);
     items[7] = error_of(x);
     items[8] = PyLong_FromLong(x->status_code);
     items[9] = PyLong_FromUnsignedLongLong(x->start);

@@ -116,7 +116,7 @@ def assemble_kept(trace_id: str, spans: Sequence[Any], agent_version: str | None
     field the sessions and rows read; tests/test_compiled_traces.py holds both equal), with its summary. No trace
     rule applies to it: the walk hands back every trace one would change."""
     records = cast(list[SpanRecord], list(spans))
-    kept = sum(KEPT_SPAN_BYTES + len(s.arguments_text or "") + len(s.result_text or "") for s in spans)
+    kept = sum(KEPT_SPAN_BYTES + len(s.arguments_json or "") + len(s.result_json or "") for s in spans)
     return AssembledTrace(trace_id, records, resolve_sessions(records), agent_version, kept, summary)
 
 

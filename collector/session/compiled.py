@@ -319,18 +319,22 @@ _KINDS = ("other", "llm", "tool", "agent")  # collector/_summaries.c K_*
 
 class KeptSpan:
     """One span of a trace kept in C, read as assembly reads a record for its rows and sessions (the fields and
-    properties of ``SpanRecord`` those read): what the walk read, a tool call's JSON text parsed when read."""
+    properties of ``SpanRecord`` those read): what the walk read, a tool call's arguments and result as its row holds
+    them (written in C from the text kept, once), parsed from that when read."""
 
-    __slots__ = ("trace_id", "span_id", "parent_span_id", "kind", "tool_name", "call_id", "arguments_text",
-                 "result_text", "error", "status_code", "start_ns", "end_ns", "dialect", "provider", "session_key",
+    __slots__ = ("trace_id", "span_id", "parent_span_id", "kind", "tool_name", "call_id", "arguments_json",
+                 "result_json", "error", "status_code", "start_ns", "end_ns", "dialect", "provider", "session_key",
                  "weak_session_key")
 
     def __init__(self, trace_id: str, facts: tuple[Any, ...]) -> None:
-        (self.span_id, self.parent_span_id, kind, self.tool_name, self.call_id, self.arguments_text, self.result_text,
+        (self.span_id, self.parent_span_id, kind, self.tool_name, self.call_id, arguments, result,
          self.error, self.status_code, self.start_ns, self.end_ns, genai, self.provider, self.session_key,
          self.weak_session_key) = facts
         self.trace_id, self.kind, self.status_code = trace_id, _KINDS[kind], STATUS_CODES[self.status_code]
         self.dialect = OWN_DIALECT if genai else "unknown"
+        # a text the C writer declined comes as itself in a 1-tuple: the reference writes it
+        self.arguments_json = row_json(parse_json(arguments[0])) if type(arguments) is tuple else arguments
+        self.result_json = row_json(parse_json(result[0])) if type(result) is tuple else result
 
     @property
     def is_tool_call(self) -> bool:
@@ -342,20 +346,12 @@ class KeptSpan:
 
     @property
     def arguments(self) -> Any:
-        return parse_json(self.arguments_text)
+        """What ``parse_json`` reads of the text: the row's JSON read back (``json.dumps`` of it, exactly)."""
+        return None if self.arguments_json is None else json.loads(self.arguments_json)
 
     @property
     def result(self) -> Any:
-        return parse_json(self.result_text)
-
-    @property
-    def arguments_json(self) -> str | None:
-        """``row_json(self.arguments)``, written in C from the text."""
-        return json_text(self.arguments_text)
-
-    @property
-    def result_json(self) -> str | None:
-        return json_text(self.result_text)
+        return None if self.result_json is None else json.loads(self.result_json)
 
 
 def json_text(text: str | None) -> str | None:
