@@ -354,17 +354,6 @@ class KeptSpan:
         return None if self.result_json is None else json.loads(self.result_json)
 
 
-def json_text(text: str | None) -> str | None:
-    """A tool call's JSON text as its row holds it (``assembly.row_json`` of what ``parse_json`` reads): written in C
-    from the text, by the reference where the compiled reader declines it."""
-    if text is None:
-        return None
-    written = _wire.json_text(text.encode("utf-8", "surrogatepass"))
-    if written is None:
-        return row_json(parse_json(text))
-    return None if written == "null" else written  # JSON null is no value: the row's NULL
-
-
 @dataclass(frozen=True)
 class KeptTrace:
     """A trace taken from the C-kept spans: its summary, its spans in session order, and the version of the agent
