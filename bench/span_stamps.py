@@ -12,8 +12,7 @@ migrations holding ``--spans`` stamped spans (ten a trace) and times, in CPU of 
 - folding those pending stamps into the span rows, as a compaction would (one UPDATE);
 - a job's step writes for the calls of 128 sessions among ``--calls`` stored tool calls: over the whole table
   (before migration 0018), and from the sessions' traces' earliest ``first_received`` on;
-- the stamp statements next to one row per span: one row per trace, session and dialect with its spans' ids, and
-  (as jobs run it for a trace of one session and one dialect) one row per trace matched by trace id alone.
+- the stamp statement as jobs run it (one row per trace, session and dialect) next to one row per span.
 
 The view reads the stamped rows received before the oldest pending stamp's job as they are, and joins the
 pending stamps (the newest per span) to the rows not stamped yet and to those received since: each part is a
@@ -102,8 +101,7 @@ def main() -> None:
         con.execute(STAMPS)
         con.execute("CHECKPOINT")
         first, n = args.spans, args.job_spans
-        times: dict[str, list[float]] = {"updated": [], "appended": [], "updated by trace": [],
-                                         "updated whole traces": []}
+        times: dict[str, list[float]] = {"updated": [], "appended": [], "updated by trace": []}
         tables = LocalSessionTables()
         for rep in range(args.reps):
             for name in times:
@@ -115,8 +113,6 @@ def main() -> None:
                 con.execute("BEGIN")
                 if name == "updated by trace":
                     tables.write_assembled(con, since, [], _by_trace(stamps), [])
-                elif name == "updated whole traces":  # each trace one session's (ten spans, sessions of twenty)
-                    tables.write_assembled(con, since, [], [{**g, "span_ids": None} for g in _by_trace(stamps)], [])
                 elif name == "updated":
                     rel, params = relation(STAMP_COLUMNS, stamps)
                     con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {rel} s WHERE "
@@ -129,7 +125,7 @@ def main() -> None:
                 first += n
         for name, spent in times.items():
             mid = statistics.median(spent)
-            print(f"job stamps {name:<20} {mid * 1e3:7.2f} ms CPU a job of {n} spans ({mid * 1e6 / n:5.2f} µs a span)")
+            print(f"job stamps {name:<16} {mid * 1e3:7.2f} ms CPU a job of {n} spans ({mid * 1e6 / n:5.2f} µs a span)")
         # the appended reps' spans are stamped by the fold below; the rest of the pending stamps on fresh spans
         con.execute("DELETE FROM span_stamps")
         con.execute("UPDATE spans SET session_id = NULL, dialect = NULL WHERE received_at >= TIMESTAMP '2026-12-01' "

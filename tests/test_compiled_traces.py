@@ -178,9 +178,8 @@ def by_span(rows: list[dict]) -> list[dict]:
 
 
 def stamped(groups: list[dict]) -> list[tuple]:
-    """Span stamps (a row per trace, session and dialect) as each span's, in span order (a whole trace's as one)."""
-    return sorted((span_id, g["trace_id"], g["session_id"], g["dialect"]) for g in groups
-                  for span_id in (g["span_ids"] if g["span_ids"] is not None else ["every span"]))
+    """Span stamps (a row per trace, session and dialect) as each span's, in span order."""
+    return sorted((span_id, g["trace_id"], g["session_id"], g["dialect"]) for g in groups for span_id in g["span_ids"])
 
 
 def assert_rows_same(bodies: list[bytes], session_keys: tuple[str, ...] = ()) -> int:

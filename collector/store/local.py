@@ -29,8 +29,7 @@ from .tables import (LOCAL, SINGLE_PROCESS, IndexedTrace, Placement, Recovery, S
                      StoredSessions)
 
 _INDEX_ENTRY = "trace_id, first_received, agent_version, providers, servers"
-_TRACE_STAMP = {"trace_id": "VARCHAR", "session_id": "VARCHAR", "dialect": "VARCHAR"}
-_STAMP_GROUP = {**_TRACE_STAMP, "span_ids": "VARCHAR[]"}
+_STAMP_GROUP = {"trace_id": "VARCHAR", "session_id": "VARCHAR", "dialect": "VARCHAR", "span_ids": "VARCHAR[]"}
 VERSIONS_REMEMBERED = 100_000  # sessions whose stored version is answered from memory (~150 bytes each)
 INDEXED_SESSIONS_REMEMBERED = 20_000  # sessions whose index rows are answered from memory (~800 bytes each)
 _ID_CHUNK = 100_000  # ids fetched at a time while the index's filters are made
@@ -166,28 +165,18 @@ class LocalSessionTables:
                 f"DELETE FROM trace_index WHERE trace_id {IN_LIST} RETURNING trace_id, session_ids",
                 [json_strings(reassembled)]).fetchall()}
         self._insert(con, "tool_calls", [{**r, "first_received": since} for r in tool_calls])
-        self._stamp(con, since, span_stamps)
+        if span_stamps:
+            stamps, params = relation(_STAMP_GROUP, span_stamps)
+            con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM (SELECT trace_id, "
+                        f"session_id, dialect, unnest(span_ids) AS span_id FROM {stamps}) s "
+                        "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id AND spans.span_id = s.span_id",
+                        [*params, since])
         # DELETE + INSERT rather than INSERT OR REPLACE: the same on a file, and DuckLake has no keys
         self._insert(con, "trace_index", index)
         if memory is not None:
             memory.written(index, removed)
         if shown:
             con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(shown)])
-
-    @staticmethod
-    def _stamp(con: duckdb.DuckDBPyConnection, since: datetime, span_stamps: Sequence[Row]) -> None:
-        """The stamps of whole traces matched by trace id, the others by their spans' ids."""
-        whole = [s for s in span_stamps if s["span_ids"] is None]
-        if whole:
-            stamps, params = relation(_TRACE_STAMP, whole)
-            con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {stamps} s "
-                        "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id", [*params, since])
-        if len(whole) < len(span_stamps):
-            stamps, params = relation(_STAMP_GROUP, [s for s in span_stamps if s["span_ids"] is not None])
-            con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM (SELECT trace_id, "
-                        f"session_id, dialect, unnest(span_ids) AS span_id FROM {stamps}) s "
-                        "WHERE spans.received_at >= ? AND spans.trace_id = s.trace_id AND spans.span_id = s.span_id",
-                        [*params, since])
 
     def _assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
                          remember: bool = False) -> dict[str, tuple[str, str]]:

@@ -148,9 +148,8 @@ class SessionTables(JudgmentTables, Protocol):
     def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
                         span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
                         texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
-        """The tool calls, span stamps (``assembly.span_stamps``: a row per trace, session and dialect, its spans' ids
-        None for every span stored of the trace) and index rows of these assembled traces; ``shown`` close as last
-        shown."""
+        """The tool calls, span stamps (``assembly.span_stamps``: a row per trace, session and dialect) and index rows of
+        these assembled traces; ``shown`` close as last shown."""
 
     # sessions
     def lookup(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
