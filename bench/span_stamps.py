@@ -112,7 +112,7 @@ def main() -> None:
                 t = time.process_time()
                 con.execute("BEGIN")
                 if name == "updated by trace":
-                    tables.write_assembled(con, since, [], _by_trace(stamps), [])
+                    tables.write_assembled(con, since, _by_trace(stamps), [])
                 elif name == "updated":
                     rel, params = relation(STAMP_COLUMNS, stamps)
                     con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM {rel} s WHERE "

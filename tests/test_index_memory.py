@@ -109,7 +109,7 @@ def test_the_memory_answers_what_the_tables_hold(tmp_path, seed):
     migrate(con)
     # some rows before the process: the memory's filters are made from them
     old = [_row(f"old-{i}", [f"s{rng.randrange(12)}"], T0 - timedelta(days=1), "v0") for i in range(20)]
-    SqlOnly().write_assembled(con, T0 - timedelta(days=1), [], [], old)
+    SqlOnly().write_assembled(con, T0 - timedelta(days=1), [], old)
     tables = LocalSessionTables(indexed_sessions_remembered=6, index_filter_capacity=24)
     tables.start(con, [])
     indexed = {r["trace_id"] for r in old}
@@ -125,7 +125,7 @@ def test_the_memory_answers_what_the_tables_hold(tmp_path, seed):
                 for t in traces + again]
         assert [t.trace_id for t in tables.indexed(con, traces + again)] == \
             [t.trace_id for t in SqlOnly().indexed(con, traces + again)]
-        tables.write_assembled(con, at, [], [], rows, reassembled=again)
+        tables.write_assembled(con, at, [], rows, reassembled=again)
         touched = sorted({s for r in rows for s in r["session_ids"]} | set(rng.sample(pool, 4)))
         sql = SqlOnly()
         before = tables.lookup(con, touched)
@@ -163,7 +163,7 @@ def test_the_memory_belongs_to_its_connection_object_not_to_an_id_a_later_one_re
     migrate(first)
     tables = LocalSessionTables(versions_remembered=1, index_filter_capacity=100)
     tables.start(first, [])
-    tables.write_assembled(first, T0, [], [], [_row("t1", ["s1", "s2", "s3"], T0)])
+    tables.write_assembled(first, T0, [], [_row("t1", ["s1", "s2", "s3"], T0)])
     tables.replace_sessions(first, ["s1", "s2"], [{"session_id": s, "version": 1, "status": "closed"}
                                                   for s in ("s1", "s2")], [], [], [], stored=[])
     built_on = id(first)
@@ -197,7 +197,7 @@ def test_pruned_index_rows_are_forgotten_by_the_session_stages_tables(tmp_path):
     tables = LocalSessionTables(index_filter_capacity=100)
     try:
         store.submit_job(lambda con: tables.start(con, [])).result(30)
-        store.submit_job(lambda con: tables.write_assembled(con, T0, [], [], [_row("t1", ["s1"], T0)])).result(30)
+        store.submit_job(lambda con: tables.write_assembled(con, T0, [], [_row("t1", ["s1"], T0)])).result(30)
         assert _entries(store.submit_job(lambda con: tables.lookup(con, ["s1"]).index).result(30))
         # the trace has no span left: the index sweep that follows pruning spans removes its row
         removed = Retention(settings, store, Metrics(), SimpleNamespace(tables=tables)).prune({"spans": T0})

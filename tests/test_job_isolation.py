@@ -230,6 +230,12 @@ class _InlineStore:
         return fut
 
 
+def _assembled(traces) -> jobs.Assembly:
+    """What a fake assembly of these traces gives: each trace, without spans."""
+    made = [AssembledTrace(tid, [], {}) for tid in traces]
+    return jobs.Assembly(made, made, set(), datetime(2026, 1, 1))
+
+
 def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, caplog):
     store = _InlineStore()
 
@@ -237,7 +243,7 @@ def test_a_trace_that_cannot_be_assembled_costs_only_itself_once(monkeypatch, ca
         store.jobs.append(tuple(traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")
-        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+        return _assembled(traces)
 
     monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     metrics = Metrics()
@@ -267,7 +273,7 @@ def test_traces_whose_job_hit_an_io_error_are_kept_and_assembled_once_the_store_
         if disk_full[0]:
             store.failing = "No space left on device"
             raise duckdb.IOException("Could not write file: No space left on device")
-        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+        return _assembled(traces)
 
     monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     metrics = Metrics()
@@ -293,7 +299,7 @@ def test_a_span_arriving_for_a_trace_whose_job_failed_has_the_whole_trace_read_b
             parts.held.take(tid)  # as the real job does, before it fails
         if poisoned in traces:
             raise ValueError("this trace's data cannot be assembled")
-        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+        return _assembled(traces)
 
     monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     svc = SessionService(SessionSettings(), store, LocalSessionTables(), Metrics())  # type: ignore[arg-type]
@@ -325,10 +331,11 @@ def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_r
         events.append(("assemble", *traces))
         if POISON in traces:
             raise ValueError("this trace's data cannot be assembled")
-        return [AssembledTrace(tid, [], {}) for tid in traces], set()
+        return _assembled(traces)
 
-    def fake_score_in(parts, con, session_ids, out, fresh=(), still_open=()):
+    def fake_score_in(parts, con, session_ids, out, fresh=(), still_open=(), fresh_calls=()):
         events.append(("score", *sorted(session_ids)))
+        return []
 
     monkeypatch.setattr(jobs, "assemble_traces", fake_assemble_in)
     monkeypatch.setattr(jobs, "score_in", fake_score_in)

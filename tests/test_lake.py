@@ -157,11 +157,11 @@ def _assembled(con: duckdb.DuckDBPyConnection, tables: LakeSessionTables, trace:
     """What an assembly job writes for one trace: stamps, its tool calls, its index row (noted for shipping)."""
     ids = [r[0] for r in con.execute("SELECT span_id FROM spans WHERE trace_id = ?", [trace]).fetchall()]
     con.execute("BEGIN TRANSACTION")
-    tables.write_assembled(con, since, [{"trace_id": trace, "span_id": ids[0], "session_id": session,
-                                         "start_time": since}],
-                           [{"trace_id": trace, "session_id": session, "dialect": "otel", "span_ids": ids}],
+    tables.write_assembled(con, since, [{"trace_id": trace, "session_id": session, "dialect": "otel", "span_ids": ids}],
                            [{"trace_id": trace, "first_received": since, "span_count": len(ids),
                              "session_ids": [session]}], reassembled=[trace] if again else [])
+    tables.write_tool_calls(con, since, [{"trace_id": trace, "span_id": ids[0], "session_id": session,
+                                          "start_time": since}])
     con.execute("COMMIT")
 
 
@@ -446,8 +446,8 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     assert tables0.placement.wants_text(trace.session_ids) and not LakeSessionTables(lake1).placement.wants_text(trace.session_ids)
     text = {"trace_id": trace.trace_id, "format": trace_text.format_for(()), "assembled": trace_text.encode(trace)}
     con.execute("BEGIN TRANSACTION")
-    tables0.write_assembled(con, T0, tool_call_rows([trace]), span_stamps([trace]), index_rows([trace], T0, T0),
-                            texts=[text])
+    tables0.write_assembled(con, T0, span_stamps([trace]), index_rows([trace], T0, T0), texts=[text])
+    tables0.write_tool_calls(con, T0, tool_call_rows([trace]))
     con.execute("COMMIT")
     shipped = Shipper("lake.r0", Metrics()).ship(con, T0)
     assert shipped is not None and shipped.rows["lake_assembled_traces"] == 1
@@ -467,7 +467,7 @@ def test_the_owner_scores_a_trace_another_replica_assembled_without_assembling_i
     assert SessionScorer().score_session(gathered) == expected
     # a trace the owner holds too (after a change of the ring) is read from its spans
     con.execute("BEGIN TRANSACTION")
-    owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
+    owner.write_assembled(con, T0, [], index_rows([trace], T0, T0))
     con.execute("COMMIT")
     assert owner._assembled_texts(con, [trace.trace_id]) == {}
 
@@ -480,8 +480,9 @@ def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_t
     trace = assemble(_conversation("ab" * 16, theirs))
     text = {"trace_id": trace.trace_id, "format": trace_text.format_for(()), "assembled": trace_text.encode(trace)}
     con.execute("BEGIN TRANSACTION")
-    LakeSessionTables(lake0).write_assembled(con, T0, tool_call_rows([trace]), span_stamps([trace]),
-                                             index_rows([trace], T0, T0), texts=[text])
+    tables0 = LakeSessionTables(lake0)
+    tables0.write_assembled(con, T0, span_stamps([trace]), index_rows([trace], T0, T0), texts=[text])
+    tables0.write_tool_calls(con, T0, tool_call_rows([trace]))
     con.execute("COMMIT")
     assert Shipper("lake.r0", Metrics()).ship(con, T0) is not None
     con.execute("USE r1.main")
@@ -511,7 +512,7 @@ def test_the_owner_reads_another_replicas_text_of_a_turn_once_until_it_changes_t
     assert texts_read == [trace.trace_id] * 3
     # a trace the owner holds spans of too (after a change of the ring) is read from everywhere
     con.execute("BEGIN TRANSACTION")
-    owner.write_assembled(con, T0, [], [], index_rows([trace], T0, T0))
+    owner.write_assembled(con, T0, [], index_rows([trace], T0, T0))
     con.execute("COMMIT")
     assert owner._kept_whole(con, [trace.trace_id]) == []
 
@@ -858,7 +859,8 @@ def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless
     _stored(con, views)
     earlier = assemble(views)
     con.execute("BEGIN TRANSACTION")
-    tables.write_assembled(con, T0, tool_call_rows([earlier]), span_stamps([earlier]), index_rows([earlier], T0, T0))
+    tables.write_assembled(con, T0, span_stamps([earlier]), index_rows([earlier], T0, T0))
+    tables.write_tool_calls(con, T0, tool_call_rows([earlier]))
     con.execute("COMMIT")
     tables._refresh(con)
     cache = AssembledTraces(1 << 20, Metrics())

@@ -20,7 +20,7 @@ from agentfunnel.collector.evaluation import case_run_row, judgment_row
 from agentfunnel.collector.retention import OLDER_THAN, delete_rows, prune_chunk
 from agentfunnel.collector.evaluation import Evaluated
 from agentfunnel.collector.session.rows import (ScoredSession, call_step_rows, funnel_step_rows,
-                                                 pass_rows, score_sessions, session_row)
+                                                 pass_rows, score_sessions, session_row, with_steps)
 from agentfunnel.collector.store.lake import LAKE_MIGRATIONS
 from agentfunnel.collector.store.schema import MIGRATIONS, migrate
 from agentfunnel.collector.store.local import LocalSessionTables
@@ -103,7 +103,8 @@ def test_a_job_through_the_tables_assembles_scores_and_replaces(con):
     insert_rows(con, "spans", [{"trace_id": batch.trace_id[i], "span_id": batch.span_id[i], "name": batch.name[i],
                                 "attributes": batch.attributes[i], "received_at": NOW} for i in range(len(batch))])
     assert set(tables.start(con, []).traces) == {t.trace_id for t in traces}
-    tables.write_assembled(con, since, tool_call_rows(traces), span_stamps(traces), index_rows(traces, since, NOW))
+    tables.write_assembled(con, since, span_stamps(traces), index_rows(traces, since, NOW))
+    tables.write_tool_calls(con, since, tool_call_rows(traces))
     assert tables.start(con, []).traces == {}
     sid = scoring.written[0].score.session_id
     assert [t.session_ids for t in tables.indexed(con, [traces[0].trace_id])] == [(sid,)]
@@ -148,14 +149,14 @@ def test_a_start_finds_the_traces_left_open_and_the_sessions_left_open_without_t
     session stored open none of whose traces is open; a trace closing as shown only has its row marked."""
     tables = LocalSessionTables()
     since, steps = datetime(2026, 1, 1), [{"variant": "shop", "step": "search", "step_index": 0}]
-    tables.write_assembled(con, since, [], [], [{"trace_id": tid, "first_received": since, "session_ids": [sid]}
+    tables.write_assembled(con, since, [], [{"trace_id": tid, "first_received": since, "session_ids": [sid]}
                                                 for tid, sid in (("t1", "s1"), ("t2", "s2"))])
     tables.replace_sessions(con, ["s1", "s2"], [{"session_id": s, "version": 1, "status": "open"} for s in ("s1", "s2")],
                             [], [], [], index={})
     left = tables.start(con, steps)
     assert left.traces == {"t1": since - timedelta(seconds=1), "t2": since - timedelta(seconds=1)}
     assert left.open_sessions == ()
-    tables.write_assembled(con, since, [], [], [], shown=["t1"], now=NOW)
+    tables.write_assembled(con, since, [], [], shown=["t1"], now=NOW)
     left = tables.start(con, steps)
     assert list(left.traces) == ["t2"] and left.open_sessions == ("s1",)
     assert con.execute("SELECT count(*) FROM funnel_steps").fetchone() == (1,)  # written by each start, replaced
@@ -177,10 +178,29 @@ def test_span_stamps_go_by_trace_session_and_dialect_and_stamp_exactly_their_spa
         {"trace_id": "t1", "session_id": "s1", "dialect": "genai", "span_ids": ["a", "b"]},
         {"trace_id": "t1", "session_id": "s2", "dialect": "openinference", "span_ids": ["c"]},
         {"trace_id": "t2", "session_id": None, "dialect": "genai", "span_ids": ["d", "x"]}]
-    LocalSessionTables().write_assembled(con, datetime(2026, 1, 1), [], stamps, [])
+    LocalSessionTables().write_assembled(con, datetime(2026, 1, 1), stamps, [])
     assert con.execute("SELECT trace_id, span_id, session_id, dialect FROM spans ORDER BY ALL").fetchall() == [
         ("t1", "a", "s1", "genai"), ("t1", "b", "s1", "genai"), ("t1", "c", "s2", "openinference"),
         ("t1", "e", None, None), ("t2", "d", None, "genai"), ("t2", "x", None, None)]
+
+
+def test_a_jobs_own_calls_are_written_with_their_steps_and_only_calls_stored_before_are_updated(con):
+    """A job's calls go in once, after its scores, with the steps and schema checks their sessions' scores gave
+    (``with_steps``); the scoring's update reaches the calls stored before it. A call of a session not scored here
+    (another writer's, or one whose scoring failed) is written without."""
+    tables = LocalSessionTables()
+    early, late = datetime(2026, 11, 1), datetime(2026, 11, 20)
+    tables.write_assembled(con, early, [], [{"trace_id": "t1", "first_received": early, "session_ids": ["s"]}])
+    tables.write_tool_calls(con, early, [{"session_id": "s", "trace_id": "t1", "span_id": "a", "tool_name": "search"}])
+    tables.write_assembled(con, late, [], [{"trace_id": "t2", "first_received": late, "session_ids": ["s", "u"]}])
+    fresh = [{"session_id": "s", "trace_id": "t2", "span_id": "b", "tool_name": "cart"},
+             {"session_id": "u", "trace_id": "t2", "span_id": "c", "tool_name": "pay"}]
+    steps = [{"session_id": "s", "span_id": "a", "step": "search", "args_valid": True},
+             {"session_id": "s", "span_id": "b", "step": "cart", "args_valid": False}]
+    tables.replace_sessions(con, ["s"], [], steps, [], [], fresh_calls={("s", "b")})
+    tables.write_tool_calls(con, late, with_steps(fresh, steps))
+    assert con.execute("SELECT span_id, step, args_valid, first_received FROM tool_calls ORDER BY span_id").fetchall() == [
+        ("a", "search", True, early), ("b", "cart", False, late), ("c", None, None, late)]
 
 
 def test_the_migration_gives_stored_calls_their_traces_first_received_row_for_row(tmp_path):
@@ -205,9 +225,10 @@ def test_a_sessions_call_steps_reach_every_trace_of_it_and_no_other_calls(con):
     tables = LocalSessionTables()
     early, late = datetime(2026, 11, 1), datetime(2026, 11, 20)
     for tid, since, calls in (("t1", early, [("s", "a"), ("other", "o")]), ("t2", late, [("s", "b")])):
-        tables.write_assembled(con, since, [{"session_id": sid, "trace_id": tid, "span_id": sp, "tool_name": "search"}
-                                            for sid, sp in calls], [],
-                               [{"trace_id": tid, "first_received": since, "session_ids": sorted({c[0] for c in calls})}])
+        tables.write_assembled(con, since, [], [{"trace_id": tid, "first_received": since,
+                                                 "session_ids": sorted({c[0] for c in calls})}])
+        tables.write_tool_calls(con, since, [{"session_id": sid, "trace_id": tid, "span_id": sp, "tool_name": "search"}
+                                             for sid, sp in calls])
     assert con.execute("SELECT trace_id, first_received FROM tool_calls ORDER BY span_id").fetchall() == [
         ("t1", early), ("t2", late), ("t1", early)]
     steps = [{"session_id": "s", "span_id": sp, "step": st, "args_valid": True} for sp, st in (("a", "search"), ("b", "cart"))]

@@ -28,7 +28,7 @@ from . import trace_text
 from .assembly import AssembledTrace, assemble, assemble_kept, index_rows, sessions_of, span_stamps, tool_call_rows
 from .compiled import KeptTrace
 from .held import AssembledTraces, HeldTraces, assemble_held
-from .rows import FailedSession, ScoredSession, pass_rows, score_sessions
+from .rows import FailedSession, ScoredSession, pass_rows, score_sessions, with_steps
 from .tracker import TraceTracker
 
 if TYPE_CHECKING:
@@ -78,11 +78,14 @@ def run(parts: StageParts, con: duckdb.DuckDBPyConnection, plan: JobPlan) -> Job
     out = JobResult()
     if not plan.traces:
         return out
-    out.assembled, before = assemble_traces(parts, con, plan.traces, plan.preview)
-    ids = before | {s for t in out.assembled for s in t.session_ids}
+    assembly = assemble_traces(parts, con, plan.traces, plan.preview)
+    out.assembled = assembly.traces
+    ids = assembly.before | {s for t in out.assembled for s in t.session_ids}
     if plan.follow:
         ids |= parts.tables.assembled_elsewhere(con) or set()
-    score_in(parts, con, ids, out, out.assembled, plan.still_open)
+    calls = tool_call_rows(assembly.fresh)
+    steps = score_in(parts, con, ids, out, out.assembled, plan.still_open, calls)
+    parts.tables.write_tool_calls(con, assembly.since, with_steps(calls, steps))
     return out
 
 
@@ -102,9 +105,22 @@ def rescore(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Coll
     return out
 
 
+@dataclass(frozen=True)
+class Assembly:
+    """What ``assemble_traces`` did: every trace it assembled (``fresh``, and those that closed as a preview showed
+    them, their rows written then), the sessions they belonged to before, and when their first spans may have been
+    received (what their rows are written with)."""
+
+    traces: list[AssembledTrace]
+    fresh: list[AssembledTrace]
+    before: set[str]
+    since: datetime
+
+
 def assemble_traces(parts: StageParts, con: duckdb.DuckDBPyConnection, traces: Mapping[str, datetime],
-                    preview: bool = False) -> tuple[list[AssembledTrace], set[str]]:
-    """Assemble these traces and write what the store keeps of them; also returns the sessions they belonged to before.
+                    preview: bool = False) -> Assembly:
+    """Assemble these traces and write what the store keeps of them but their tool calls (written with the steps
+    their sessions' scores give them, ``write_tool_calls``).
 
     A trace held whole in memory is assembled from its records; any other (assembled before and
     reopened by a late span, evicted, unprepared) is read back from the store. A ``preview`` (the
@@ -152,10 +168,10 @@ def assemble_traces(parts: StageParts, con: duckdb.DuckDBPyConnection, traces: M
         assembled += [assemble(v, keys) for v in views_of.values() if v]
         held_traces.count_read_back(sum(1 for v in views_of.values() if v))
     now = None if preview else utcnow()
-    tables.write_assembled(con, since, tool_call_rows(assembled), span_stamps(assembled),
-                           index_rows(assembled, since, now, reopened), reassembled=known - closed_as_shown,
-                           texts=_texts(parts, assembled), shown=closed_as_shown, now=now)
-    return assembled + shown, before
+    tables.write_assembled(con, since, span_stamps(assembled), index_rows(assembled, since, now, reopened),
+                           reassembled=known - closed_as_shown, texts=_texts(parts, assembled), shown=closed_as_shown,
+                           now=now)
+    return Assembly(assembled + shown, assembled, before, since)
 
 
 def _texts(parts: StageParts, assembled: Sequence[AssembledTrace]) -> list[dict[str, Any]]:
@@ -167,13 +183,15 @@ def _texts(parts: StageParts, assembled: Sequence[AssembledTrace]) -> list[dict[
 
 
 def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Collection[str], out: JobResult,
-             fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = ()) -> None:
+             fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = (),
+             fresh_calls: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """Re-score these sessions (those this store owns) and replace their rows; what was written and what failed
-    go into ``out``."""
+    go into ``out``. Returns the steps of their calls (``pass_rows``); ``fresh_calls``: rows of calls not stored
+    yet, which the caller writes with theirs."""
     tables = parts.tables
     ids = {s for s in session_ids if tables.placement.owns(s)}
     if not ids:
-        return
+        return []
     stored = tables.lookup(con, ids)  # read once: for the traces gathered, and the slices written
     sessions = gather_sessions(con, tables, ids, fresh, tuple(parts.settings.session_keys),
                                OpenTraces(parts.tracker, still_open), parts.assembled, stored.index)
@@ -189,9 +207,11 @@ def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Col
     for reason, n in take_refusals().items():  # schema checks this pass could not do (this thread's)
         parts.metrics.inc("schema_validations_refused", n, reason)
     tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
-                            stored=[s for s in rows.replaced if s in versions], index=stored.index)
+                            stored=[s for s in rows.replaced if s in versions], index=stored.index,
+                            fresh_calls={(c["session_id"], c["span_id"]) for c in fresh_calls})
     out.written.extend(scoring.written)
     out.failed.extend(scoring.failed)
+    return rows.call_steps
 
 
 def full_records(con: duckdb.DuckDBPyConnection, tables: SessionTables, session: Session,

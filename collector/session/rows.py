@@ -155,6 +155,15 @@ def call_step_rows(x: ScoredSession, now: datetime) -> list[dict[str, Any]]:
              "updated_at": now} for span_id, step in s.call_steps.items()]
 
 
+def with_steps(calls: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Tool-call rows (``assembly.tool_call_rows``) with the step and schema check their session's score gave each
+    (``call_step_rows``), so they are written with them rather than updated after; a call whose session was not
+    scored (another writer's, or its scoring failed) has none."""
+    by_call = {(r["session_id"], r["span_id"]): r for r in steps}
+    return [c if (s := by_call.get((c["session_id"], c["span_id"]))) is None
+            else {**c, "step": s["step"], "args_valid": s["args_valid"]} for c in calls]
+
+
 @dataclass(frozen=True)
 class PassRows:
     """Everything one scoring pass writes, by table."""

@@ -149,11 +149,12 @@ class LocalSessionTables:
         return span_views(con.execute(SPAN_QUERY.format(spans=sources.spans, IN=IN_LIST), [since, ids]).fetchall(),
                           con.execute(LOG_QUERY.format(logs=sources.logs, IN=IN_LIST), [since, ids]).fetchall())
 
-    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
-        """Write the tool calls and index rows of these traces (replacing those of the ``reassembled`` ones, which
-        were assembled before) and stamp their spans with session and dialect. ``texts``: ``lake_assembled_traces``
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, span_stamps: Sequence[Row],
+                        index: Sequence[Row], reassembled: Collection[str] = (), texts: Sequence[Row] = (),
+                        shown: Collection[str] = (), now: datetime | None = None) -> None:
+        """Write the index rows of these traces (replacing those of the ``reassembled`` ones, which were assembled
+        before, whose tool calls go: ``write_tool_calls`` writes them again) and stamp their spans with session and
+        dialect. ``texts``: ``lake_assembled_traces``
         rows of the traces ``wants_text`` asked for (none here). ``shown``: traces that close as a preview showed
         them, their rows already written: only their index rows change (``assembled_at`` set to ``now``: a restart
         no longer reopens them); only where ``placement.assembles_every_trace``."""
@@ -164,7 +165,6 @@ class LocalSessionTables:
             removed = {tid: sids or [] for tid, sids in con.execute(
                 f"DELETE FROM trace_index WHERE trace_id {IN_LIST} RETURNING trace_id, session_ids",
                 [json_strings(reassembled)]).fetchall()}
-        self._insert(con, "tool_calls", [{**r, "first_received": since} for r in tool_calls])
         if span_stamps:
             stamps, params = relation(_STAMP_GROUP, span_stamps)
             con.execute(f"UPDATE spans SET session_id = s.session_id, dialect = s.dialect FROM (SELECT trace_id, "
@@ -177,6 +177,10 @@ class LocalSessionTables:
             memory.written(index, removed)
         if shown:
             con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(shown)])
+
+    def write_tool_calls(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row]) -> None:
+        """The tool calls of traces just assembled, with their steps: one INSERT, no UPDATE after it."""
+        self._insert(con, "tool_calls", [{**r, "first_received": since} for r in tool_calls])
 
     def _assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
                          remember: bool = False) -> dict[str, tuple[str, str]]:
@@ -272,12 +276,14 @@ class LocalSessionTables:
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
-                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None,
+                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
         calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (appended as
         ``case_run_rows`` and ``stage_result_rows``). ``stored``: those of ``replaced`` that have a row now, when
         known (the others need no removal row). ``index``: the sessions'
-        ``lookup`` index, when the job has read it already."""
+        ``lookup`` index, when the job has read it already. ``fresh_calls``: (session, span id) of calls not stored
+        yet, which ``write_tool_calls`` writes with their steps: only the calls stored before are updated."""
         ids = list(replaced)
         seq = self._next_seq(con)
         written = {r["session_id"]: r["version"] for r in sessions}
@@ -293,7 +299,9 @@ class LocalSessionTables:
             memory.sessions_stored(written)
         self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         firsts = [t[1] for sid in ids for t in (index or {}).get(sid, ())]
-        self._write_call_steps(con, ids, call_steps, min(firsts) if firsts and None not in firsts else None)
+        stored_calls = [r for r in call_steps if (r["session_id"], r["span_id"]) not in fresh_calls] \
+            if fresh_calls else call_steps
+        self._write_call_steps(con, ids, stored_calls, min(firsts) if firsts and None not in firsts else None)
         runs, stages = case_run_tables(case_runs)
         ran = {r["session_id"] for r in runs}
         self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in runs),

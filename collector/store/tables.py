@@ -145,11 +145,15 @@ class SessionTables(JudgmentTables, Protocol):
                        text_format: str, remember: bool = False) -> SessionTraces:
         """Sessions' earlier traces (trace → since), wherever they are stored; ``kept``: those held in memory."""
 
-    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
-        """The tool calls, span stamps (``assembly.span_stamps``: a row per trace, session and dialect) and index rows of
-        these assembled traces; ``shown`` close as last shown."""
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, span_stamps: Sequence[Row],
+                        index: Sequence[Row], reassembled: Collection[str] = (), texts: Sequence[Row] = (),
+                        shown: Collection[str] = (), now: datetime | None = None) -> None:
+        """The span stamps (``assembly.span_stamps``: a row per trace, session and dialect) and index rows of these
+        assembled traces (the tool calls of ``reassembled`` ones removed); ``shown`` close as last shown."""
+
+    def write_tool_calls(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row]) -> None:
+        """The tool calls of traces just assembled (``write_assembled``), each with the step and schema check its
+        session's score gave it, where it was scored: written once, after the scores."""
 
     # sessions
     def lookup(self, con: duckdb.DuckDBPyConnection, session_ids: Collection[str],
@@ -158,8 +162,10 @@ class SessionTables(JudgmentTables, Protocol):
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
-                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
-        """The rows of ``replaced`` sessions become ``sessions`` (one without a new row is removed)."""
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None,
+                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
+        """The rows of ``replaced`` sessions become ``sessions`` (one without a new row is removed), their calls get
+        ``call_steps``; ``fresh_calls`` (session, span id) are written after, with theirs (``write_tool_calls``)."""
 
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
         """Remove session rows superseded by a newer version (session writes are appends); how many went."""

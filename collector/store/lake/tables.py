@@ -110,12 +110,12 @@ class LakeSessionTables(LocalSessionTables):
         self._refresh(con)
         return super()._unassembled(con)
 
-    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row],
-                        span_stamps: Sequence[Row], index: Sequence[Row], reassembled: Collection[str] = (),
-                        texts: Sequence[Row] = (), shown: Collection[str] = (), now: datetime | None = None) -> None:
+    def write_assembled(self, con: duckdb.DuckDBPyConnection, since: datetime, span_stamps: Sequence[Row],
+                        index: Sequence[Row], reassembled: Collection[str] = (), texts: Sequence[Row] = (),
+                        shown: Collection[str] = (), now: datetime | None = None) -> None:
         """Also noted for the shipper, with the ``texts`` of traces that hold a session another replica owns
         (``lake_assembled_traces``, shipped with the traces), so their owner need not assemble them again."""
-        super().write_assembled(con, since, tool_calls, span_stamps, index, reassembled, shown=shown, now=now)
+        super().write_assembled(con, since, span_stamps, index, reassembled, shown=shown, now=now)
         if reassembled:
             con.execute(f"DELETE FROM lake_assembled_traces WHERE trace_id {IN_LIST}", [json_strings(reassembled)])
         self._insert(con, "lake_assembled_traces", [{**t, "first_received": since} for t in texts])
@@ -152,7 +152,9 @@ class LakeSessionTables(LocalSessionTables):
 
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
-                         stored: Collection[str] | None = None, index: SessionIndex | None = None) -> None:
+                         stored: Collection[str] | None = None, index: SessionIndex | None = None,
+                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
+        """Every call's step into ``call_scores``, fresh or not: the lake's ``tool_calls`` view reads them there."""
         super().replace_sessions(con, replaced, sessions, call_steps, case_runs, cased, stored, index)
         had = set(replaced) if stored is None else set(stored)  # a session never stored here was never shipped
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
