@@ -907,7 +907,7 @@ PyObject *json_canonical_py(PyObject *self, PyObject *arg) {
 }
 
 PyObject *json_text_py(PyObject *self, PyObject *arg) {
-    return dumped_py(arg, 0, 0); /* json_row_text */
+    return dumped_py(arg, 0, 0);
 }
 
 /* ---- the spec -------------------------------------------------------------------------------- */
