@@ -333,7 +333,7 @@ def test_a_poll_due_with_idle_traces_runs_in_their_job_and_a_failed_one_is_not_r
             raise ValueError("this trace's data cannot be assembled")
         return _assembled(traces)
 
-    def fake_score_in(parts, con, session_ids, out, fresh=(), still_open=(), fresh_calls=()):
+    def fake_score_in(parts, con, session_ids, out, fresh=(), still_open=(), fresh_traces=()):
         events.append(("score", *sorted(session_ids)))
         return []
 

@@ -186,21 +186,26 @@ def test_span_stamps_go_by_trace_session_and_dialect_and_stamp_exactly_their_spa
 
 def test_a_jobs_own_calls_are_written_with_their_steps_and_only_calls_stored_before_are_updated(con):
     """A job's calls go in once, after its scores, with the steps and schema checks their sessions' scores gave
-    (``with_steps``); the scoring's update reaches the calls stored before it. A call of a session not scored here
+    (``with_steps``); the scoring's update reaches the calls stored before it, a span id the session's traces
+    repeat included (one call of the session, as its score reads it). A call of a session not scored here
     (another writer's, or one whose scoring failed) is written without."""
     tables = LocalSessionTables()
     early, late = datetime(2026, 11, 1), datetime(2026, 11, 20)
     tables.write_assembled(con, early, [], [{"trace_id": "t1", "first_received": early, "session_ids": ["s"]}])
-    tables.write_tool_calls(con, early, [{"session_id": "s", "trace_id": "t1", "span_id": "a", "tool_name": "search"}])
+    tables.write_tool_calls(con, early, [{"session_id": "s", "trace_id": "t1", "span_id": sp, "tool_name": "search"}
+                                         for sp in ("a", "x")])
     tables.write_assembled(con, late, [], [{"trace_id": "t2", "first_received": late, "session_ids": ["s", "u"]}])
     fresh = [{"session_id": "s", "trace_id": "t2", "span_id": "b", "tool_name": "cart"},
+             {"session_id": "s", "trace_id": "t2", "span_id": "x", "tool_name": "cart"},
              {"session_id": "u", "trace_id": "t2", "span_id": "c", "tool_name": "pay"}]
-    steps = [{"session_id": "s", "span_id": "a", "step": "search", "args_valid": True},
-             {"session_id": "s", "span_id": "b", "step": "cart", "args_valid": False}]
-    tables.replace_sessions(con, ["s"], [], steps, [], [], fresh_calls={("s", "b")})
+    steps = [{"session_id": "s", "span_id": sp, "step": step, "args_valid": valid}
+             for sp, step, valid in (("a", "search", True), ("b", "cart", False), ("x", "cart", None))]
+    tables.replace_sessions(con, ["s"], [], steps, [], [], fresh_traces={"t2"})
     tables.write_tool_calls(con, late, with_steps(fresh, steps))
-    assert con.execute("SELECT span_id, step, args_valid, first_received FROM tool_calls ORDER BY span_id").fetchall() == [
-        ("a", "search", True, early), ("b", "cart", False, late), ("c", None, None, late)]
+    assert con.execute("SELECT trace_id, span_id, step, args_valid, first_received FROM tool_calls "
+                       "ORDER BY span_id, trace_id").fetchall() == [
+        ("t1", "a", "search", True, early), ("t2", "b", "cart", False, late), ("t2", "c", None, None, late),
+        ("t1", "x", "cart", None, early), ("t2", "x", "cart", None, late)]
 
 
 def test_the_migration_gives_stored_calls_their_traces_first_received_row_for_row(tmp_path):

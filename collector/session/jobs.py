@@ -83,9 +83,8 @@ def run(parts: StageParts, con: duckdb.DuckDBPyConnection, plan: JobPlan) -> Job
     ids = assembly.before | {s for t in out.assembled for s in t.session_ids}
     if plan.follow:
         ids |= parts.tables.assembled_elsewhere(con) or set()
-    calls = tool_call_rows(assembly.fresh)
-    steps = score_in(parts, con, ids, out, out.assembled, plan.still_open, calls)
-    parts.tables.write_tool_calls(con, assembly.since, with_steps(calls, steps))
+    steps = score_in(parts, con, ids, out, out.assembled, plan.still_open, [t.trace_id for t in assembly.fresh])
+    parts.tables.write_tool_calls(con, assembly.since, with_steps(tool_call_rows(assembly.fresh), steps))
     return out
 
 
@@ -184,10 +183,10 @@ def _texts(parts: StageParts, assembled: Sequence[AssembledTrace]) -> list[dict[
 
 def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Collection[str], out: JobResult,
              fresh: Sequence[AssembledTrace] = (), still_open: Collection[str] = (),
-             fresh_calls: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+             fresh_traces: Collection[str] = ()) -> list[dict[str, Any]]:
     """Re-score these sessions (those this store owns) and replace their rows; what was written and what failed
-    go into ``out``. Returns the steps of their calls (``pass_rows``); ``fresh_calls``: rows of calls not stored
-    yet, which the caller writes with theirs."""
+    go into ``out``. Returns the steps of their calls (``pass_rows``); ``fresh_traces``: traces whose calls are
+    not stored yet, which the caller writes with theirs."""
     tables = parts.tables
     ids = {s for s in session_ids if tables.placement.owns(s)}
     if not ids:
@@ -208,7 +207,7 @@ def score_in(parts: StageParts, con: duckdb.DuckDBPyConnection, session_ids: Col
         parts.metrics.inc("schema_validations_refused", n, reason)
     tables.replace_sessions(con, rows.replaced, rows.sessions, rows.call_steps, rows.case_runs, rows.cased,
                             stored=[s for s in rows.replaced if s in versions], index=stored.index,
-                            fresh_calls={(c["session_id"], c["span_id"]) for c in fresh_calls})
+                            fresh_traces=frozenset(fresh_traces))
     out.written.extend(scoring.written)
     out.failed.extend(scoring.failed)
     return rows.call_steps

@@ -179,7 +179,8 @@ class LocalSessionTables:
             con.execute(f"UPDATE trace_index SET assembled_at = ? WHERE trace_id {IN_LIST}", [now, json_strings(shown)])
 
     def write_tool_calls(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row]) -> None:
-        """The tool calls of traces just assembled, with their steps: one INSERT, no UPDATE after it."""
+        """The tool calls of traces just assembled, with their steps: one INSERT, no UPDATE after it for a session
+        of fresh traces alone."""
         self._insert(con, "tool_calls", [{**r, "first_received": since} for r in tool_calls])
 
     def _assembled_texts(self, con: duckdb.DuckDBPyConnection, trace_ids: Collection[str],
@@ -277,13 +278,15 @@ class LocalSessionTables:
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None,
-                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
+                         fresh_traces: Collection[str] = ()) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (a session without a row is removed), their
         calls get their steps, and the case runs of ``cased`` sessions become ``case_runs`` (appended as
         ``case_run_rows`` and ``stage_result_rows``). ``stored``: those of ``replaced`` that have a row now, when
         known (the others need no removal row). ``index``: the sessions'
-        ``lookup`` index, when the job has read it already. ``fresh_calls``: (session, span id) of calls not stored
-        yet, which ``write_tool_calls`` writes with their steps: only the calls stored before are updated."""
+        ``lookup`` index, when the job has read it already. ``fresh_traces``: traces whose calls are not stored
+        yet (``write_tool_calls`` writes them with their steps): a session all of whose traces are among them has
+        no stored call to update. A session with an earlier trace has all its calls' steps set, since a span id its
+        traces repeat is one call of the session, stored in each."""
         ids = list(replaced)
         seq = self._next_seq(con)
         written = {r["session_id"]: r["version"] for r in sessions}
@@ -299,9 +302,10 @@ class LocalSessionTables:
             memory.sessions_stored(written)
         self._remembered({**{sid: 0 for sid in ids if sid not in written}, **written})
         firsts = [t[1] for sid in ids for t in (index or {}).get(sid, ())]
-        stored_calls = [r for r in call_steps if (r["session_id"], r["span_id"]) not in fresh_calls] \
-            if fresh_calls else call_steps
-        self._write_call_steps(con, ids, stored_calls, min(firsts) if firsts and None not in firsts else None)
+        if fresh_traces:
+            stored_before = {sid for sid in ids if any(t[0] not in fresh_traces for t in (index or {}).get(sid, ()))}
+            call_steps = [r for r in call_steps if r["session_id"] in stored_before]
+        self._write_call_steps(con, ids, call_steps, min(firsts) if firsts and None not in firsts else None)
         runs, stages = case_run_tables(case_runs)
         ran = {r["session_id"] for r in runs}
         self._insert(con, "case_run_rows", [*({**r, "row_seq": seq} for r in runs),

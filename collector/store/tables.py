@@ -163,9 +163,9 @@ class SessionTables(JudgmentTables, Protocol):
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None,
-                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
+                         fresh_traces: Collection[str] = ()) -> None:
         """The rows of ``replaced`` sessions become ``sessions`` (one without a new row is removed), their calls get
-        ``call_steps``; ``fresh_calls`` (session, span id) are written after, with theirs (``write_tool_calls``)."""
+        ``call_steps``; the calls of ``fresh_traces`` are written after, with theirs (``write_tool_calls``)."""
 
     def compact(self, con: duckdb.DuckDBPyConnection) -> int:
         """Remove session rows superseded by a newer version (session writes are appends); how many went."""

@@ -153,12 +153,17 @@ class LakeSessionTables(LocalSessionTables):
     def replace_sessions(self, con: duckdb.DuckDBPyConnection, replaced: Collection[str], sessions: Sequence[Row],
                          call_steps: Sequence[Row], case_runs: Sequence[Row], cased: Collection[str],
                          stored: Collection[str] | None = None, index: SessionIndex | None = None,
-                         fresh_calls: Collection[tuple[str, str]] = ()) -> None:
+                         fresh_traces: Collection[str] = ()) -> None:
         """Every call's step into ``call_scores``, fresh or not: the lake's ``tool_calls`` view reads them there."""
         super().replace_sessions(con, replaced, sessions, call_steps, case_runs, cased, stored, index)
         had = set(replaced) if stored is None else set(stored)  # a session never stored here was never shipped
         mark(con, "session", sorted(set(replaced)), replace=lambda sid: sid in had)
         mark(con, "case_run", sorted(set(cased)))
+
+    def write_tool_calls(self, con: duckdb.DuckDBPyConnection, since: datetime, tool_calls: Sequence[Row]) -> None:
+        """Without their steps: on a lake a call's step is its session owner's, in ``call_scores`` (which the
+        ``tool_calls`` view reads), and the stored row keeps none that a later scoring would leave stale."""
+        super().write_tool_calls(con, since, [{**r, "step": None, "args_valid": None} for r in tool_calls])
 
     def _write_funnel_steps(self, con: duckdb.DuckDBPyConnection, rows: Sequence[Row]) -> None:
         super()._write_funnel_steps(con, rows)
