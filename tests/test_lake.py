@@ -848,6 +848,18 @@ def test_the_sessions_a_reassembled_trace_held_are_read_from_its_index_rows(tmp_
     assert held == {"provisional", "s2", "s2-before-the-move"}
 
 
+def test_a_replica_stores_its_calls_without_steps_which_the_owner_keeps_in_call_scores(tmp_path: Path) -> None:
+    """On a lake a call's step and schema check are its session owner's (``call_scores``, which the readers'
+    ``tool_calls`` view reads): a replica stores its calls without them, so a read of its own file never shows one
+    a later scoring left stale."""
+    con = _replica_file(tmp_path)
+    tables = LakeSessionTables(LakeSettings(catalog="postgres:dbname=x", data_path="/tmp/x", replica=0, replicas=2))
+    tables.write_tool_calls(con, T0, [{"session_id": "s", "trace_id": "t", "span_id": "a", "tool_name": "search",
+                                       "step": "search", "args_valid": True}])
+    assert con.execute("SELECT span_id, tool_name, step, args_valid FROM tool_calls").fetchall() == [
+        ("a", "search", None, None)]
+
+
 def test_the_owner_scores_a_later_turn_from_the_earlier_ones_it_assembled_unless_another_replica_holds_them(
         tmp_path: Path, monkeypatch) -> None:
     """Issue 14's incremental re-score on a lake too: an earlier turn this replica assembled is taken from its
