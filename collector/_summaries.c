@@ -1796,43 +1796,76 @@ static int room(void **items, size_t *cap, size_t n, size_t size, size_t first) 
     return 0;
 }
 
-/* A kept span's block: its trace id, span id and parent id (zeros when none), then these fields, then its strings'
- * bytes one after another (a third of what a SpanS and its strings take, for a span of short strings). */
-typedef struct {
-    uint64_t start, end;
-    int64_t in, out;
-    int32_t has_pid, weak_session, status_code, genai, kind, extract_kind, status_error, has_in, has_out, setup;
-    int32_t len[NSPAN_STRS]; /* each string's length, -1 absent */
-} Packed;
-#define PACKED_AT 32
+/* A kept span's block, in the order ``keep_span`` writes it: its trace id (16 bytes) and span id (8); one byte of
+ * flags (F_*), one each for its kind, extract kind and status code; a mask of the strings present (bit k:
+ * SPAN_STRS[k], absent ones leave theirs clear); the parent id (8, when it has one), start and end (8 each), input
+ * and output tokens (8 each, when given); each present string's length as a varint, then their bytes one after
+ * another. About 70 bytes beside its strings for a span of the hot dialect (a fixed layout took 180). */
+enum { F_PID = 1, F_WEAK_SESSION = 2, F_GENAI = 4, F_STATUS_ERROR = 8, F_HAS_IN = 16, F_HAS_OUT = 32, F_SETUP = 64 };
+#define PACKED_HEAD 32 /* ids, the four bytes, the mask */
+#define MAX_PACKED_FIXED (PACKED_HEAD + 8 * 5 + 5 * NSPAN_STRS) /* and at most this before the strings */
+_Static_assert(sizeof SPAN_STRS / sizeof *SPAN_STRS <= 32, "a kept span's mask has a bit per string");
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v) { return memcpy(p, &v, 8), p + 8; }
+static const uint8_t *get_u64(const uint8_t *p, uint64_t *v) { return memcpy(v, p, 8), p + 8; }
+
+static uint8_t *put_varint(uint8_t *p, uint32_t v) {
+    while (v >= 0x80) *p++ = (uint8_t)(v | 0x80), v >>= 7;
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static const uint8_t *get_varint(const uint8_t *p, uint32_t *v) { /* written by put_varint: at most 5 bytes */
+    uint32_t out = 0;
+    for (int shift = 0;; shift += 7) {
+        uint8_t b = *p++;
+        out |= (uint32_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+    }
+    *v = out;
+    return p;
+}
 
 static int keep_span(KeptTrace *t, const SpanS *src) {
-    Packed pk = {src->start, src->end, src->in, src->out, src->pid != NULL, src->weak_session, src->status_code,
-                 src->genai, src->kind, src->extract_kind, src->status_error, src->has_in, src->has_out, src->setup,
-                 {0}};
-    size_t size = PACKED_AT + sizeof pk;
+    uint8_t fixed[MAX_PACKED_FIXED];
+    memcpy(fixed, src->tid, 16), memcpy(fixed + 16, src->sid, 8);
+    fixed[24] = (uint8_t)((src->pid ? F_PID : 0) | (src->weak_session ? F_WEAK_SESSION : 0) | (src->genai ? F_GENAI : 0) |
+                          (src->status_error ? F_STATUS_ERROR : 0) | (src->has_in ? F_HAS_IN : 0) |
+                          (src->has_out ? F_HAS_OUT : 0) | (src->setup ? F_SETUP : 0));
+    fixed[25] = (uint8_t)src->kind, fixed[26] = (uint8_t)src->extract_kind, fixed[27] = (uint8_t)src->status_code;
+    uint32_t mask = 0;
+    size_t strings = 0;
     for (size_t k = 0; k < NSPAN_STRS; k++) {
         const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
+        if (x->n < 0) continue;
         if (x->n > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "a string of a kept span is longer than 2 GiB");
             return -1;
         }
-        pk.len[k] = x->n < 0 ? -1 : (int32_t)x->n;
-        if (x->n > 0) size += (size_t)x->n;
+        mask |= 1u << k;
+        strings += (size_t)x->n;
     }
+    memcpy(fixed + 28, &mask, 4);
+    uint8_t *p = fixed + PACKED_HEAD;
+    if (src->pid) memcpy(p, src->pid, 8), p += 8;
+    p = put_u64(p, src->start), p = put_u64(p, src->end);
+    if (src->has_in) p = put_u64(p, (uint64_t)src->in);
+    if (src->has_out) p = put_u64(p, (uint64_t)src->out);
+    for (size_t k = 0; k < NSPAN_STRS; k++) {
+        const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
+        if (x->n >= 0) p = put_varint(p, (uint32_t)x->n);
+    }
+    size_t head = (size_t)(p - fixed), size = head + strings;
     if (room((void **)&t->spans, &t->cap, t->n, sizeof *t->spans, 8) < 0) return -1;
-    uint8_t *block = PyMem_Malloc(size);
+    uint8_t *block = PyMem_Malloc(size ? size : 1);
     if (!block) {
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(block, src->tid, 16), memcpy(block + 16, src->sid, 8);
-    if (src->pid) memcpy(block + 24, src->pid, 8);
-    else memset(block + 24, 0, 8);
-    memcpy(block + PACKED_AT, &pk, sizeof pk);
-    uint8_t *p = block + PACKED_AT + sizeof pk;
-    for (size_t i = 0; i < NSPAN_STRS; i++) { /* nothing kept points into the request */
-        const Str *x = (const Str *)((const char *)src + SPAN_STRS[i]);
+    memcpy(block, fixed, head);
+    p = block + head;
+    for (size_t k = 0; k < NSPAN_STRS; k++) { /* nothing kept points into the request */
+        const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
         if (x->n > 0) memcpy(p, x->p, (size_t)x->n), p += x->n;
     }
     KeptSpan *k = &t->spans[t->n];
@@ -1844,21 +1877,32 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
 
 /* The kept span as the walk read it, its ids and strings pointing into its block. */
 static void unpack_span(const KeptSpan *k, SpanS *s) {
-    const uint8_t *b = k->block;
-    Packed pk;
-    memcpy(&pk, b + PACKED_AT, sizeof pk);
+    const uint8_t *b = k->block, *p = b + PACKED_HEAD;
+    uint8_t flags = b[24];
+    uint32_t mask, lens[NSPAN_STRS];
+    memcpy(&mask, b + 28, 4);
     memset(s, 0, sizeof *s);
-    s->tid = b, s->sid = b + 16, s->pid = pk.has_pid ? b + 24 : NULL;
-    s->start = pk.start, s->end = pk.end, s->in = pk.in, s->out = pk.out;
-    s->weak_session = pk.weak_session, s->status_code = pk.status_code, s->genai = pk.genai, s->kind = pk.kind;
-    s->extract_kind = pk.extract_kind, s->status_error = pk.status_error, s->has_in = pk.has_in;
-    s->has_out = pk.has_out, s->setup = pk.setup;
-    const uint8_t *p = b + PACKED_AT + sizeof pk;
+    s->tid = b, s->sid = b + 16;
+    s->weak_session = !!(flags & F_WEAK_SESSION), s->genai = !!(flags & F_GENAI);
+    s->status_error = !!(flags & F_STATUS_ERROR), s->has_in = !!(flags & F_HAS_IN), s->has_out = !!(flags & F_HAS_OUT);
+    s->setup = !!(flags & F_SETUP);
+    s->kind = b[25], s->extract_kind = b[26], s->status_code = b[27];
+    if (flags & F_PID) s->pid = p, p += 8;
+    uint64_t v;
+    p = get_u64(p, &s->start), p = get_u64(p, &s->end);
+    if (s->has_in) p = get_u64(p, &v), s->in = (int64_t)v;
+    if (s->has_out) p = get_u64(p, &v), s->out = (int64_t)v;
+    for (size_t i = 0; i < NSPAN_STRS; i++)
+        if (mask >> i & 1) p = get_varint(p, &lens[i]);
     for (size_t i = 0; i < NSPAN_STRS; i++) {
         Str *x = (Str *)((char *)s + SPAN_STRS[i]);
-        x->n = pk.len[i];
-        x->p = pk.len[i] < 0 ? NULL : p; /* an empty string: any address; an absent one: none */
-        if (pk.len[i] > 0) p += pk.len[i];
+        if (!(mask >> i & 1)) {
+            x->n = -1, x->p = NULL;
+            continue;
+        }
+        x->n = (Py_ssize_t)lens[i];
+        x->p = p; /* an empty string: any address; an absent one: none */
+        p += lens[i];
     }
 }
 
