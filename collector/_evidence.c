@@ -192,10 +192,33 @@ static int string_at(Tree *t, const uint8_t **pp, const uint8_t *end, Py_ssize_t
     return 0;
 }
 
+/* Whether float(text) reads back as the text itself through repr (so neither needs redoing): a JSON float with no
+ * exponent, at most 15 significant digits (distinct such decimals are distinct doubles, so repr's shortest digits are
+ * these), no zero ending its fraction unless the fraction is that zero, and in repr's fixed notation
+ * (1e-4 <= |x| < 1e16, or zero). Others (``1.50``, ``1e3``, ``0.00001``) take float() and repr. */
+static int float_is_own_repr(const char *s, Py_ssize_t n) {
+    Py_ssize_t i = s[0] == '-';
+    Py_ssize_t int_at = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    Py_ssize_t int_len = i - int_at;
+    if (!int_len || i >= n || s[i] != '.') return 0;
+    Py_ssize_t frac_at = ++i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    Py_ssize_t frac_len = i - frac_at;
+    if (i != n || !frac_len) return 0;
+    int int_zero = int_len == 1 && s[int_at] == '0';
+    if (frac_len == 1 && s[frac_at] == '0') return int_len <= 15;
+    if (s[n - 1] == '0') return 0;
+    if (!int_zero) return int_len + frac_len <= 15;
+    Py_ssize_t zeros = 0;
+    while (s[frac_at + zeros] == '0') zeros++;
+    return zeros <= 3 && frac_len - zeros <= 15;
+}
+
 /* A number from *pp, as json's scanner matches it; 1 read, 0 declined. */
 static int number_at(Tree *t, const uint8_t **pp, const uint8_t *end, int32_t x) {
     const uint8_t *p = *pp, *s = p;
-    int is_float = 0, nonzero = 0;
+    int is_float = 0, exponent = 0, nonzero = 0;
     if (p < end && *p == '-') p++;
     if (p < end && *p == '0') p++;
     else if (p < end && *p >= '1' && *p <= '9') {
@@ -211,13 +234,15 @@ static int number_at(Tree *t, const uint8_t **pp, const uint8_t *end, int32_t x)
         if (q < end && (*q == '-' || *q == '+')) q++;
         if (q < end && *q >= '0' && *q <= '9') {
             while (q < end && *q >= '0' && *q <= '9') q++;
-            is_float = 1, p = q;
+            is_float = 1, exponent = 1, p = q;
         }
     }
     if (p - s > MAX_NUMBER) return 0;
     Node *n = &t->nodes[x];
     n->type = is_float ? J_FLOAT : J_INT, n->off = s - t->src, n->len = p - s;
-    if (is_float) {
+    if (is_float && !exponent) /* no exponent: nothing underflows to zero within MAX_NUMBER digits */
+        n->truthy = (uint8_t)nonzero;
+    else if (is_float) {
         char tmp[MAX_NUMBER + 1];
         memcpy(tmp, s, (size_t)(p - s));
         tmp[p - s] = 0;
@@ -607,6 +632,7 @@ static int repr_number(Out *o, const Tree *t, const Node *v) {
         if (v->len == 2 && s[0] == '-' && s[1] == '0') return out_put(o, "0", 1);
         return out_put(o, s, v->len);
     }
+    if (float_is_own_repr(s, v->len)) return out_put(o, s, v->len);
     char tmp[MAX_NUMBER + 1];
     memcpy(tmp, s, (size_t)v->len);
     tmp[v->len] = 0;
@@ -807,6 +833,7 @@ static int dump_value(Out *o, const Tree *t, int32_t x, int sort, int ascii) {
     case J_NINF: return out_raw(o, "-Infinity", 9);
     case J_INT: return v->len == 2 && s[0] == '-' && s[1] == '0' ? out_raw(o, "0", 1) : out_raw(o, s, v->len);
     case J_FLOAT: {
+        if (float_is_own_repr(s, v->len)) return out_raw(o, s, v->len);
         char tmp[MAX_NUMBER + 1];
         memcpy(tmp, s, (size_t)v->len);
         tmp[v->len] = 0;
