@@ -691,8 +691,12 @@ static int has_phrase(const Out *o, const List *phrases) {
     for (Py_ssize_t i = 0; i < phrases->n; i++) {
         Py_ssize_t n = phrases->items[i].n;
         if (n == 0) return 1;
-        for (Py_ssize_t j = 0; j + n <= o->n; j++)
-            if (o->p[j] == phrases->items[i].p[0] && !memcmp(o->p + j, phrases->items[i].p, (size_t)n)) return 1;
+        if (n > o->n) continue;
+        const uint8_t *first = phrases->items[i].p, *at = o->p, *last = o->p + (o->n - n); /* a match's last start */
+        while (at <= last && (at = memchr(at, first[0], (size_t)(last - at + 1))) != NULL) {
+            if (!memcmp(at, first, (size_t)n)) return 1;
+            at++;
+        }
     }
     return 0;
 }
@@ -718,6 +722,11 @@ static int parse_json_span(const uint8_t *text, Py_ssize_t n, const uint8_t **sp
     const uint8_t *end = text + n, *s = text, *e = end;
     if (n > MAX_TEXT) return -1;
     for (const uint8_t *p = text; p < end;) { /* the whole text is valid UTF-8, or declined */
+        uint64_t w;
+        if (end - p >= 8 && (memcpy(&w, p, 8), !(w & 0x8080808080808080ULL))) { /* eight ASCII bytes at once */
+            p += 8;
+            continue;
+        }
         uint32_t cp;
         int k = utf8_at(p, end, &cp);
         if (!k) return -1;
