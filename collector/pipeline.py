@@ -249,11 +249,6 @@ class Pipeline:
 
     def submit(self, batch: Batch, receiver: str) -> Future:
         """Hand a batch to the store; the future resolves to an ExportResult after COMMIT."""
-        try:
-            commit = self.store.submit(batch)
-        except Saturated as exc:
-            self.metrics.inc("pushed_back", label=f"{receiver}:{exc.limit}")
-            raise
         out = handed_over()  # a request cancelled while it waits (a stop) leaves it to be settled
 
         def done(f: Future) -> None:
@@ -271,7 +266,11 @@ class Pipeline:
             out.set_result(ExportResult(len(batch), batch.rejected.count, batch.rejected.message(),
                                         result.duplicates))
 
-        commit.add_done_callback(done)
+        try:  # told on the writer thread as the commit ends, before its next job (a session job reads what it noted)
+            self.store.submit(batch, on_commit=done)
+        except Saturated as exc:
+            self.metrics.inc("pushed_back", label=f"{receiver}:{exc.limit}")
+            raise
         return out
 
     def count_refusal(self, signal: Signal, exc: IngestError) -> None:

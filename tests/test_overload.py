@@ -182,7 +182,9 @@ def test_a_request_given_up_while_it_waits_for_its_commit_is_answered_by_the_wri
     commit: Future = Future()
 
     class OneCommit:
-        def submit(self, batch):
+        def submit(self, batch, on_commit=None):
+            if on_commit is not None:
+                commit.add_done_callback(on_commit)
             return commit
 
     batch = decode_traces_protobuf(_body(3, 0))

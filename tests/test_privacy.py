@@ -363,7 +363,7 @@ def test_the_pipeline_redacts_before_it_stores_and_pays_nothing_when_off():
     class Store:
         submitted: list = []
 
-        def submit(self, batch):
+        def submit(self, batch, on_commit=None):
             self.submitted.append(batch)
             raise RuntimeError("stop here")
 

@@ -158,3 +158,34 @@ def test_a_job_that_caught_a_failed_statement_fails_instead_of_committing_nothin
         ).result(30) == 0
     finally:
         store.close()
+
+
+def test_the_pipeline_tells_its_commit_listener_on_the_writer_before_the_writers_next_job(tmp_path):
+    """The session stage notes a committed batch's traces as open before any job can run: a job queued right after
+    a commit sees what the listener noted, however late the receiving thread gets back to its request."""
+    from agentfunnel.collector.pipeline import Admission, Pipeline
+
+    store = _store(tmp_path)
+    told: list[str] = []
+    seen_by_job: list[list[str]] = []
+
+    class SlowReceiver:
+        """The store, with the receiving thread held up after each submit until a job queued behind the commit ran."""
+
+        def submit(self, batch, on_commit=None):
+            fut = store.submit(batch, on_commit=on_commit)
+            fut.result(timeout=30)
+            store.submit_job(lambda con: seen_by_job.append(list(told))).result(timeout=30)
+            return fut
+
+    try:
+        metrics = Metrics()
+        pipeline = Pipeline(SlowReceiver(), metrics, Admission(1 << 30, 1, metrics),  # type: ignore[arg-type]
+                            on_committed=lambda batch: told.extend(batch.trace_id[:1]))
+        batch = _batch()
+        answer = pipeline.submit(batch, "http")
+        assert answer.result(timeout=30).accepted == len(batch)
+        assert seen_by_job == [[batch.trace_id[0]]]  # the job ran after the listener, though before submit returned
+        assert told == [batch.trace_id[0]]
+    finally:
+        store.close()

@@ -499,9 +499,14 @@ class Store:
         """Jobs submitted and not finished: session work that is behind when it stays above zero."""
         return self._jobs_waiting
 
-    def submit(self, batch: SpanBatch | LogBatch | MetricBatch) -> Future:
-        """Queue a batch for the next group commit; the future resolves after COMMIT."""
+    def submit(self, batch: SpanBatch | LogBatch | MetricBatch,
+               on_commit: Callable[[Future], None] | None = None) -> Future:
+        """Queue a batch for the next group commit; the future resolves after COMMIT. ``on_commit`` is called with the
+        future as it resolves, on the writer thread, before the writer takes its next job or batch (attached before
+        the batch is queued, it cannot run later on the caller's thread): what it notes, a job queued after it sees."""
         fut = handed_over()
+        if on_commit is not None:
+            fut.add_done_callback(on_commit)
         nbytes = max(batch.payload_bytes, 1)
         with self._lock:
             if self._closed:
