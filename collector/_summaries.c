@@ -1726,6 +1726,7 @@ typedef struct {
     KeptSpan *spans;
     size_t n, cap, bytes;
     int back; /* handed back: the records path reads the whole trace */
+    uint8_t tid[16]; /* its id, once for all its spans */
 } KeptTrace;
 
 typedef struct {
@@ -1796,13 +1797,14 @@ static int room(void **items, size_t *cap, size_t n, size_t size, size_t first) 
     return 0;
 }
 
-/* A kept span's block, in the order ``keep_span`` writes it: its trace id (16 bytes) and span id (8); one byte of
- * flags (F_*), one each for its kind, extract kind and status code; a mask of the strings present (bit k:
- * SPAN_STRS[k], absent ones leave theirs clear); the parent id (8, when it has one), start and end (8 each), input
- * and output tokens (8 each, when given); each present string's length as a varint, then their bytes one after
- * another. About 70 bytes beside its strings for a span of the hot dialect (a fixed layout took 180). */
+/* A kept span's block, in the order ``keep_span`` writes it: its span id (8 bytes; the trace id is its trace's,
+ * kept once); one byte of flags (F_*), one each for its kind, extract kind and status code; a mask of the strings
+ * present (bit k: SPAN_STRS[k], absent ones leave theirs clear); the parent id (8, when it has one), start and end
+ * (8 each), input and output tokens (8 each, when given); each present string's length as a varint, then their
+ * bytes one after another. About 55 bytes beside its strings for a span of the hot dialect (a fixed layout with
+ * the trace id took 180). */
 enum { F_PID = 1, F_WEAK_SESSION = 2, F_GENAI = 4, F_STATUS_ERROR = 8, F_HAS_IN = 16, F_HAS_OUT = 32, F_SETUP = 64 };
-#define PACKED_HEAD 32 /* ids, the four bytes, the mask */
+#define PACKED_HEAD 16 /* the span id, the four bytes, the mask */
 #define MAX_PACKED_FIXED (PACKED_HEAD + 8 * 5 + 5 * NSPAN_STRS) /* and at most this before the strings */
 _Static_assert(sizeof SPAN_STRS / sizeof *SPAN_STRS <= 32, "a kept span's mask has a bit per string");
 
@@ -1828,11 +1830,11 @@ static const uint8_t *get_varint(const uint8_t *p, uint32_t *v) { /* written by 
 
 static int keep_span(KeptTrace *t, const SpanS *src) {
     uint8_t fixed[MAX_PACKED_FIXED];
-    memcpy(fixed, src->tid, 16), memcpy(fixed + 16, src->sid, 8);
-    fixed[24] = (uint8_t)((src->pid ? F_PID : 0) | (src->weak_session ? F_WEAK_SESSION : 0) | (src->genai ? F_GENAI : 0) |
+    memcpy(fixed, src->sid, 8);
+    fixed[8] = (uint8_t)((src->pid ? F_PID : 0) | (src->weak_session ? F_WEAK_SESSION : 0) | (src->genai ? F_GENAI : 0) |
                           (src->status_error ? F_STATUS_ERROR : 0) | (src->has_in ? F_HAS_IN : 0) |
                           (src->has_out ? F_HAS_OUT : 0) | (src->setup ? F_SETUP : 0));
-    fixed[25] = (uint8_t)src->kind, fixed[26] = (uint8_t)src->extract_kind, fixed[27] = (uint8_t)src->status_code;
+    fixed[9] = (uint8_t)src->kind, fixed[10] = (uint8_t)src->extract_kind, fixed[11] = (uint8_t)src->status_code;
     uint32_t mask = 0;
     size_t strings = 0;
     for (size_t k = 0; k < NSPAN_STRS; k++) {
@@ -1845,7 +1847,7 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
         mask |= 1u << k;
         strings += (size_t)x->n;
     }
-    memcpy(fixed + 28, &mask, 4);
+    memcpy(fixed + 12, &mask, 4);
     uint8_t *p = fixed + PACKED_HEAD;
     if (src->pid) memcpy(p, src->pid, 8), p += 8;
     p = put_u64(p, src->start), p = put_u64(p, src->end);
@@ -1868,6 +1870,7 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
         const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
         if (x->n > 0) memcpy(p, x->p, (size_t)x->n), p += x->n;
     }
+    if (!t->n) memcpy(t->tid, src->tid, 16);
     KeptSpan *k = &t->spans[t->n];
     k->block = block, k->size = size + KEPT_SPAN_OVERHEAD;
     t->n++;
@@ -1876,17 +1879,17 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
 }
 
 /* The kept span as the walk read it, its ids and strings pointing into its block. */
-static void unpack_span(const KeptSpan *k, SpanS *s) {
+static void unpack_span(const KeptTrace *t, const KeptSpan *k, SpanS *s) {
     const uint8_t *b = k->block, *p = b + PACKED_HEAD;
-    uint8_t flags = b[24];
+    uint8_t flags = b[8];
     uint32_t mask, lens[NSPAN_STRS];
-    memcpy(&mask, b + 28, 4);
+    memcpy(&mask, b + 12, 4);
     memset(s, 0, sizeof *s);
-    s->tid = b, s->sid = b + 16;
+    s->tid = t->tid, s->sid = b;
     s->weak_session = !!(flags & F_WEAK_SESSION), s->genai = !!(flags & F_GENAI);
     s->status_error = !!(flags & F_STATUS_ERROR), s->has_in = !!(flags & F_HAS_IN), s->has_out = !!(flags & F_HAS_OUT);
     s->setup = !!(flags & F_SETUP);
-    s->kind = b[25], s->extract_kind = b[26], s->status_code = b[27];
+    s->kind = b[9], s->extract_kind = b[10], s->status_code = b[11];
     if (flags & F_PID) s->pid = p, p += 8;
     uint64_t v;
     p = get_u64(p, &s->start), p = get_u64(p, &s->end);
@@ -2158,7 +2161,7 @@ static PyObject *taken(TraceStates *self, const KeptTrace *t, PyObject *tid) {
         PyMem_Free(spans);
         return PyErr_NoMemory();
     }
-    for (size_t i = 0; i < t->n; i++) unpack_span(&t->spans[i], &spans[i]), s[i] = &spans[i];
+    for (size_t i = 0; i < t->n; i++) unpack_span(t, &t->spans[i], &spans[i]), s[i] = &spans[i];
     PyObject *states = trace_states((PyObject **)&PyTuple_GET_ITEM(self->kit, 0), s, t->n, tid), *out = NULL;
     if (states && states != Py_None) {
         PyObject *facts = PyTuple_New((Py_ssize_t)t->n), *version = NULL;
