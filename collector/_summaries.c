@@ -1806,7 +1806,7 @@ static int room(void **items, size_t *cap, size_t n, size_t size, size_t first) 
 enum { F_PID = 1, F_WEAK_SESSION = 2, F_GENAI = 4, F_STATUS_ERROR = 8, F_HAS_IN = 16, F_HAS_OUT = 32, F_SETUP = 64 };
 #define PACKED_HEAD 16 /* the span id, the four bytes, the mask */
 #define MAX_PACKED_FIXED (PACKED_HEAD + 8 * 5 + 5 * NSPAN_STRS) /* and at most this before the strings */
-_Static_assert(sizeof SPAN_STRS / sizeof *SPAN_STRS <= 32, "a kept span's mask has a bit per string");
+_Static_assert(NSPAN_STRS <= 32, "a kept span's mask has a bit per string");
 
 static uint8_t *put_u64(uint8_t *p, uint64_t v) { return memcpy(p, &v, 8), p + 8; }
 static const uint8_t *get_u64(const uint8_t *p, uint64_t *v) { return memcpy(v, p, 8), p + 8; }
@@ -1835,6 +1835,11 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
                           (src->status_error ? F_STATUS_ERROR : 0) | (src->has_in ? F_HAS_IN : 0) |
                           (src->has_out ? F_HAS_OUT : 0) | (src->setup ? F_SETUP : 0));
     fixed[9] = (uint8_t)src->kind, fixed[10] = (uint8_t)src->extract_kind, fixed[11] = (uint8_t)src->status_code;
+    uint8_t *p = fixed + PACKED_HEAD;
+    if (src->pid) memcpy(p, src->pid, 8), p += 8;
+    p = put_u64(p, src->start), p = put_u64(p, src->end);
+    if (src->has_in) p = put_u64(p, (uint64_t)src->in);
+    if (src->has_out) p = put_u64(p, (uint64_t)src->out);
     uint32_t mask = 0;
     size_t strings = 0;
     for (size_t k = 0; k < NSPAN_STRS; k++) {
@@ -1846,20 +1851,12 @@ static int keep_span(KeptTrace *t, const SpanS *src) {
         }
         mask |= 1u << k;
         strings += (size_t)x->n;
+        p = put_varint(p, (uint32_t)x->n);
     }
     memcpy(fixed + 12, &mask, 4);
-    uint8_t *p = fixed + PACKED_HEAD;
-    if (src->pid) memcpy(p, src->pid, 8), p += 8;
-    p = put_u64(p, src->start), p = put_u64(p, src->end);
-    if (src->has_in) p = put_u64(p, (uint64_t)src->in);
-    if (src->has_out) p = put_u64(p, (uint64_t)src->out);
-    for (size_t k = 0; k < NSPAN_STRS; k++) {
-        const Str *x = (const Str *)((const char *)src + SPAN_STRS[k]);
-        if (x->n >= 0) p = put_varint(p, (uint32_t)x->n);
-    }
     size_t head = (size_t)(p - fixed), size = head + strings;
     if (room((void **)&t->spans, &t->cap, t->n, sizeof *t->spans, 8) < 0) return -1;
-    uint8_t *block = PyMem_Malloc(size ? size : 1);
+    uint8_t *block = PyMem_Malloc(size);
     if (!block) {
         PyErr_NoMemory();
         return -1;
