@@ -30,6 +30,7 @@ enum { J_NULL, J_FALSE, J_TRUE, J_INT, J_FLOAT, J_NAN, J_INF, J_NINF, J_STR, J_A
 typedef struct {
     uint8_t type;
     uint8_t truthy;
+    uint8_t own_repr; /* a float whose text is its repr (``float_is_own_repr``), read once */
     int32_t next;          /* the next member of the same container, -1 at its end */
     int32_t first;         /* a container's first member, -1 when empty */
     uint32_t count;        /* a container's members */
@@ -240,6 +241,7 @@ static int number_at(Tree *t, const uint8_t **pp, const uint8_t *end, int32_t x)
     if (p - s > MAX_NUMBER) return 0;
     Node *n = &t->nodes[x];
     n->type = is_float ? J_FLOAT : J_INT, n->off = s - t->src, n->len = p - s;
+    n->own_repr = (uint8_t)(is_float && !exponent && float_is_own_repr((const char *)s, p - s));
     if (is_float && !exponent) /* no exponent: nothing underflows to zero within MAX_NUMBER digits */
         n->truthy = (uint8_t)nonzero;
     else if (is_float) {
@@ -632,7 +634,7 @@ static int repr_number(Out *o, const Tree *t, const Node *v) {
         if (v->len == 2 && s[0] == '-' && s[1] == '0') return out_put(o, "0", 1);
         return out_put(o, s, v->len);
     }
-    if (float_is_own_repr(s, v->len)) return out_put(o, s, v->len);
+    if (v->own_repr) return out_put(o, s, v->len);
     char tmp[MAX_NUMBER + 1];
     memcpy(tmp, s, (size_t)v->len);
     tmp[v->len] = 0;
@@ -842,7 +844,7 @@ static int dump_value(Out *o, const Tree *t, int32_t x, int sort, int ascii) {
     case J_NINF: return out_raw(o, "-Infinity", 9);
     case J_INT: return v->len == 2 && s[0] == '-' && s[1] == '0' ? out_raw(o, "0", 1) : out_raw(o, s, v->len);
     case J_FLOAT: {
-        if (float_is_own_repr(s, v->len)) return out_raw(o, s, v->len);
+        if (v->own_repr) return out_raw(o, s, v->len);
         char tmp[MAX_NUMBER + 1];
         memcpy(tmp, s, (size_t)v->len);
         tmp[v->len] = 0;
