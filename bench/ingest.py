@@ -868,7 +868,7 @@ SESSION_METRICS = ("spans_committed", "commits", "traces_assembled", "open_trace
                    "traces_failed", "pushed_back", "sql_queries", "held_traces_evicted", "traces_read_back",
                    "prepare_skipped", "held_bytes", "writer_cpu_microseconds", "writer_runs", "spans_compiled",
                    "spans_handed_back",
-                   "compiled_kept_bytes")
+                   "compiled_kept_bytes", "gc_passes", "gc_pause_microseconds")
 ALWAYS_SHOWN = ("traces_assembled", "open_traces", "jobs_waiting", "sessions_finalized_early", "sessions_failed")
 
 

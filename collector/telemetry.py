@@ -6,6 +6,7 @@ drop or refusal increments a counter with a reason, so nothing is lost silently.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import defaultdict
@@ -143,11 +144,52 @@ DESCRIPTIONS = {
                              "returned a field a record does not take, e.g. misspelled; dropped), messages_error (its "
                              "messages reader raised; the next dialect's is used). Each is logged once per dialect and "
                              "field (or exception type). Counted for the whole process.",
+    "gc_passes": "Passes of Python's cyclic garbage collector, by generation (0 young, 2 full). Counted for the whole "
+                 "process, from its start.",
+    "gc_pause_microseconds": "Wall time those passes took, by generation: every thread of the process waits while "
+                             "one runs, so it is time taken from ingest and session work alike.",
     "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
                    "what one costs on average (a job pays for its statements however little it holds).",
 }
+
+
+class CollectorPauses:
+    """The cyclic collector's passes and their wall time, by generation, told by its own callbacks. Kept without a
+    lock: passes never overlap (one holds the interpreter while it runs), and the callback must not take a lock a
+    thread may hold when its allocation starts a pass."""
+
+    def __init__(self) -> None:
+        self._passes = [0, 0, 0]
+        self._micros = [0, 0, 0]
+        self._began = 0.0
+        self._installed = False
+
+    def install(self) -> None:
+        """Start counting (once per process; again is a no-op)."""
+        if not self._installed:
+            self._installed = True
+            gc.callbacks.append(self._on_pass)
+
+    def _on_pass(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = info["generation"]
+        self._passes[generation] += 1
+        self._micros[generation] += round((time.perf_counter() - self._began) * 1e6)
+
+    def passes(self) -> dict[str, int]:
+        return {str(g): n for g, n in enumerate(self._passes) if n}
+
+    def pause_microseconds(self) -> dict[str, int]:
+        return {str(g): n for g, n in enumerate(self._micros) if n}
+
+
+COLLECTOR_PAUSES = CollectorPauses()
 # Counters another layer keeps (semconv reports to nothing above it): name -> its counts by label, read when shown.
-HELD_ELSEWHERE: dict[str, Callable[[], dict[str, int]]] = {"dialect_reads_dropped": DROPPED.counts}
+HELD_ELSEWHERE: dict[str, Callable[[], dict[str, int]]] = {"dialect_reads_dropped": DROPPED.counts,
+                                                           "gc_passes": COLLECTOR_PAUSES.passes,
+                                                           "gc_pause_microseconds": COLLECTOR_PAUSES.pause_microseconds}
 GAUGES = {
     "queue_bytes": "Payload bytes admitted and not yet committed (in flight).",
     "store_failing": "1 while the store's commits fail (e.g. a full disk; /readyz answers 503, as do exports, "
