@@ -26,7 +26,7 @@ from agentfunnel.collector.ui import queries
 from agentfunnel.collector.ui.app import CSP
 from agentfunnel.collector.ui.filters import FilterError, SessionFilters
 from agentfunnel.collector.ui.model import call_views, overview_view
-from agentfunnel.collector.ui.pages import (Context, compare_page, error_page, experiment_page, experiments_page,
+from agentfunnel.collector.ui.pages import (ENV, Context, compare_page, error_page, experiment_page, experiments_page,
                                             login_page, overview_page, session_page, sessions_page)
 from agentfunnel.collector.ui.queries import Reader
 from conftest import agentfunnel_cmd, run_cli, shared_demo
@@ -544,3 +544,13 @@ def test_a_crawl_from_the_index_meets_no_server_error(demo_db, reader, server_fa
     judged = {r["session_id"] for r in sql(demo_db, "SELECT session_id FROM judgments")}
     assert judged and judged <= visited
     assert {r["session_id"] for r in sql(demo_db, "SELECT session_id FROM sessions")} <= visited
+
+
+def test_every_template_in_the_package_compiles():
+    """Templates are compiled when a page first needs one, not at start: a broken one must fail here, not on the
+    first visit to a page no other test opens."""
+    names = ENV.list_templates()
+    assert "session.html" in names and len(names) >= 10
+    for name in names:
+        assert ENV.get_template(name).name == name
+

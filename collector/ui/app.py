@@ -146,7 +146,6 @@ class UI:
     def __post_init__(self) -> None:
         self._sign_ins = SignInLimiter(self.sign_in_per_minute)
         self._static = _static()
-        pages.warm()
         self._pool = self.pool or ThreadPoolExecutor(max_workers=self.max_concurrent, thread_name_prefix="agentfunnel-ui")
         self._busy = asyncio.Semaphore(self.max_concurrent)
         self.ui_settings = self.ui_settings or UISettings()

@@ -99,17 +99,7 @@ def _env() -> jinja2.Environment:
     return env
 
 
-ENV = _env()
-TEMPLATES = ("overview.html", "sessions.html", "session.html", "experiments.html", "experiment.html", "compare.html",
-             "error.html", "login.html", "review.html", "review_block.html")
-
-
-def warm() -> None:
-    """Compile every template now (a first request would otherwise pay for it)."""
-    for name in TEMPLATES:
-        ENV.get_template(name)
-
-
+ENV = _env()  # each template compiled when a page first needs it (10-60 ms), not at every start
 def _render(name: str, ctx: Context, **data: Any) -> str:
     lang = lang_of(ctx.lang)
     other = "ja" if lang == "en" else "en"
