@@ -414,3 +414,36 @@ def test_unknown_drop_offs_come_last_and_say_what_to_look_at(tmp_path):
     assert [d.reason for d in drops] == ["unrecovered_error", "unknown"]
     for lang in ("en", "ja"):
         assert "example session" in drop_fix("unknown", "", "en") and drop_fix("unknown", "", lang)
+
+
+def test_a_report_reads_its_file_through_one_connection_and_lets_it_go(tmp_path, monkeypatch):
+    """``one_reading``: the report's statements share one read-only connection (opening the file cost about 20 ms
+    a statement); outside the block each statement opens its own, and when it ends the file is free again."""
+    from agentfunnel.collector import query as q
+    from agentfunnel.collector.report import Filters, load_report
+
+    db = tmp_path / "one.duckdb"
+    con = connect(db)
+    migrate(con)
+    con.executemany("INSERT INTO session_rows (session_id, drop_reason, steps, last_seen) "
+                    "VALUES (?, 'unknown', ['search'], now()::TIMESTAMP)", [(f"s{i}",) for i in range(3)])
+    con.close()
+    opened: list[object] = []
+    statements: list[str] = []
+    real_connect, real_run = q.connect, q.run_query
+    monkeypatch.setattr(q, "connect", lambda *a, **k: opened.append(a) or real_connect(*a, **k))
+    monkeypatch.setattr(q, "run_query", lambda con, sql, *a, **k: statements.append(sql) or real_run(con, sql, *a, **k))
+
+    report = load_report(db, Filters())
+    assert report.summary.sessions == 3 and len(statements) >= 5 and len(opened) == 1
+
+    with q.one_reading(db):
+        with q.one_reading(db):  # an inner block shares the outer one's
+            assert q.query(db, "SELECT count(*) FROM sessions").rows == [[3]]
+        assert q.query(db, "SELECT 1").rows == [[1]]
+    assert len(opened) == 2
+    writer = connect(db)  # closed with its block: the file opens for writing again in this process
+    writer.execute("INSERT INTO session_rows (session_id, steps, last_seen) VALUES ('s9', [], now()::TIMESTAMP)")
+    writer.close()
+    assert q.query(db, "SELECT count(*) FROM sessions").rows == [[4]] and len(opened) == 3
+    assert q.query(db, "SELECT 1").rows == [[1]] and len(opened) == 4  # outside a block: a connection a statement

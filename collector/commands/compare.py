@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from ..judge_audit import judge_warnings, kappa_gate
-from ..query import QueryError
+from ..query import QueryError, one_reading
 from ..regression import explain_regressions
 from ..links import compare_url, experiment_url, ui_base
 from .common import database, database_options, fail, gate_options, seconds, settings_for, wait_for_judgments
@@ -36,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.wait > 0:
             wait_for_judgments("compare", db, [args.a, args.b], args.wait)
-        result = comparison.compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
-                                    max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
-                                    max_cost=args.max_cost, max_p99_cost=args.max_p99_cost)
-        result.gates += kappa_gate(db, args.b, args.min_judge_kappa)
-        warnings = judge_warnings(db, args.b)
-        result.why = explain_regressions(db, args.a, args.b, result.rows)  # a failing run of B by a passing one of A
+        with one_reading(db):  # a dozen statements: the file opened once
+            result = comparison.compare(db, args.a, args.b, min_pass_hat_k=args.min_pass_hat_k,
+                                        max_regressions=args.max_regressions, max_p95_cost=args.max_p95_cost,
+                                        max_cost=args.max_cost, max_p99_cost=args.max_p99_cost)
+            result.gates += kappa_gate(db, args.b, args.min_judge_kappa)
+            warnings = judge_warnings(db, args.b)
+            result.why = explain_regressions(db, args.a, args.b, result.rows)  # a failing B run by a passing A one
     except (QueryError, ValueError) as exc:
         return fail("compare", exc, 2, escape=True)
     base = ui_base(db)

@@ -20,7 +20,7 @@ from ..config import StoreSettings
 from ..feedback.analysis import FeedbackView, load as load_feedback
 from ..judge_audit import audit_report
 from .monitors import load_firings
-from ..query import query
+from ..query import one_reading, query
 from .experiments import ExperimentStats, load_experiment
 from .sql import MISS_RESULTS, Filters, ReportSQL, shapes_sql, steps_sql, tails_sql
 from .text import lang_of, text
@@ -301,7 +301,8 @@ def load_report(db: Path | StoreSettings, filters: Filters, now: dt.datetime | N
                 registry: Registry = BUILTIN_REGISTRY) -> ReportData:
     """Read everything the report shows; raises QueryError when the database cannot be read. ``registry``:
     the configuration's variants (their names, terminal rungs and outcomes' order), the built-in ones by default."""
-    data = _load_report(db, filters, now, registry)
+    with one_reading(db):
+        data = _load_report(db, filters, now, registry)
     data.registry = registry
     return data
 
