@@ -111,27 +111,36 @@ class SqlSandbox:
         self._limits = limits
         self._lake = lake  # the cursors read a lake's readers' views (lake.main), not a file's tables
         self._dir: Path | None = None
-        self._columns: dict[str, list[str]] = {}
+        self._columns: dict[str, list[str]] | None = None  # the catalog's tables and columns, once it is built
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        self._building = threading.Lock()
         self._listener: socket.socket | None = None
         self._closed = False
 
     def open(self) -> "SqlSandbox":
         self._dir = Path(tempfile.mkdtemp(prefix="agentfunnel-sql-"))  # 0700: its socket is this user's alone
-        store = self._store_cursor()
-        try:
-            schemas = self._build_catalog(store, self._dir / CATALOG, self._lake)
-        finally:
-            store.close()
-        self._columns = {t: s.names for t, s in schemas.items()}
-        (self._dir / SCHEMAS).write_text(json.dumps({t: encode_schema(s) for t, s in schemas.items()}))
         (self._dir / "limits.json").write_text(self._limits.model_dump_json())
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(self._dir / SCANS))
         self._listener.listen(64)
         threading.Thread(target=self._accept, name="agentfunnel-sql-scans", daemon=True).start()
         return self
+
+    def _catalog(self) -> None:
+        """The workers' catalog, built at the first query rather than at start (about half a second of a server's
+        start; many runs never query). The store's schema is fixed once it is open, so it is built once."""
+        with self._building:
+            if self._columns is not None:
+                return
+            assert self._dir is not None, "open() first"
+            store = self._store_cursor()
+            try:
+                schemas = self._build_catalog(store, self._dir / CATALOG, self._lake)
+            finally:
+                store.close()
+            (self._dir / SCHEMAS).write_text(json.dumps({t: encode_schema(s) for t, s in schemas.items()}))
+            self._columns = {t: s.names for t, s in schemas.items()}
 
     @staticmethod
     def _build_catalog(store: duckdb.DuckDBPyConnection, catalog: Path, lake: bool = False) -> dict[str, pa.Schema]:
@@ -186,7 +195,7 @@ class SqlSandbox:
             with conn, conn.makefile("rwb") as stream:
                 request = json.loads(stream.readline(64 * 1024))
                 table, columns = request["table"], request["columns"]
-                known = self._columns.get(table)
+                known = (self._columns or {}).get(table)
                 if known is None or not isinstance(columns, list) or any(c not in known for c in columns):
                     return  # not a scan this module's catalog asks for: the worker sees a closed stream
                 cur = self._store_cursor()
@@ -207,6 +216,7 @@ class SqlSandbox:
 
     def query(self, sql: str, max_rows: int | None = None) -> QueryResult:
         """Run ``sql`` in a worker, within the time and memory bounds of ``sql.*``."""
+        self._catalog()
         worker = self._take()
         if not worker.started():
             worker.kill()

@@ -204,3 +204,33 @@ def test_one_huge_value_is_refused_before_it_costs_the_server_memory(server_fact
     assert query(srv.db, "SELECT 42").rows == [[42]]
     metrics = json.loads(urllib.request.urlopen(srv.admin + "/metrics").read())
     assert metrics["sql_queries"]["max_memory"] >= 1
+
+
+def test_the_workers_catalog_is_built_at_the_first_query_and_only_once(tmp_path, monkeypatch):
+    """A server's start does not build the SQL endpoint's catalog (about half a second; many runs never query):
+    the first query does, and later ones read the same."""
+    from agentfunnel.collector.config import SqlSettings
+    from agentfunnel.collector.sql_sandbox import CATALOG, SqlSandbox
+    from agentfunnel.collector.store.schema import migrate
+    from agentfunnel.collector.store.writer import connect
+
+    store = connect(tmp_path / "store.duckdb")
+    migrate(store)
+    store.execute("INSERT INTO session_rows (session_id, steps, last_seen) VALUES ('s1', [], now()::TIMESTAMP)")
+    built: list[int] = []
+    build = SqlSandbox._build_catalog
+    monkeypatch.setattr(SqlSandbox, "_build_catalog", staticmethod(lambda *a: built.append(1) or build(*a)))
+    sandbox = SqlSandbox(store.cursor, SqlSettings()).open()
+    try:
+        directory = sandbox._dir
+        assert directory is not None and not (directory / CATALOG).exists() and not built
+        threads = [threading.Thread(target=lambda: sandbox.query("SELECT count(*) FROM sessions")) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert (directory / CATALOG).exists() and built == [1]
+        assert sandbox.query("SELECT session_id FROM sessions").rows == [["s1"]] and built == [1]
+    finally:
+        sandbox.close()
+        store.close()
