@@ -389,7 +389,8 @@ def one_reading(db: Path | StoreSettings) -> Iterator[None]:
     """Within the block, ``query`` on this thread reads a database file through one read-only connection, opened
     at its first statement and closed when the block ends, rather than opening the file for each statement
     (about 20 ms a time; a report runs thirty-odd). A live server's file is still read through the server, and a
-    lake as before. While the block lasts the file is open, so a server cannot start on it meanwhile."""
+    lake as before. While the block lasts the file is open, so a server cannot start on it meanwhile, and
+    another thread of this process that opens it for a statement of its own is refused (a ``QueryError``)."""
     if getattr(_OPEN_FILES, "cons", None) is not None:  # an outer block already shares them
         yield
         return
@@ -424,7 +425,7 @@ def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,
         try:
             con = connect(db, read_only=True)  # a read-only instance: the engine refuses every write
             lock_down(con, no_files=True)  # the same rules as the server's endpoint: no files, no extensions, no SET
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # held by another process, or (this process) by a block of another thread
             raise QueryError(f"cannot open {db}: {exc}") from None
         if shared is not None:
             shared[key] = con

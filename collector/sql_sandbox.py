@@ -134,12 +134,22 @@ class SqlSandbox:
             if self._columns is not None:
                 return
             assert self._dir is not None, "open() first"
-            store = self._store_cursor()
+            building = self._dir / (CATALOG + ".building")  # in place only once whole: a failed build is tried anew
             try:
-                schemas = self._build_catalog(store, self._dir / CATALOG, self._lake)
+                store = self._store_cursor()
+                try:
+                    schemas = self._build_catalog(store, building, self._lake)
+                finally:
+                    store.close()
+                (self._dir / SCHEMAS).write_text(json.dumps({t: encode_schema(s) for t, s in schemas.items()}))
+                os.replace(building, self._dir / CATALOG)
+            except QueryError:
+                raise
+            except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                raise QueryError(f"the SQL endpoint could not read the store's tables: {exc}", reason="error") from None
             finally:
-                store.close()
-            (self._dir / SCHEMAS).write_text(json.dumps({t: encode_schema(s) for t, s in schemas.items()}))
+                for left in (building, building.with_name(building.name + ".wal")):
+                    left.unlink(missing_ok=True)
             self._columns = {t: s.names for t, s in schemas.items()}
 
     @staticmethod

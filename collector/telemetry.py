@@ -146,8 +146,9 @@ DESCRIPTIONS = {
                              "field (or exception type). Counted for the whole process.",
     "gc_passes": "Passes of Python's cyclic garbage collector, by generation (0 young, 2 full). Counted for the whole "
                  "process, from its start.",
-    "gc_pause_microseconds": "Wall time those passes took, by generation: every thread of the process waits while "
-                             "one runs, so it is time taken from ingest and session work alike.",
+    "gc_pause_microseconds": "Wall time those passes took, by generation, the finalizers they ran included: the "
+                             "other threads wait while one runs (unless a finalizer lets them go), so it is time "
+                             "taken from ingest and session work alike.",
     "writer_runs": "Group commits and jobs the store's writer ran, by the same work as writer_cpu_microseconds: with it, "
                    "what one costs on average (a job pays for its statements however little it holds).",
 }
@@ -161,7 +162,7 @@ class CollectorPauses:
     def __init__(self) -> None:
         self._passes = [0, 0, 0]
         self._micros = [0, 0, 0]
-        self._began = 0.0
+        self._began: float | None = None
         self._installed = False
 
     def install(self) -> None:
@@ -174,9 +175,12 @@ class CollectorPauses:
         if phase == "start":
             self._began = time.perf_counter()
             return
+        if self._began is None:  # installed while a pass ran: its start was not seen
+            return
         generation = info["generation"]
         self._passes[generation] += 1
         self._micros[generation] += round((time.perf_counter() - self._began) * 1e6)
+        self._began = None
 
     def passes(self) -> dict[str, int]:
         return {str(g): n for g, n in enumerate(self._passes) if n}

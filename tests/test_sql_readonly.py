@@ -234,3 +234,43 @@ def test_the_workers_catalog_is_built_at_the_first_query_and_only_once(tmp_path,
     finally:
         sandbox.close()
         store.close()
+
+
+def test_a_catalog_build_that_fails_is_a_query_error_and_the_next_query_builds_it_whole(tmp_path):
+    """The first query builds the catalog; a failure part way (the store's read interrupted, say) refuses that query
+    with a message and leaves nothing half-built behind, so the next query builds it and answers."""
+    import duckdb
+
+    from agentfunnel.collector.config import SqlSettings
+    from agentfunnel.collector.sql_sandbox import CATALOG, SqlSandbox
+    from agentfunnel.collector.store.schema import migrate
+    from agentfunnel.collector.store.writer import connect
+
+    store = connect(tmp_path / "store.duckdb")
+    migrate(store)
+    store.execute("INSERT INTO session_rows (session_id, steps, last_seen) VALUES ('s1', [], now()::TIMESTAMP)")
+    failures = [3]  # the third table read of the first build fails, after the scratch file has changed
+
+    class Flaky:
+        def __init__(self, cur):
+            self.cur = cur
+
+        def sql(self, text):
+            failures[0] -= 1
+            if failures[0] == 0:
+                raise duckdb.InterruptException("interrupted while the catalog was built")
+            return self.cur.sql(text)
+
+        def __getattr__(self, name):
+            return getattr(self.cur, name)
+
+    sandbox = SqlSandbox(lambda: Flaky(store.cursor()), SqlSettings()).open()
+    try:
+        with pytest.raises(QueryError, match="could not read the store's tables: .*interrupted"):
+            sandbox.query("SELECT count(*) FROM sessions")
+        assert sandbox._dir is not None and sorted(p.name for p in sandbox._dir.iterdir() if "catalog" in p.name) == []
+        assert sandbox.query("SELECT session_id FROM sessions").rows == [["s1"]]
+        assert (sandbox._dir / CATALOG).exists()
+    finally:
+        sandbox.close()
+        store.close()

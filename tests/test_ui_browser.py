@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Error as PlaywrightError, Page, sync_playwright
 
 from conftest import agentfunnel_cmd, read_db, shared_demo
 from otlp_build import to_otlp_json_bytes, trace_request
@@ -102,8 +102,17 @@ def _page(browser, width: int = 1280) -> Page:
 
 
 def _shot(page: Page, shots: Path, name: str) -> Path:
+    """A full-page screenshot for a person to look at (no assertion reads it). Chromium now and then refuses a
+    full-page capture on a busy machine ("Unable to capture screenshot"): it is asked again, then for the window."""
     path = shots / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    for attempt in range(3):
+        try:
+            page.screenshot(path=str(path), full_page=attempt < 2)
+            break
+        except PlaywrightError as exc:
+            if "Unable to capture screenshot" not in str(exc) or attempt == 2:
+                raise
+            time.sleep(0.5)
     print(f"screenshot: {path}")
     return path
 
