@@ -47,3 +47,15 @@ def test_the_process_counters_show_on_metrics_as_json_and_prometheus_text():
     assert got == snapshot["gc_passes"]["1"]
     assert '# TYPE agentfunnel_gc_passes_total counter' in text
     assert f'agentfunnel_gc_passes_total{{reason="1"}} {snapshot["gc_passes"]["1"]}' in text
+
+
+def test_a_pass_whose_start_was_not_seen_is_not_counted():
+    """Installed while a pass runs (from a finalizer, say), the first callback is that pass's end: without its
+    start there is nothing to time, and counting it would add the clock's whole reading."""
+    pauses = CollectorPauses()
+    pauses._on_pass("stop", {"generation": 2})
+    assert pauses.passes() == {} and pauses.pause_microseconds() == {}
+    pauses._on_pass("start", {"generation": 0})
+    pauses._on_pass("stop", {"generation": 0})
+    pauses._on_pass("stop", {"generation": 0})  # one start, one pass
+    assert pauses.passes() == {"0": 1} and pauses.pause_microseconds()["0"] < 1_000_000
