@@ -190,7 +190,8 @@ class CollectorPauses:
 
 
 COLLECTOR_PAUSES = CollectorPauses()
-# Counters another layer keeps (semconv reports to nothing above it): name -> its counts by label, read when shown.
+# Counters kept elsewhere (semconv reports to nothing above it; the collector's passes are counted by its own
+# callbacks): name -> its counts by label, read when shown.
 HELD_ELSEWHERE: dict[str, Callable[[], dict[str, int]]] = {"dialect_reads_dropped": DROPPED.counts,
                                                            "gc_passes": COLLECTOR_PAUSES.passes,
                                                            "gc_pause_microseconds": COLLECTOR_PAUSES.pause_microseconds}
