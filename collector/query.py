@@ -419,7 +419,7 @@ def query(db: Path | StoreSettings, sql: str, max_rows: int | None = None,
     if not db.exists():
         raise QueryError(f"database {db} does not exist (start `agentfunnel serve --db {db}` or ingest files first)")
     shared: dict[str, duckdb.DuckDBPyConnection] | None = getattr(_OPEN_FILES, "cons", None)
-    key = str(db.resolve())
+    key = str(db.resolve()) if shared is not None else ""  # resolved only where connections are shared
     con = shared.get(key) if shared is not None else None
     if con is None:
         try:
