@@ -10,12 +10,11 @@ protobuf decoder (``_wire``) returns whole columns in ``SPAN_COLUMNS`` order ins
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .decoded import Rejections, ResourceContext, hex_id, to_json, truncated
+from .decoded import Rejections, ResourceContext, from_json, hex_id, to_json, truncated
 
 SPAN_KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -30,7 +29,7 @@ SEVERITIES = (
 def shared_dicts(texts: Iterable[str]) -> list[dict[str, Any]]:
     """JSON objects parsed from their texts, one dict for each distinct text (the rows of one resource share it)."""
     parsed: dict[str, dict[str, Any]] = {}
-    return [parsed[t] if t in parsed else parsed.setdefault(t, json.loads(t)) for t in texts]
+    return [parsed[t] if t in parsed else parsed.setdefault(t, from_json(t)) for t in texts]
 
 
 @dataclass(slots=True)
@@ -79,7 +78,7 @@ class SpanBatch:
     def attrs(self) -> list[dict[str, Any]]:
         """Span attributes as dicts, one per row."""
         if self._attrs is None:
-            self._attrs = [json.loads(a) for a in self.attributes]
+            self._attrs = [from_json(a) for a in self.attributes]
         return self._attrs
 
     @property
@@ -93,7 +92,7 @@ class SpanBatch:
     def event_list(self) -> list[list[dict[str, Any]]]:
         """Span events as lists of dicts (empty when a span has none)."""
         if self._event_list is None:
-            self._event_list = [json.loads(e) if e else [] for e in self.events]
+            self._event_list = [from_json(e) if e else [] for e in self.events]
         return self._event_list
 
     def add(
@@ -256,11 +255,11 @@ def bound_values(batch: SpanBatch | LogBatch, limit: int) -> int:
         column = getattr(batch, name)
         for i, text in enumerate(column):
             if text is not None and len(text) * 4 > limit:  # a character is at most four bytes
-                column[i] = to_json(truncated(json.loads(text), limit, count))
+                column[i] = to_json(truncated(from_json(text), limit, count))
     if count[0]:
         if isinstance(batch, SpanBatch):  # the views are parsed again from the cut text when read
             batch._attrs = batch._event_list = None
         else:
-            batch.attrs = [json.loads(a) for a in batch.attributes]
-            batch.body_value = [None if b is None else json.loads(b) for b in batch.body]
+            batch.attrs = [from_json(a) for a in batch.attributes]
+            batch.body_value = [None if b is None else from_json(b) for b in batch.body]
     return count[0]

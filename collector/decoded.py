@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 MAX_REJECT_MESSAGES = 5
 
@@ -18,6 +20,19 @@ MAX_REJECT_MESSAGES = 5
 def to_json(value: Any) -> str:
     """Compact JSON text for a decoded AnyValue tree (non-finite floats already made strings)."""
     return _dumps(value)
+
+
+def from_json(text: str | bytes) -> Any:
+    """A text ``to_json`` wrote (a decoded batch's, or one stored from it), read back: what ``json.loads`` gives,
+    in about a quarter of its time on span attributes (orjson). The two differ only where orjson refuses the
+    text (a lone surrogate, which OTLP/JSON can carry in an escape; ``NaN`` in a text from elsewhere), which is
+    then read by ``json``, and on integers past 64 bits, which orjson reads as floats: a decoded value has none
+    (OTLP's integers are int64, ``otlp_values`` refuses the rest). Untrusted JSON inside a value is read by the
+    dialects with ``json``, which keeps such integers exact."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 @dataclass(slots=True)

@@ -44,7 +44,7 @@ from itertools import accumulate
 from typing import Any, get_args
 
 from .batches import LogBatch, SpanBatch
-from .decoded import to_json
+from .decoded import from_json, to_json
 from ..scoring.regex import linear
 from .config import DetectorName, PrivacySettings
 from .metric_batches import MetricBatch
@@ -526,13 +526,13 @@ class Redactor:
                          content_event: bool = False) -> tuple[str, Any]:
         """An attribute map as JSON text: the text (the same object when unchanged) and its new value (or None)."""
         before = counts.total()
-        new = self.attributes(json.loads(text), counts, active, content_event)
+        new = self.attributes(from_json(text), counts, active, content_event)
         return (to_json(new), new) if counts.total() != before else (text, None)
 
     def _events_text(self, text: str, counts: Counter[str], active: Active) -> tuple[str, Any]:
         """A span's events (or links) as JSON text: each one's attributes as an attribute map."""
         before = counts.total()
-        events = json.loads(text)
+        events = from_json(text)
         for e in events:
             if isinstance(e, dict) and isinstance(e.get("attributes"), dict):
                 named = isinstance(e.get("name"), str) and e["name"].startswith(CONTENT_EVENT_PREFIX)
@@ -543,7 +543,7 @@ class Redactor:
                    content_event: bool = False) -> tuple[str | None, Any]:
         """A log record's body as JSON text: the text (the same object when unchanged, None when removed) and value."""
         before = counts.total()
-        body = json.loads(text)
+        body = from_json(text)
         if content_event:
             if isinstance(body, str) and _parsed(body) is None:  # a message's text, nothing of its structure
                 counts["content"] += 1

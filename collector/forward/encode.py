@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from ..batches import SPAN_COLUMNS, SPAN_KINDS, STATUS_CODES, SpanBatch
+from ..decoded import from_json
 
 _KIND = {k: i for i, k in enumerate(SPAN_KINDS)}
 _STATUS = {k: i for i, k in enumerate(STATUS_CODES)}
@@ -121,17 +122,17 @@ def _fill_span(span: Any, row: OutSpan) -> None:
     span.kind = _KIND.get(row.kind, 0)
     span.start_time_unix_nano = row.start_ns
     span.end_time_unix_nano = row.end_ns
-    attrs = row.parsed_attrs if row.parsed_attrs is not None else json.loads(row.attributes)
+    attrs = row.parsed_attrs if row.parsed_attrs is not None else from_json(row.attributes)
     if row.extra_attrs:
         attrs = {**attrs, **row.extra_attrs}
     _set_attrs(span.attributes, attrs)
-    events = json.loads(row.events) if row.events else []
+    events = from_json(row.events) if row.events else []
     for ev in (*events, *(row.extra_events or ())):
         out = span.events.add()
         out.name = ev.get("name") or ""
         out.time_unix_nano = int(ev.get("time_unix_nano") or 0)
         _set_attrs(out.attributes, ev.get("attributes") or {})
-    for ln in json.loads(row.links) if row.links else []:
+    for ln in from_json(row.links) if row.links else []:
         out = span.links.add()
         out.trace_id = bytes.fromhex(ln["trace_id"])
         out.span_id = bytes.fromhex(ln["span_id"])
@@ -155,7 +156,7 @@ def encode_traces(rows: Iterable[OutSpan]) -> ExportTraceServiceRequest:
         if rs is None:
             rs = resources[row.resource_attributes] = request.resource_spans.add()
             rs.resource.SetInParent()
-            _set_attrs(rs.resource.attributes, json.loads(row.resource_attributes or "{}"))
+            _set_attrs(rs.resource.attributes, from_json(row.resource_attributes or "{}"))
         key = (row.resource_attributes, row.scope_name, row.scope_version)
         ss = scopes.get(key)
         if ss is None:

@@ -7,7 +7,6 @@ here blocks ingest: every queue is bounded and drops its oldest entry (counted) 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import Any
 
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
-from ..decoded import decoded_cost
+from ..decoded import decoded_cost, from_json
 from ..session.held import Committed
 from ..config import ForwardSettings
 from ..session.rows import ScoredSession
@@ -180,9 +179,9 @@ class Forwarder:
         """Immediate-mode labels: what the spans themselves (and earlier ones) say."""
         if views is None:
             resources: dict[str, dict] = {}
-            attrs = [r.parsed_attrs if r.parsed_attrs is not None else json.loads(r.attributes) for r in rows]
-            res = [resources.setdefault(r.resource_attributes, json.loads(r.resource_attributes)) for r in rows]
-            events = [json.loads(r.events) if r.events else [] for r in rows]
+            attrs = [r.parsed_attrs if r.parsed_attrs is not None else from_json(r.attributes) for r in rows]
+            res = [resources.setdefault(r.resource_attributes, from_json(r.resource_attributes)) for r in rows]
+            events = [from_json(r.events) if r.events else [] for r in rows]
             views = views_of(rows, attrs, res, events)
         labels, learned = immediate_labels(views, self.matcher, self.session_keys, self._known, records)
         for tid, sid in learned.items():

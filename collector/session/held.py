@@ -34,7 +34,7 @@ from ...semconv.normalize import ResourceReadings
 from ...semconv.records import new_view  # SpanView(...), without a frozen dataclass's slow __init__
 from .assembly import AssembledTrace, assemble_records
 from ..batches import LogBatch, SpanBatch, shared_dicts
-from ..decoded import decoded_cost
+from ..decoded import decoded_cost, from_json
 from ..telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ HeldRow = tuple[Any, ...]
 def view_of(row: HeldRow) -> SpanView:
 
     tid, sid, parent, name, attributes, resource, events, kind, status, message, scope, start, end = row
-    return new_view(tid, sid, parent, name, json.loads(attributes), resource, json.loads(events) if events else [],
+    return new_view(tid, sid, parent, name, from_json(attributes), resource, from_json(events) if events else [],
                     kind, status, message, scope, start, end)
 
 
@@ -145,7 +145,7 @@ def prepare(batch: SpanBatch, session_keys: Sequence[str] = (), only: Collection
     else:
         pick = [i for i, tid in enumerate(batch.trace_id) if tid in only]
         attributes, events = [attributes[i] for i in pick], [events[i] for i in pick]
-        attrs, event_list = [json.loads(a) for a in attributes], [json.loads(e) if e else [] for e in events]
+        attrs, event_list = [from_json(a) for a in attributes], [from_json(e) if e else [] for e in events]
         resource_attrs = shared_dicts(batch.resource_attributes[i] for i in pick)
         columns = [[column[i] for i in pick] for column in (
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.kind, batch.status_code,

@@ -11,6 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from ...semconv import SpanView
+from ..decoded import from_json
 from .schema import append_arrow, describe
 
 Row = Mapping[str, Any]
@@ -103,7 +104,7 @@ ORDER BY t
 
 
 def _loads(text: str | None) -> Any:
-    return json.loads(text) if text else None
+    return from_json(text) if text else None
 
 
 def span_views(span_rows: Iterable[Sequence[Any]], log_rows: Iterable[Sequence[Any]]) -> dict[str, list[SpanView]]:
