@@ -197,7 +197,7 @@ def test_a_production_session_the_compiled_path_read_is_judged_from_its_full_rec
             where = tmp_path / str(compiled)
             where.mkdir()
             (where / "rubric.txt").write_text("1.0: the user got what they asked for.\n0.0: they did not.")
-            config = {"judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0,
+            config = {"judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0, "requests_per_minute": 60_000,
                                 "production": {"sample_rate": 1.0, "rubric_file": str(where / "rubric.txt")}},
                       "sessions": {"compiled_path": compiled}}
             (where / "agentfunnel.yaml").write_text(yaml.safe_dump(config))

@@ -186,7 +186,8 @@ def test_the_judge_gets_the_final_answer_and_the_unwrapped_results(tmp_path, fra
         suite.write_text(yaml.safe_dump({"cases": [CASE]}))
         cfg = tmp_path / "agentfunnel.yaml"
         cfg.write_text(yaml.safe_dump({"cases": {"suite": str(suite)},
-                                       "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0}}))
+                                       "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0,
+                                                 "requests_per_minute": 60_000}}))
         src = OTLP / framework / "shop_purchase.traces.binpb"
         files = [str(_tagged(src, tmp_path / "shop_purchase.traces.binpb", framework))]
         logs = src.with_name("shop_purchase.logs.binpb")

@@ -58,7 +58,7 @@ def _config(data: Path, api: FakeMessagesAPI) -> Path:
     cfg = data.parent / "agentfunnel.yaml"
     cfg.write_text(yaml.safe_dump({
         "cases": {"suite": str(suite), "archive_dir": str(data / "archive")},
-        "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0},
+        "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0, "requests_per_minute": 60_000},
         "sessions": {"idle_timeout_seconds": 0.5, "check_interval_seconds": 0.1, "open_refresh_seconds": 0},
         "store": {"snapshot_path": str(data / "periodic.duckdb"), "snapshot_interval_seconds": 0.5}}))
     return cfg

@@ -136,7 +136,8 @@ FORECAST_VERDICT = {"status": "complete", "score": 1.0, "explanation": "The fore
 
 
 def _judge_config(path: Path, url: str, **extra: object) -> Path:
-    path.write_text(yaml.safe_dump({**extra, "judge": {"api_key": "test-key", "base_url": url, "max_retries": 0}}))
+    path.write_text(yaml.safe_dump({**extra, "judge": {"api_key": "test-key", "base_url": url, "max_retries": 0,
+                                                             "requests_per_minute": 60_000}}))
     return path
 
 
@@ -153,7 +154,8 @@ def evaluated(tmp_path_factory, judge_api):
     machine starts Python slowly, and a normal run must finish well inside it)."""
     tmp = tmp_path_factory.mktemp("eval")
     config = tmp / "agentfunnel.yaml"
-    config.write_text(yaml.safe_dump({"judge": {"api_key": "test-key", "base_url": judge_api.url, "max_retries": 0}}))
+    config.write_text(yaml.safe_dump({"judge": {"api_key": "test-key", "base_url": judge_api.url, "max_retries": 0,
+                                                "requests_per_minute": 60_000}}))
     plan = _plan(tmp / "plan.json", {"fx-rate": {"1": "pass", "2": "bad_args", "3": "crash"},
                                      "kyoto-weather": {"1": "pass", "2": "pass", "3": "hang"}})
     db = tmp / "eval.duckdb"

@@ -72,7 +72,7 @@ def _run_file(tmp_path, answer: str, run_id: str = "1", args: dict = ARGS):
 def _config(tmp_path, judge: dict | None) -> str:
     suite = tmp_path / "cases.yaml"
     suite.write_text(yaml.safe_dump({"cases": [FX]}))
-    cfg = {"cases": {"suite": str(suite)}, **({"judge": judge} if judge else {})}
+    cfg = {"cases": {"suite": str(suite)}, **({"judge": {"requests_per_minute": 60_000, **judge}} if judge else {})}
     path = tmp_path / "agentfunnel.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)

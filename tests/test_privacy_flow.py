@@ -105,7 +105,7 @@ def test_redacted_before_it_is_stored_judged_or_forwarded(server_factory, tmp_pa
         config = _write(tmp_path / "up.yaml", {
             "privacy": {"detectors": sorted(DETECTORS), "hash_keys": ["user.id"]},
             "cases": {"suite": str(suite)},
-            "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0},
+            "judge": {"api_key": "test-key", "base_url": api.url, "max_retries": 0, "requests_per_minute": 60_000},
             "forward": {"endpoint": f"127.0.0.1:{port}", "insecure": True, "mode": "immediate", "max_retry_seconds": 30},
         })
         with ThreadPoolExecutor(2) as pool:  # side by side: the upstream retries until the downstream listens

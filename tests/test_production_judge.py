@@ -52,7 +52,7 @@ def test_a_rubric_file_replaces_the_levels_and_is_versioned_by_its_hash(tmp_path
 def _config(tmp_path, api, **production) -> str:
     rubric = tmp_path / "prod-rubric.txt"
     rubric.write_text(RUBRIC)
-    judge = {"api_key": "test-key", "base_url": api.url, "max_retries": 0,
+    judge = {"api_key": "test-key", "base_url": api.url, "max_retries": 0, "requests_per_minute": 60_000,
              "production": {"rubric_file": str(rubric), "criteria": [CRITERION], **production}}
     path = tmp_path / "agentfunnel.yaml"
     path.write_text(yaml.safe_dump({"judge": judge}))
