@@ -23,16 +23,21 @@ def to_json(value: Any) -> str:
 
 
 def from_json(text: str | bytes) -> Any:
-    """A text ``to_json`` wrote (a decoded batch's, or one stored from it), read back: what ``json.loads`` gives,
-    in about a quarter of its time on span attributes (orjson). The two differ only where orjson refuses the
+    """A text ``to_json`` wrote of decoded values (a batch's, or one stored from it), read back: what ``json.loads``
+    gives, in about a quarter of its time on span attributes (orjson). The two differ only where orjson refuses the
     text (a lone surrogate, which OTLP/JSON can carry in an escape; ``NaN`` in a text from elsewhere), which is
-    then read by ``json``, and on integers past 64 bits, which orjson reads as floats: a decoded value has none
-    (OTLP's integers are int64, ``otlp_values`` refuses the rest). Untrusted JSON inside a value is read by the
-    dialects with ``json``, which keeps such integers exact."""
+    then read by ``json``, and on integers outside [-2**63, 2**64 - 1], which orjson reads as floats: a decoded
+    value has none (OTLP's integers are int64 and its times uint64, ``otlp_values`` refuses the rest). Values the
+    collector makes itself (the forwarder's own spans) are handed on parsed; the JSON inside a value, the sender's
+    own text, is read by the dialects with ``json``, which keeps any integer exact."""
     try:
-        return orjson.loads(text)
+        found = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(text)
+        found = _FALLBACK
+    return json.loads(text) if found is _FALLBACK else found
+
+
+_FALLBACK = object()
 
 
 @dataclass(slots=True)

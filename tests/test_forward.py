@@ -236,6 +236,39 @@ def test_labels_at_once_in_hold_mode_and_on_the_summary_with_a_judge():
     assert (summary.trace_id, summary.span_id) == enrich.summary_ids("c1", 2) != enrich.summary_ids("c1", 3)
 
 
+def test_the_judges_call_span_sends_its_token_counts_exactly_however_large():
+    """The judge endpoint's usage is not bounded like an OTLP integer: the span the forwarder makes of the call goes
+    out with the counts it was given (an int64 as an integer, a larger one as its digits), not read back from its
+    JSON text as a float."""
+    import datetime as dt
+
+    from agentfunnel.collector.evaluation import Evaluated
+    from agentfunnel.collector.forward import enrich
+    from agentfunnel.collector.forward.encode import encode_traces
+    from agentfunnel.collector.session.rows import ScoredSession
+    from agentfunnel.scoring import SessionScorer
+    from agentfunnel.scoring.assembled import Session, TraceShare
+    from agentfunnel.scoring.judge.models import Judgment
+    from agentfunnel.semconv import SpanView, normalize
+
+    tid = "cd" * 16
+    records = (normalize(SpanView(tid, "01" * 8, None, "invoke_agent a", {"gen_ai.operation.name": "invoke_agent",
+                                                                          "gen_ai.conversation.id": "c2"})),)
+    judgment = Judgment(status="complete", passed=True, score=0.9, judge_model="m", backend="anthropic",
+                        base_url="http://127.0.0.1:1", rubric_id="r", rubric_version="1", rubric_sha256="0" * 64,
+                        prompt_version="1", temperature=0.0, threshold=0.5, answer_sha256="0" * 64,
+                        reference_sha256="0" * 64, input_hash="h", created_at=dt.datetime.now(dt.timezone.utc),
+                        input_tokens=2**64, output_tokens=2**63 - 1, duration_ms=5.0)
+    scored = ScoredSession(Session("c2", {tid: TraceShare(tid, records)}), SessionScorer().score("c2", records), 1,
+                           Evaluated(passed=True, failure_class=None, judge_status="complete", judge_score=0.9,
+                                     judgment=judgment))
+    call = enrich.judge_call_span(scored)
+    assert call is not None
+    sent = {kv.key: kv.value for kv in encode_traces([call]).resource_spans[0].scope_spans[0].spans[0].attributes}
+    assert sent["gen_ai.usage.input_tokens"].string_value == str(2**64)
+    assert sent["gen_ai.usage.output_tokens"].int_value == 2**63 - 1
+
+
 # ---------------------------------------------------------------------------- exporter and hold bounds
 
 

@@ -272,12 +272,12 @@ def summary_span(scored: ScoredSession, now_ns: int, scope_version: str | None =
     links = [{"trace_id": tid, "span_id": sid, "attributes": {}} for tid, sid in trace_roots(scored.records)]
     resource = {"service.name": s.service_name or "agentfunnel"}
     events = evaluation_events(scored, end)
+    attrs = summary_attributes(scored)  # handed on parsed too: its values are the collector's, not a decoder's
     return OutSpan(trace_id=trace_id, span_id=span_id, parent_span_id=None, trace_state=None, flags=0,
                    name=SUMMARY_SPAN_NAME, kind="INTERNAL", start_ns=start, end_ns=end, status_code="UNSET",
                    status_message=None, service_name=resource["service.name"], scope_name=SUMMARY_SCOPE,
-                   scope_version=scope_version, attributes=to_json(summary_attributes(scored)),
-                   resource_attributes=to_json(resource), events=to_json(events),
-                   links=to_json(links) if links else None)
+                   scope_version=scope_version, attributes=to_json(attrs), resource_attributes=to_json(resource),
+                   events=to_json(events), links=to_json(links) if links else None, parsed_attrs=attrs)
 
 
 def evaluation_logs(summary: OutSpan, session_id: str) -> list[OutLog]:
@@ -325,4 +325,4 @@ def judge_call_span(scored: ScoredSession, scope_version: str | None = None) -> 
                    status_message=(judgment.error or "")[:500] or None if failed else None,
                    service_name="agentfunnel", scope_name=JUDGE_CALL_SCOPE, scope_version=scope_version,
                    attributes=to_json(attrs), resource_attributes=to_json({"service.name": "agentfunnel"}),
-                   events=None, links=to_json(links))
+                   events=None, links=to_json(links), parsed_attrs=attrs)  # the judge's token counts, unbounded

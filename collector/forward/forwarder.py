@@ -180,7 +180,8 @@ class Forwarder:
         if views is None:
             resources: dict[str, dict] = {}
             attrs = [r.parsed_attrs if r.parsed_attrs is not None else from_json(r.attributes) for r in rows]
-            res = [resources.setdefault(r.resource_attributes, from_json(r.resource_attributes)) for r in rows]
+            res = [resources[r.resource_attributes] if r.resource_attributes in resources  # parsed once a resource
+                   else resources.setdefault(r.resource_attributes, from_json(r.resource_attributes)) for r in rows]
             events = [from_json(r.events) if r.events else [] for r in rows]
             views = views_of(rows, attrs, res, events)
         labels, learned = immediate_labels(views, self.matcher, self.session_keys, self._known, records)
