@@ -31,13 +31,10 @@ def from_json(text: str | bytes) -> Any:
     collector makes itself (the forwarder's own spans) are handed on parsed; the JSON inside a value, the sender's
     own text, is read by the dialects with ``json``, which keeps any integer exact."""
     try:
-        found = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
-        found = _FALLBACK
-    return json.loads(text) if found is _FALLBACK else found
-
-
-_FALLBACK = object()
+        pass  # read below, outside the handler: an error of json's own comes without orjson's attached
+    return json.loads(text)
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...scoring import ScoringConfig
 from ...scoring.funnel import StepMatcher
+from ..batches import shared_dicts
 from ..decoded import decoded_cost, from_json
 from ..session.held import Committed
 from ..config import ForwardSettings
@@ -178,10 +179,8 @@ class Forwarder:
                        records: Sequence[Any] | None = None) -> list[OutSpan]:
         """Immediate-mode labels: what the spans themselves (and earlier ones) say."""
         if views is None:
-            resources: dict[str, dict] = {}
             attrs = [r.parsed_attrs if r.parsed_attrs is not None else from_json(r.attributes) for r in rows]
-            res = [resources[r.resource_attributes] if r.resource_attributes in resources  # parsed once a resource
-                   else resources.setdefault(r.resource_attributes, from_json(r.resource_attributes)) for r in rows]
+            res = shared_dicts(r.resource_attributes for r in rows)  # parsed once a resource
             events = [from_json(r.events) if r.events else [] for r in rows]
             views = views_of(rows, attrs, res, events)
         labels, learned = immediate_labels(views, self.matcher, self.session_keys, self._known, records)
